@@ -1,0 +1,47 @@
+# fedrepro: one pipeline for FedSC, DPZV, FedAL and SteFFLe (see README.md).
+from fedrepro.config import check_config, enabled_papers
+
+
+configfile: "config.yaml"
+
+
+check_config(config, f"{workflow.basedir}/workflow/schemas")
+PAPERS = enabled_papers(config)
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+
+
+if "fedavg" in PAPERS:
+
+    include: "workflow/rules/fedavg.smk"
+
+
+if "fedsc" in PAPERS:
+
+    include: "workflow/rules/fedsc.smk"
+
+
+if "dpzv" in PAPERS:
+
+    include: "workflow/rules/dpzv.smk"
+
+
+if "fedal" in PAPERS:
+
+    include: "workflow/rules/fedal.smk"
+
+
+if "steffle" in PAPERS:
+
+    include: "workflow/rules/steffle.smk"
+
+
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        rules.index.output,

@@ -1,0 +1,130 @@
+"""DPZV (Algorithm 1): zeroth-order client updates, per-sample clipping and one scalar of noise.
+
+One server round with client m (spec 1.6):
+  client: u from a fresh seed over its parameters; w += lambda u -> H+; w -= 2 lambda u -> H-;
+          w += lambda u (restore, in place, MeZO style)
+  client -> server: sample ids, H+, H-                       (two embedding batches)
+  server: delta_i = [l(H+_i) - l(H-_i)] / lambda  (eq. 7; others' slots from the stale table)
+          Delta = (1/B) sum_i clip_C(delta_i) + z,  z ~ N(0, sigma_dp^2)   (eq. 8, ONE scalar)
+          table[m, ids] <- (H+ + H-)/2; server update (ZO eq. 3 or SGD), not private
+  server -> client: Delta                                     (one scalar)
+  client: w -= eta_m Delta u  (eq. 9, u regenerated from the seed; optional momentum)
+
+DECISIONs / FLAGs as config keys (spec 1.3-1.5, 6): `fd_denominator` lambda (eq. 7,
+default) | 2lambda; `clip_mode` symmetric (default; the proof's |clip| <= C) |
+one_sided (min{delta, C} as printed); `server_update` zo (Algorithm 1, default) |
+sgd; `direction` sphere | gaussian; `zo_momentum` (0.9 per Table 3; 0 keeps the
+update in place); the table stores the midpoint (`table_update: midpoint`) or H+.
+The server's own ZO step uses the eq. (3) denominator 2 lambda and no DP (the
+paper's DP statement covers the Delta messages only). The forward embeddings are
+not protected (the paper says so).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedrepro.algorithms.dpzv import privacy
+from fedrepro.algorithms.dpzv.vfl import CLIP_MODES, SERVER_UPDATES, VFLAlgorithm, choice, sgd
+from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, check_direction, fd_divisor
+from fedrepro.privacy.mechanisms import clip_scalar, gaussian_noise
+
+TABLE_UPDATES = ("midpoint", "plus")
+
+
+class DPZV(VFLAlgorithm):
+    method = "dpzv"
+
+    def __init__(self, data, settings, seed, device="cpu"):
+        super().__init__(data, settings, seed, device)
+        x = settings.extra
+        self.zo_lambda = float(x.get("zo_lambda", 1e-3))
+        self.divisor = fd_divisor(self.zo_lambda, x.get("fd_denominator", "lambda"))
+        self.clip = privacy.parse_clip(x.get("clip", 10.0))
+        self.two_sided = choice("clip_mode", x.get("clip_mode", "symmetric"), CLIP_MODES) == "symmetric"
+        self.direction = check_direction(x.get("direction", "sphere"))
+        self.table_update = choice("table_update", x.get("table_update", "midpoint"), TABLE_UPDATES)
+        self.server_update = choice("server_update", x.get("server_update", "zo"), SERVER_UPDATES)
+        zo_momentum = float(x.get("zo_momentum", 0.9))
+        for client in self.clients:
+            client.updater = ZOUpdater(client.params, settings.lr_client, zo_momentum)
+        if self.server_update == "zo":
+            self.server.updater = ZOUpdater(self.server.params, settings.lr_server, zo_momentum)
+        else:
+            self.server.optimizer = sgd(self.server.params, settings.lr_server, settings.momentum)
+        self.noise = privacy.dpzv_noise(settings.eps, settings.delta, self.clip, self.total_rounds,
+                                        data.num_train, settings.batch_size, settings.library_accountant)
+        if not self.two_sided and self.noise["sigma"] > 0:
+            self.noise["note"] = "one-sided clipping: the 2C/B sensitivity (and so the DP claim) does not hold"
+
+    # ------------------------------------------------------------------ client side
+    @torch.no_grad()
+    def client_query(self, client, ids: np.ndarray):
+        """Two forward passes at w +- lambda u, perturbing in place; returns the message and u's seed."""
+        u = Direction(client.params, client.new_seed(), self.direction)
+        x = client.x[self.ids_tensor(ids)]
+        u.add_(self.zo_lambda)
+        h_plus = client.model(x)
+        u.add_(-2.0 * self.zo_lambda)
+        h_minus = client.model(x)
+        u.add_(self.zo_lambda)
+        return {"ids": self.ids_tensor(ids), "h_plus": h_plus, "h_minus": h_minus}, u
+
+    def client_apply(self, client, u: Direction, delta: float) -> None:
+        """eq. (9): w_m <- w_m - eta_m Delta u (same u, regenerated from its seed)."""
+        client.updater.step(u, delta)
+
+    # ------------------------------------------------------------------ server side
+    @torch.no_grad()
+    def server_answer(self, m: int, msg: dict) -> tuple[torch.Tensor, dict]:
+        ids, h_plus, h_minus = msg["ids"], msg["h_plus"], msg["h_minus"]
+        loss_plus = self.server.losses(ids, m, h_plus)
+        loss_minus = self.server.losses(ids, m, h_minus)
+        delta = (loss_plus - loss_minus) / self.divisor                               # eq. (7)
+        clipped = clip_scalar(delta, self.clip, two_sided=self.two_sided)
+        noise = gaussian_noise((), self.noise["sigma"], self.server.noise, clipped.dtype, clipped.device)
+        answer = clipped.sum() / self.cfg.batch_size + noise                           # eq. (8)
+        self.server.table[ids, m] = 0.5 * (h_plus + h_minus) if self.table_update == "midpoint" else h_plus
+        self.server_step(ids)
+        stats = {"train_loss": float(0.5 * (loss_plus + loss_minus).mean()),
+                 "clip_fraction": float((delta.abs() > self.clip).float().mean()),
+                 "delta_abs": float(answer.abs())}
+        return answer, stats
+
+    def server_step(self, ids: torch.Tensor) -> None:
+        """Server update on the batch with the table's embeddings: ZO (eq. 3, 2 lambda) or SGD."""
+        if self.server_update == "sgd":
+            with torch.enable_grad():
+                self.server.optimizer.zero_grad()
+                self.server.losses(ids).mean().backward()
+            self.server.optimizer.step()
+            return
+        u0 = Direction(self.server.params, self.server.new_seed(), self.direction)
+        u0.add_(self.zo_lambda)
+        loss_plus = self.server.losses(ids).mean()
+        u0.add_(-2.0 * self.zo_lambda)
+        loss_minus = self.server.losses(ids).mean()
+        u0.add_(self.zo_lambda)
+        self.server.updater.step(u0, float(loss_plus - loss_minus) / (2.0 * self.zo_lambda))
+
+    # ------------------------------------------------------------------ one round
+    def exchange(self, m: int, ids: np.ndarray) -> dict:
+        client = self.clients[m]
+        payload, u = self.client_query(client, ids)
+        msg = self.wire.send(client.name, "server", "embeddings", payload)
+        answer, stats = self.server_answer(m, msg)
+        delta = self.wire.send("server", client.name, "zo_scalar", answer)
+        self.client_apply(client, u, float(delta))
+        return stats
+
+    def privacy(self) -> dict:
+        return {**self.noise, "clip": self.clip, "clip_mode": "symmetric" if self.two_sided else "one_sided",
+                "mechanism": "scalar Gaussian on the clipped mean of per-sample ZO differences"}
+
+
+def run_job(job) -> None:
+    from fedrepro.algorithms.dpzv.jobs import run_vfl_job
+
+    run_vfl_job(job, DPZV)
+

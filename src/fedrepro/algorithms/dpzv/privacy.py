@@ -1,0 +1,89 @@
+"""Noise calibration of one DPZV/baseline run and the diagnostics every run records.
+
+Uses `fedrepro.privacy.gdp` (the paper's accounting, eq. 11 and Theorem 6.1)
+and `fedrepro.privacy.accountant` (the library). Each run records: sigma, the
+noise multiplier (sigma over the replace-one sensitivity), mu, mu_CLT with its
+epsilon, and the library epsilon for the same noise (spec 2, [FLAG] accountant).
+"""
+
+from __future__ import annotations
+
+import math
+
+from fedrepro.privacy import accountant, gdp
+
+PAIR_RELEASES = ("joint", "separate")
+
+
+def parse_eps(value) -> float:
+    """eps from config: a positive number or the string "inf" (no privacy)."""
+    if isinstance(value, str):
+        if value.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        raise ValueError(f"eps {value!r}: use a number > 0 or the string 'inf'")
+    value = float(value)
+    if not value > 0:
+        raise ValueError(f"eps must be > 0 or 'inf', got {value}")
+    return value
+
+
+def parse_clip(value) -> float:
+    """A clip threshold from config: a number > 0 or "inf" (no clipping)."""
+    if isinstance(value, str):
+        if value.strip().lower() in ("inf", "infinity", "none"):
+            return math.inf
+        raise ValueError(f"clip {value!r}: use a number > 0 or the string 'inf'")
+    value = float(value)
+    if not value > 0:
+        raise ValueError(f"clip must be > 0 or 'inf', got {value}")
+    return value
+
+
+def _record(eps, delta, mu, sigma, multiplier, rounds, rate, method) -> dict:
+    """The privacy fields every run writes (sigma = 0 and eps = inf when non-private)."""
+    private = sigma > 0
+    lib_eps = accountant.epsilon(multiplier, rounds, delta, rate, method) if private else math.inf
+    clt = gdp.mu_clt(rate, rounds, multiplier) if private else math.inf
+    return {
+        "eps": eps, "delta": delta, "gdp_mu": mu, "sigma": sigma, "noise_multiplier": multiplier,
+        "releases": rounds, "sampling_rate": rate, "mu_clt": clt,
+        "eps_clt": gdp.eps_from_mu(clt, delta) if private else math.inf,
+        "eps_library": lib_eps, "library_method": method,
+    }
+
+
+def dpzv_noise(eps: float, delta: float, clip: float, rounds: int, num_samples: int, batch_size: int,
+               library_method: str = "rdp") -> dict:
+    """sigma_dp = 2C sqrt(T)/(D mu) of the server's scalar (Theorem 6.1); 0 when eps = inf."""
+    if math.isinf(eps):
+        return _record(eps, delta, math.inf, 0.0, 0.0, rounds, batch_size / num_samples, library_method)
+    if math.isinf(clip):
+        raise ValueError("dpzv: a finite eps needs a finite clip threshold (sensitivity 2C/B)")
+    mu = gdp.mu_from_eps_delta(eps, delta)
+    sigma = gdp.sigma_dp(clip, rounds, num_samples, mu)
+    multiplier = gdp.noise_multiplier(sigma, clip, batch_size)
+    return _record(eps, delta, mu, sigma, multiplier, rounds, batch_size / num_samples, library_method)
+
+
+def embedding_noise(eps: float, delta: float, clip_h: float, rounds: int, num_samples: int, batch_size: int,
+                    embeddings_per_round: int = 1, pair_release: str = "joint",
+                    library_method: str = "rdp") -> dict:
+    """Per-coordinate noise sigma_h of the baselines' clipped embeddings (spec 3.4 DECISION).
+
+    sigma_h = 2 C_h B sqrt(T_rel)/(D mu). ZOO-VFL sends two embeddings a round:
+    `pair_release="joint"` treats the pair as one release of sensitivity
+    2 sqrt(2) C_h (default), "separate" counts T_rel = 2T releases of 2 C_h.
+    """
+    if pair_release not in PAIR_RELEASES:
+        raise ValueError(f"zoo_pair_release {pair_release!r} is not one of {', '.join(PAIR_RELEASES)}")
+    joint = embeddings_per_round if pair_release == "joint" else 1
+    releases = rounds * (embeddings_per_round // joint)
+    rate = batch_size / num_samples
+    if math.isinf(eps):
+        return _record(eps, delta, math.inf, 0.0, 0.0, releases, rate, library_method)
+    if math.isinf(clip_h):
+        raise ValueError("embedding noise: a finite eps needs a finite embed_clip")
+    mu = gdp.mu_from_eps_delta(eps, delta)
+    sigma = gdp.sigma_embedding(clip_h, batch_size, releases, num_samples, mu, embeddings_per_release=joint)
+    multiplier = sigma / (2.0 * clip_h * math.sqrt(joint))
+    return _record(eps, delta, mu, sigma, multiplier, releases, rate, library_method)

@@ -1,0 +1,91 @@
+"""VAFL (Chen et al. 2020) as DPZV's first-order baseline (spec 3.4).
+
+One server round with client m: the client computes h = h(w_m; x_ids) with
+autograd, clips each row to C_h and adds N(0, sigma_h^2) per coordinate (local
+Gaussian DP, none at eps = inf) and sends (ids, h~). The server writes h~ into
+its table, backpropagates the batch-mean cross-entropy, takes an SGD step on its
+head and returns dL/dh_m (a B x e matrix, not privatised, as in the paper). The
+client backpropagates that through its own model and takes an SGD step.
+Both sides use torch.optim.SGD with momentum 0.9 (spec 1.5 DECISION).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedrepro.algorithms.dpzv import privacy
+from fedrepro.algorithms.dpzv.vfl import VFLAlgorithm, noisy_embedding, sgd
+
+
+class EmbeddingBaseline(VFLAlgorithm):
+    """Shared by VAFL and VFL-CZOFO: the client sends one noisy embedding, gets a B x e gradient."""
+
+    embeddings_per_round = 1
+
+    def __init__(self, data, settings, seed, device="cpu"):
+        super().__init__(data, settings, seed, device)
+        x = settings.extra
+        self.embed_clip = privacy.parse_clip(x.get("embed_clip", 10.0))
+        for client in self.clients:
+            client.optimizer = sgd(client.params, settings.lr_client, settings.momentum)
+        self.server.optimizer = sgd(self.server.params, settings.lr_server, settings.momentum)
+        self.noise = privacy.embedding_noise(
+            settings.eps, settings.delta, self.embed_clip, self.total_rounds, data.num_train, settings.batch_size,
+            self.embeddings_per_round, x.get("zoo_pair_release", "joint"), settings.library_accountant)
+
+    # client side
+    def client_forward(self, client, ids: np.ndarray):
+        h = client.model(client.x[self.ids_tensor(ids)])
+        sent = noisy_embedding(h.detach(), self.embed_clip, self.noise["sigma"], client.noise)
+        return {"ids": self.ids_tensor(ids), "h": sent}, h
+
+    def client_backward(self, client, h: torch.Tensor, grad_h: torch.Tensor) -> None:
+        client.optimizer.zero_grad()
+        h.backward(grad_h)
+        client.optimizer.step()
+
+    # server side
+    def server_answer(self, m: int, msg: dict) -> tuple[torch.Tensor, dict]:
+        raise NotImplementedError
+
+    def server_sgd(self, ids: torch.Tensor) -> float:
+        """SGD step of the head on the batch-mean loss over the table's embeddings."""
+        self.server.optimizer.zero_grad()
+        loss = self.server.losses(ids).mean()
+        loss.backward()
+        self.server.optimizer.step()
+        return loss.item()
+
+    def exchange(self, m: int, ids: np.ndarray) -> dict:
+        client = self.clients[m]
+        payload, h = self.client_forward(client, ids)
+        msg = self.wire.send(client.name, "server", "embedding", payload)
+        answer, stats = self.server_answer(m, msg)
+        grad_h = self.wire.send("server", client.name, "embedding_grad", answer)
+        self.client_backward(client, h, grad_h)
+        return stats
+
+    def privacy(self) -> dict:
+        return {**self.noise, "embed_clip": self.embed_clip,
+                "mechanism": "clipped embeddings plus Gaussian vector noise (local, per coordinate)"}
+
+
+class VAFL(EmbeddingBaseline):
+    method = "vafl"
+
+    def server_answer(self, m: int, msg: dict) -> tuple[torch.Tensor, dict]:
+        ids = msg["ids"]
+        self.server.table[ids, m] = msg["h"]
+        h_m = msg["h"].clone().requires_grad_(True)
+        self.server.optimizer.zero_grad()
+        loss = self.server.losses(ids, m, h_m).mean()
+        loss.backward()
+        self.server.optimizer.step()
+        return h_m.grad.detach(), {"train_loss": loss.item()}
+
+
+def run_job(job) -> None:
+    from fedrepro.algorithms.dpzv.jobs import run_vfl_job
+
+    run_vfl_job(job, VAFL)

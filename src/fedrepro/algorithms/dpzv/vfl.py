@@ -1,0 +1,404 @@
+"""The asynchronous one-client-per-round vertical-FL simulation shared by DPZV and its baselines.
+
+Setting (spec 1.1-1.2): M clients each hold a feature slice of every training
+sample and a bottom model; the server holds the labels, the top model and a
+table of the latest (possibly stale) embedding of every client for every
+training sample. Each server round activates one client, which takes its next
+mini-batch of sample ids; what the client sends, what the server answers and
+how both update is the method (`exchange` hooks of `VFLAlgorithm`). Everything
+that crosses the network goes through `fedrepro.fl.transport.Wire`.
+
+DECISIONs recorded here (spec 1.2, 3.1, 6):
+* schedule `random` (default): each round client m ~ Categorical(q), q uniform
+  or `client_weights` (heterogeneity); `permutation`: the VFL-CZOFO schedule,
+  every client exactly one pass over its data per epoch, in random order.
+* each client walks its own epoch-wise shuffled loader with drop_last, so the
+  divisor B of DPZV's clipped mean is fixed (sensitivity 2C/B).
+* one epoch = M * floor(D/B) server rounds; T = epochs * that (the noise uses
+  the T actually run).
+* the table starts with one forward pass of every initial client model
+  (`table_init: forward`; `zeros` is the alternative).
+* validation: `val: holdout` keeps a seeded 10% of the training set aside
+  (default); `val: test` validates on the test set (common practice). The
+  reported accuracy is the test accuracy at the evaluation with the best
+  validation accuracy (the paper's "best validation model").
+* evaluation uses fresh embeddings of the current client models.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedrepro.fl.transport import Wire
+from fedrepro.models import build_model
+
+SCHEDULES = ("random", "permutation")
+VAL_MODES = ("holdout", "test")
+TABLE_INITS = ("forward", "zeros")
+SERVER_UPDATES = ("zo", "sgd")
+CLIP_MODES = ("symmetric", "one_sided")
+
+
+def choice(name: str, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(map(str, allowed))}")
+    return value
+
+
+# ------------------------------------------------------------------------------------ data
+
+@dataclass
+class VFLData:
+    """Client feature slices (one tensor per client) and labels of each split."""
+
+    train: list[torch.Tensor]
+    y_train: torch.Tensor
+    val: list[torch.Tensor]
+    y_val: torch.Tensor
+    test: list[torch.Tensor]
+    y_test: torch.Tensor
+    num_classes: int
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train)
+
+    @property
+    def num_train(self) -> int:
+        return int(self.y_train.shape[0])
+
+
+def _client_view(x: np.ndarray, features: np.ndarray, shape) -> np.ndarray:
+    n = x.shape[0]
+    piece = x.reshape(n, -1)[:, features].reshape(n, *shape)
+    if piece.ndim == 5:  # several views per client: stack them as channels
+        piece = piece.reshape(n, -1, *piece.shape[-2:])
+    return np.ascontiguousarray(piece)
+
+
+def build_vfl_data(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+                   features: list[np.ndarray], feature_shapes: list, num_classes: int, kind: str,
+                   val: str = "holdout", val_fraction: float = 0.1, split_seed: int = 0,
+                   device: torch.device | str = "cpu") -> VFLData:
+    """Split prepared arrays vertically (partition `features`) and hold out a validation set."""
+    from fedrepro.data.tensors import standardise_images
+
+    choice("val", val, VAL_MODES)
+    if kind in ("image", "multiview"):
+        x_train, x_test = standardise_images(x_train, x_test)
+    if val == "holdout":
+        if not 0 < val_fraction < 1:
+            raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+        order = np.random.default_rng(split_seed).permutation(len(y_train))
+        n_val = max(1, int(round(val_fraction * len(y_train))))
+        val_idx, train_idx = np.sort(order[:n_val]), np.sort(order[n_val:])
+        x_val, y_val = x_train[val_idx], y_train[val_idx]
+        x_train, y_train = x_train[train_idx], y_train[train_idx]
+    else:
+        x_val, y_val = x_test, y_test
+    dtype = torch.long if kind == "text" else torch.float32
+
+    def tensors(x):
+        return [torch.as_tensor(_client_view(x, f, s), dtype=dtype, device=device)
+                for f, s in zip(features, feature_shapes)]
+
+    def labels(y):
+        return torch.as_tensor(np.asarray(y), dtype=torch.long, device=device)
+
+    return VFLData(tensors(x_train), labels(y_train), tensors(x_val), labels(y_val),
+                   tensors(x_test), labels(y_test), int(num_classes))
+
+
+# ------------------------------------------------------------------------------------ settings
+
+@dataclass
+class VFLSettings:
+    """Settings every method shares (spec 1, 3.1, 3.3); method options live in `extra`."""
+
+    batch_size: int = 64
+    epochs: int = 10
+    evals_per_epoch: int = 1
+    client_model: str = "vfl_mnist_cnn"
+    client_kwargs: dict = field(default_factory=dict)
+    embed_dim: int = 64
+    server_hidden: int = 128
+    lr_server: float = 0.005
+    lr_client: float = 5e-4
+    momentum: float = 0.9
+    eps: float = math.inf
+    delta: float = 1e-3
+    schedule: str = "random"
+    client_weights: list | None = None
+    table_init: str = "forward"
+    library_accountant: str = "rdp"
+    record_wire: bool = False
+    eval_batch: int = 512
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        choice("schedule", self.schedule, SCHEDULES)
+        choice("table_init", self.table_init, TABLE_INITS)
+        for name in ("batch_size", "epochs", "evals_per_epoch", "embed_dim", "server_hidden"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+
+
+# ------------------------------------------------------------------------------------ parties
+
+class Client:
+    """One feature owner: its bottom model, its slice of the training data and its own RNGs."""
+
+    def __init__(self, index: int, model: torch.nn.Module, x: torch.Tensor, batch_size: int, seed: int):
+        self.index = index
+        self.name = f"client{index}"
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.x = x
+        self.batch_size = batch_size
+        self.rng = np.random.default_rng([seed, index, 1])
+        self.order = self.rng.permutation(x.shape[0])
+        self.position = 0
+        self.noise = torch.Generator(device=x.device)
+        self.noise.manual_seed(int(self.rng.integers(2**62)))
+        self.optimizer = None  # first-order methods
+        self.updater = None    # zeroth-order methods
+
+    def next_batch(self) -> np.ndarray:
+        """Next B sample ids of the epoch-wise shuffled loader (drop_last)."""
+        if self.position + self.batch_size > len(self.order):
+            self.order = self.rng.permutation(self.x.shape[0])
+            self.position = 0
+        ids = self.order[self.position:self.position + self.batch_size]
+        self.position += self.batch_size
+        return ids
+
+    def new_seed(self) -> int:
+        return int(self.rng.integers(2**62))
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "rng": self.rng.bit_generator.state,
+                "order": self.order.copy(), "position": self.position, "noise": self.noise.get_state(),
+                "optimizer": self.optimizer.state_dict() if self.optimizer else None,
+                "updater": self.updater.state_dict() if self.updater else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.rng.bit_generator.state = state["rng"]
+        self.order, self.position = state["order"], state["position"]
+        self.noise.set_state(state["noise"])
+        if self.optimizer:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.updater:
+            self.updater.load_state_dict(state["updater"])
+
+
+class Server:
+    """Labels, top model and the table of the latest embedding of every client and sample."""
+
+    def __init__(self, head: torch.nn.Module, y: torch.Tensor, num_clients: int, embed_dim: int, seed: int):
+        self.head = head
+        self.params = list(head.parameters())
+        self.y = y
+        self.table = torch.zeros(y.shape[0], num_clients, embed_dim, device=y.device)  # sample, client, e
+        self.rng = np.random.default_rng([seed, 0, 2])
+        self.noise = torch.Generator(device=y.device)
+        self.noise.manual_seed(int(self.rng.integers(2**62)))
+        self.optimizer = None
+        self.updater = None
+
+    def inputs(self, ids: torch.Tensor, m: int | None = None, h_m: torch.Tensor | None = None) -> torch.Tensor:
+        """Concatenated embeddings of samples `ids`: the table, with client m's slot replaced by h_m."""
+        rows = self.table[ids]  # advanced indexing copies: the table itself is never changed here
+        if m is not None:
+            rows[:, m] = h_m
+        return rows.reshape(rows.shape[0], -1)
+
+    def losses(self, ids: torch.Tensor, m: int | None = None, h_m: torch.Tensor | None = None,
+               head: torch.nn.Module | None = None) -> torch.Tensor:
+        """Per-sample cross-entropy (reduction='none': DPZV clips per sample)."""
+        logits = (head or self.head)(self.inputs(ids, m, h_m))
+        return F.cross_entropy(logits, self.y[ids], reduction="none")
+
+    def new_seed(self) -> int:
+        return int(self.rng.integers(2**62))
+
+    def state_dict(self) -> dict:
+        return {"head": self.head.state_dict(), "table": self.table.clone(), "rng": self.rng.bit_generator.state,
+                "noise": self.noise.get_state(),
+                "optimizer": self.optimizer.state_dict() if self.optimizer else None,
+                "updater": self.updater.state_dict() if self.updater else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.head.load_state_dict(state["head"])
+        self.table.copy_(state["table"])
+        self.rng.bit_generator.state = state["rng"]
+        self.noise.set_state(state["noise"])
+        if self.optimizer:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.updater:
+            self.updater.load_state_dict(state["updater"])
+
+
+def sgd(params, lr: float, momentum: float) -> torch.optim.Optimizer:
+    """torch.optim.SGD with Table 3's momentum (spec 1.5 DECISION: every first-order part)."""
+    return torch.optim.SGD(params, lr=lr, momentum=momentum)
+
+
+# ------------------------------------------------------------------------------------ the loop
+
+class VFLAlgorithm:
+    """One VFL run as a `fedrepro.fl.loop.FederatedAlgorithm`.
+
+    `round(t)` runs one evaluation block (1/evals_per_epoch of an epoch) of
+    server rounds; each server round is `exchange(m, ids)`, which subclasses
+    implement as client -> wire -> server -> wire -> client.
+    """
+
+    method = "vfl"
+
+    def __init__(self, data: VFLData, settings: VFLSettings, seed: int, device: torch.device | str = "cpu"):
+        self.data = data
+        self.cfg = settings
+        self.seed = seed
+        self.device = torch.device(device)
+        torch.manual_seed(seed)
+        self.clients = [Client(m, self._client_model(m), x, settings.batch_size, seed)
+                        for m, x in enumerate(data.train)]
+        head = build_model("vfl_server", in_features=data.num_clients * settings.embed_dim,
+                           num_classes=data.num_classes, hidden=settings.server_hidden).to(self.device)
+        self.server = Server(head, data.y_train, data.num_clients, settings.embed_dim, seed)
+        self.wire = Wire(record=settings.record_wire)
+        self.schedule_rng = np.random.default_rng([seed, 0, 3])
+        self.batches_per_pass = data.num_train // settings.batch_size
+        if self.batches_per_pass < 1:
+            raise ValueError(f"batch_size {settings.batch_size} exceeds the {data.num_train} training samples")
+        self.rounds_per_epoch = data.num_clients * self.batches_per_pass
+        self.total_rounds = settings.epochs * self.rounds_per_epoch
+        self.num_blocks = settings.epochs * settings.evals_per_epoch
+        self.server_round = 0
+        self.queue: list[int] = []
+        self.best = {"val_acc": -1.0}
+        self.weights = self._weights(settings.client_weights)
+        if settings.table_init == "forward":
+            self._fill_table()
+
+    # ---- construction helpers
+    def _client_model(self, m: int) -> torch.nn.Module:
+        kwargs = dict(self.cfg.client_kwargs)
+        if self.data.train[m].dtype != torch.long:
+            kwargs.setdefault("in_channels", int(self.data.train[m].shape[1]))
+        return build_model(self.cfg.client_model, embed_dim=self.cfg.embed_dim, **kwargs).to(self.device)
+
+    def _weights(self, weights) -> np.ndarray | None:
+        if weights is None:
+            return None
+        w = np.asarray(weights, dtype=float)
+        if w.shape != (self.data.num_clients,) or (w <= 0).any():
+            raise ValueError(f"client_weights must be {self.data.num_clients} positive numbers, got {weights}")
+        return w / w.sum()
+
+    @torch.no_grad()
+    def _fill_table(self) -> None:
+        for client in self.clients:
+            self.server.table[:, client.index] = self._embed_all(client, client.x)
+
+    @torch.no_grad()
+    def _embed_all(self, client: Client, x: torch.Tensor) -> torch.Tensor:
+        step = self.cfg.eval_batch
+        return torch.cat([client.model(x[i:i + step]) for i in range(0, x.shape[0], step)])
+
+    # ---- schedule
+    def next_client(self) -> int:
+        if self.cfg.schedule == "random":
+            return int(self.schedule_rng.choice(self.data.num_clients, p=self.weights))
+        if not self.queue:
+            self.queue = self.schedule_rng.permutation(
+                np.repeat(np.arange(self.data.num_clients), self.batches_per_pass)).tolist()
+        return self.queue.pop()
+
+    def block_end(self, t: int) -> int:
+        return (t * self.total_rounds) // self.num_blocks
+
+    # ---- FederatedAlgorithm
+    def round(self, t: int) -> dict:
+        stats: dict[str, list[float]] = {}
+        for _ in range(self.server_round, self.block_end(t)):
+            m = self.next_client()
+            client = self.clients[m]
+            ids = client.next_batch()
+            self.server_round += 1
+            self.wire.round = self.server_round
+            for key, value in self.exchange(m, ids).items():
+                stats.setdefault(key, []).append(float(value))
+        row = {key: float(np.mean(values)) for key, values in stats.items()}
+        row.update(server_round=self.server_round, epoch=self.server_round / self.rounds_per_epoch,
+                   bytes_up=self.wire.bytes_by_direction["up"], bytes_down=self.wire.bytes_by_direction["down"])
+        return row
+
+    def exchange(self, m: int, ids: np.ndarray) -> dict:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def evaluate(self, t: int) -> dict:
+        out = {}
+        for split, xs, y in (("val", self.data.val, self.data.y_val), ("test", self.data.test, self.data.y_test)):
+            if split == "val" and xs is self.data.test:
+                continue
+            emb = torch.cat([self._embed_all(c, x) for c, x in zip(self.clients, xs)], dim=1)
+            logits = torch.cat([self.server.head(emb[i:i + self.cfg.eval_batch])
+                                for i in range(0, emb.shape[0], self.cfg.eval_batch)])
+            out[f"{split}_loss"] = float(F.cross_entropy(logits, y))
+            out[f"{split}_acc"] = float((logits.argmax(1) == y).float().mean())
+        if "val_acc" not in out:
+            out["val_acc"], out["val_loss"] = out["test_acc"], out["test_loss"]
+        if out["val_acc"] > self.best["val_acc"]:
+            self.best = {"val_acc": out["val_acc"], "test_acc": out["test_acc"], "test_loss": out["test_loss"],
+                         "round": t, "epoch": self.server_round / self.rounds_per_epoch}
+        return out
+
+    def state_dict(self) -> dict:
+        return {"clients": [c.state_dict() for c in self.clients], "server": self.server.state_dict(),
+                "schedule_rng": self.schedule_rng.bit_generator.state, "queue": list(self.queue),
+                "server_round": self.server_round, "best": dict(self.best), "wire": self.wire.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for client, saved in zip(self.clients, state["clients"]):
+            client.load_state_dict(saved)
+        self.server.load_state_dict(state["server"])
+        self.schedule_rng.bit_generator.state = state["schedule_rng"]
+        self.queue = list(state["queue"])
+        self.server_round = state["server_round"]
+        self.best = dict(state["best"])
+        self.wire.load_state_dict(state["wire"])
+
+    def privacy(self) -> dict:
+        raise NotImplementedError
+
+    def summary(self) -> dict:
+        return {"best": dict(self.best), "privacy": self.privacy(), "total_rounds": self.total_rounds,
+                "rounds_per_epoch": self.rounds_per_epoch, "num_train": self.data.num_train,
+                "client_params": [sum(p.numel() for p in c.params) for c in self.clients],
+                "server_params": sum(p.numel() for p in self.server.params)}
+
+    # ---- shared pieces of the methods
+    def ids_tensor(self, ids: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(ids, dtype=torch.long, device=self.device)
+
+
+def noisy_embedding(h: torch.Tensor, clip_h: float, sigma: float, generator: torch.Generator) -> torch.Tensor:
+    """The baselines' local DP (VAFL's mechanism, spec 3.4 DECISION): clip each sample's
+    embedding to L2 norm C_h and add N(0, sigma_h^2) to every coordinate; unchanged when sigma = 0."""
+    from fedrepro.privacy.mechanisms import clip_by_norm, gaussian_noise
+
+    if sigma == 0.0:
+        return h
+    return clip_by_norm(h, clip_h, dim=1) + gaussian_noise(h.shape, sigma, generator, h.dtype, h.device)

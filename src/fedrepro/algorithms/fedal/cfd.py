@@ -1,0 +1,108 @@
+"""CFD / MHAT (paper refs [23, 24], treated as one method; spec §3.3, §8 item 15).
+
+"CFD and MHAT utilize unlabeled public data and local model outputs from
+clients to train a global model on the server. This global model output is then
+transmitted back to clients for KD." Per round:
+
+* local stage: tau cross-entropy steps per client on private batches;
+* global stage, tau iterations on the shared public batch: clients upload logits
+  (K*B floats); the server takes one Adam step of its own model toward the
+  average client probabilities (KL, temperature E_kd), then sends the updated
+  server model's logits (K*B floats) back; each client takes one KL step toward them.
+
+The server model is its own architecture (`server_model`, a pool entry; default
+the first entry of the client pool) and never leaves the server; it is trained
+only on the public inputs and the clients' logits. DECISIONS (spec §8 item 15):
+tau, the server model and its learning rate (`server_lr`, default the client lr)
+are config keys; CFD's soft-label quantisation/delta coding is not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from fedrepro.algorithms.fedal.client import build_client_model, cross_entropy
+from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.kd import kl_to_logits
+
+
+class ServerModelTrainer:
+    """The CFD server: a model of its own, trained on public inputs toward averaged client outputs."""
+
+    def __init__(self, model: torch.nn.Module, lr: float, temperature: float):
+        self.model = model
+        self.opt = torch.optim.Adam(model.parameters(), lr=lr)
+        self.temperature = temperature
+
+    def respond(self, public_x: torch.Tensor, logits: Sequence[torch.Tensor]) -> tuple:
+        """One distillation step; returns (the server model's new logits on the batch, its loss)."""
+        mean_probs = torch.stack([torch.softmax(f.detach() / self.temperature, -1) for f in logits]).mean(0)
+        loss = torch.nn.functional.kl_div(
+            torch.log_softmax(self.model(public_x) / self.temperature, -1), mean_probs,
+            reduction="batchmean")
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        with torch.no_grad():
+            return self.model(public_x), loss.detach()
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+
+
+class CFD(Federation):
+    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
+                 server_model: Mapping | None = None, server_lr: float | None = None,
+                 assignment: Sequence[int] | None = None):
+        super().__init__(data, pool, cfg, seed, assignment)
+        model = build_client_model(server_model or self.pool[0], data.num_classes).to(data.test_x.device)
+        self.server = ServerModelTrainer(model, server_lr or cfg.lr, cfg.kd_temperature)
+        # the server draws the same public batches as the clients (shared seed)
+        self._server_public = self.public_stream()
+
+    def round(self, t: int) -> dict:
+        self.wire.round = t
+        ce = []
+        for client in self.clients:
+            for _ in range(self.cfg.tau):
+                x, y = client.local_batch()
+                loss = cross_entropy(client.model(x), y)
+                client.step(loss)
+                ce.append(loss.detach())
+        kd, server_kd = [], []
+        for _ in range(self.cfg.tau):
+            k, s = self._global_iteration()
+            kd.append(k)
+            server_kd.append(s)
+        return {"ce": mean_of(ce), "kd": mean_of(kd), "server_kd": mean_of(server_kd)}
+
+    def _global_iteration(self):
+        logits, uploads = [], []
+        for client in self.clients:
+            _, xb = client.public_batch()
+            f = client.model(xb)
+            logits.append(f)
+            uploads.append(self.wire.send(client.name, "server", "logits", f.detach()))
+        idx = torch.as_tensor(self._server_public.next(self.cfg.batch_size), device=self.data.public_x.device)
+        server_logits, server_loss = self.server.respond(self.data.public_x[idx], uploads)
+        losses = []
+        for n, client in enumerate(self.clients):
+            target = self.wire.send("server", client.name, "server_logits", server_logits)
+            loss = kl_to_logits(target, logits[n], self.cfg.kd_temperature)
+            client.step(loss)
+            losses.append(loss.detach())
+        self.iteration += 1
+        return mean_of(losses), server_loss
+
+    def extra_state(self) -> dict:
+        return {"server": self.server.state_dict(), "public": self._server_public.state_dict()}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.server.load_state_dict(state["server"])
+        self._server_public.load_state_dict(state["public"])

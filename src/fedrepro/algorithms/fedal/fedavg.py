@@ -1,0 +1,83 @@
+"""FedAvg inside the FedAL comparison (homogeneous pools only: Figs. 7 and 11).
+
+Every round each client loads the global weights (downlink), takes tau Adam
+steps of cross-entropy on private batches, and uploads its whole state dict
+(|theta| floats, plus BatchNorm buffers where the model has them); the server
+averages them weighted by client data size (`fedrepro.fl.aggregate.weighted_average`).
+One "iteration" is one local step, so a round adds tau iterations (spec §8 item 3).
+
+Why not `fedrepro.algorithms.baselines.fedavg.FedAvg`: that class trains with
+SGD and a fresh optimiser each round and evaluates one global model, while the
+FedAL paper trains every client model with Adam (spec §3.2) and every method
+here is evaluated, counted and checkpointed the same way (`Federation`). The
+building blocks (weighted averaging, Wire) are shared.
+DECISION: each client keeps its own Adam state across rounds (spec §8 item 10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
+from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig
+from fedrepro.algorithms.fedal.kd import less_forgetting
+from fedrepro.fl.aggregate import weighted_average
+
+
+def local_update(client: Client, start: Mapping[str, torch.Tensor], steps: int,
+                 use_lf: bool = False) -> list[torch.Tensor]:
+    """Load `start`, take `steps` CE (+ r_loc anchored at `start`) steps; returns the losses."""
+    client.model.load_state_dict(start)
+    anchor = client.snapshot() if use_lf else None
+    losses = []
+    for _ in range(steps):
+        x, y = client.local_batch()
+        f = client.model(x)
+        loss = cross_entropy(f, y)
+        if use_lf:
+            loss = loss + less_forgetting(frozen_logits(anchor, x), f)
+        client.step(loss)
+        losses.append(loss.detach())
+    return losses
+
+
+def state_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+class FedAvg(Federation):
+    uses_public = False
+
+    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
+                 assignment: Sequence[int] | None = None):
+        super().__init__(data, pool, cfg, seed, assignment)
+        if len(set(self.assignment)) != 1:
+            archs = sorted({c.model.arch for c in self.clients})
+            raise ValueError(f"fedavg needs one architecture for all clients; the pool gave {archs}. "
+                             "Use a single-entry pool (homogeneous setting).")
+        self.global_state = state_of(self.clients[0].model)
+        self.sizes = [c.num_samples for c in self.clients]
+
+    def models(self) -> list[torch.nn.Module]:
+        model = self.clients[0].model
+        model.load_state_dict(self.global_state)
+        return [model] * self.num_clients
+
+    def round(self, t: int) -> dict:
+        self.wire.round = t
+        uploads, losses = [], []
+        for client in self.clients:
+            start = self.wire.send("server", client.name, "weights", self.global_state)
+            losses += local_update(client, start, self.cfg.tau)
+            uploads.append(self.wire.send(client.name, "server", "weights", state_of(client.model)))
+        self.global_state = weighted_average(uploads, self.sizes)
+        self.iteration += self.cfg.tau
+        return {"ce": float(torch.stack(losses).mean())}
+
+    def extra_state(self) -> dict:
+        return {"global": self.global_state}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.global_state = state["global"]

@@ -1,0 +1,138 @@
+"""FedDF (Lin et al. 2020) and FedDF-AL, the shareable-parameter setting (paper Fig. 10).
+
+Per round (tau from the config; the paper uses 10 for FedDF and 15 for FedDF-AL):
+1. every client loads its architecture group's model, takes tau local steps
+   (cross-entropy, + r_loc when `use_lf`) and uploads its weights;
+2. the server averages the weights within each architecture group (FedAvg,
+   weighted by data size);
+3. the server distils each group model for tau iterations on public batches
+   toward the ensemble of all N uploaded client models (average logits,
+   KL at E_kd), with a fresh Adam per round as in FedDF.
+
+FedDF-AL adds, in step 3, the adversarial term of FedAL: a discriminator whose
+players are the architecture groups reads the students' temperature-E_d
+softmax outputs, takes one step per iteration, and each student adds U_g
+through the same split gradient as FedAL's clients (+ r_glo anchored at the
+averaged model when `use_lf`).
+
+DECISIONS (spec §8 item 16, the paper describes FedDF-AL in one sentence):
+distillation is server-side (as in FedDF); discriminator players = architecture
+groups (clients of one group hold identical models after averaging, so a
+per-client discriminator would have nothing to separate); `use_lf` defaults to
+false (FedDF + the AL component, the paper's wording for Fig. 10); one
+iteration = one distillation step, tau per round. Needs at least two
+architectures when `use_al`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from fedrepro.algorithms.fedal.client import build_client_model, frozen_logits
+from fedrepro.algorithms.fedal.distill import AdversarialConfig
+from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.fedavg import local_update, state_of
+from fedrepro.algorithms.fedal.kd import kl_to_probs, less_forgetting, surrogate_from_grad
+from fedrepro.algorithms.fedal.server import AdversarialHelper
+from fedrepro.fl.aggregate import weighted_average
+
+
+class FedDF(Federation):
+    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
+                 use_al: bool = False, use_lf: bool = False,
+                 adversarial: AdversarialConfig | None = None, server_lr: float | None = None,
+                 assignment: Sequence[int] | None = None):
+        super().__init__(data, pool, cfg, seed, assignment)
+        device = data.test_x.device
+        self.groups = sorted(set(self.assignment))
+        self.members = {g: [n for n, a in enumerate(self.assignment) if a == g] for g in self.groups}
+        # one server-side model per group, initialised from its first member
+        self.group_models = {g: build_client_model(self.pool[g], data.num_classes).to(device)
+                             for g in self.groups}
+        for g, model in self.group_models.items():
+            model.load_state_dict(self.clients[self.members[g][0]].model.state_dict())
+        # server-side copies of the uploaded client models (the distillation teachers)
+        self.teachers = [build_client_model(self.pool[a], data.num_classes).to(device)
+                         for a in self.assignment]
+        self.use_al, self.use_lf = use_al, use_lf
+        self.server_lr = server_lr or cfg.lr
+        self.adversary = None
+        if use_al:
+            if len(self.groups) < 2:
+                raise ValueError("feddf_al needs at least two architectures in the pool "
+                                 "(the discriminator tells architecture groups apart)")
+            a = adversarial or AdversarialConfig()
+            self.adversary = AdversarialHelper(data.num_classes, len(self.groups), a.hidden, a.lr,
+                                               a.optimizer, a.temperature, device=device)
+        self.server_public = self.public_stream()
+
+    def models(self) -> list[torch.nn.Module]:
+        return [self.group_models[a] for a in self.assignment]
+
+    def round(self, t: int) -> dict:
+        self.wire.round = t
+        losses = []
+        for n, client in enumerate(self.clients):
+            start = self.wire.send("server", client.name, "weights",
+                                   state_of(self.group_models[self.assignment[n]]))
+            losses += local_update(client, start, self.cfg.tau, self.use_lf)
+            self.teachers[n].load_state_dict(
+                self.wire.send(client.name, "server", "weights", state_of(client.model)))
+        for g in self.groups:
+            states = [t.state_dict() for i, t in enumerate(self.teachers) if self.assignment[i] == g]
+            sizes = [self.clients[n].num_samples for n in self.members[g]]
+            self.group_models[g].load_state_dict(weighted_average(states, sizes))
+        return {"ce": mean_of(losses), **self._distill()}
+
+    def _distill(self) -> dict:
+        students = [self.group_models[g] for g in self.groups]
+        opts = [torch.optim.Adam(s.parameters(), lr=self.server_lr) for s in students]
+        anchors = [_frozen_copy(s) for s in students] if self.use_lf else None
+        parts: dict[str, list] = {}
+        for _ in range(self.cfg.tau):
+            idx = torch.as_tensor(self.server_public.next(self.cfg.batch_size),
+                                  device=self.data.public_x.device)
+            xb = self.data.public_x[idx]
+            with torch.no_grad():
+                teacher = torch.stack([torch.softmax(m(xb) / self.cfg.kd_temperature, -1)
+                                       for m in self.teachers]).mean(0)
+            logits = [s(xb) for s in students]
+            grads = None
+            if self.adversary is not None:
+                stacked = torch.stack([f.detach() for f in logits])
+                parts.setdefault("disc_loss", []).append(self.adversary.train_step(stacked))
+                grads, _ = self.adversary.grads(stacked)
+            for g, (f, opt) in enumerate(zip(logits, opts)):
+                loss = kl_to_probs(teacher, f, self.cfg.kd_temperature)
+                parts.setdefault("kd", []).append(loss.detach())
+                if grads is not None:
+                    loss = loss + surrogate_from_grad(f, grads[g])
+                if anchors is not None:
+                    loss = loss + less_forgetting(frozen_logits(anchors[g], xb), f)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            self.iteration += 1
+        return {k: mean_of(v) for k, v in parts.items()}
+
+    def extra_state(self) -> dict:
+        return {"groups": {g: m.state_dict() for g, m in self.group_models.items()},
+                "adversary": self.adversary.state_dict() if self.adversary else None,
+                "public": self.server_public.state_dict()}
+
+    def load_extra_state(self, state: dict) -> None:
+        for g, s in state["groups"].items():
+            self.group_models[g].load_state_dict(s)
+        if self.adversary is not None:
+            self.adversary.load_state_dict(state["adversary"])
+        self.server_public.load_state_dict(state["public"])
+
+
+def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    frozen = copy.deepcopy(model)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    return frozen

@@ -1,0 +1,155 @@
+"""What every FedAL-paper method shares: clients, the wire, evaluation, state.
+
+A method subclasses `Federation` and implements `round(t)`; `run_rounds` drives
+it (fedrepro.fl.loop), so checkpoints and exact resume come for free.
+
+DECISIONS (spec §8):
+- item 3: one "iteration" is one global-transfer step (equivalently one local
+  step for methods without a global stage); a round of a method with tau steps
+  per stage adds tau iterations (`Federation.iteration`).
+- item 12: accuracy is the mean over clients of each client model's accuracy on
+  the whole test split (`acc`); the spread over clients is logged as `acc_std_clients`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedrepro.algorithms.fedal.client import (Client, Stream, arch_key, assign_architectures,
+                                              build_client_model)
+from fedrepro.fl.transport import Wire
+
+
+@dataclass
+class FedData:
+    """Tensors of one federated setting (all on the training device)."""
+
+    clients_x: list[torch.Tensor]
+    clients_y: list[torch.Tensor]
+    public_x: torch.Tensor | None
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients_y)
+
+
+@dataclass
+class TrainConfig:
+    """Settings every method reads (spec §3.2 defaults)."""
+
+    tau: int = 5
+    lr: float = 1e-3
+    batch_size: int = 32
+    kd_temperature: float = 1.0
+    eval_batch_size: int = 1000
+    record_messages: bool = False
+
+
+class Federation:
+    """Base of every method: builds the clients (architectures drawn per seed) and evaluates."""
+
+    #: whether the method needs the public set
+    uses_public = True
+
+    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
+                 assignment: Sequence[int] | None = None):
+        if cfg.tau < 1:
+            raise ValueError(f"tau must be >= 1, got {cfg.tau}")
+        if self.uses_public and (data.public_x is None or len(data.public_x) == 0):
+            raise ValueError(f"{type(self).__name__} needs a public data set (partition option public > 0)")
+        self.data, self.cfg, self.seed = data, cfg, seed
+        self.public_seed = seed + 7919  # shared by all clients (and servers that hold P)
+        self.pool = list(pool)
+        self.assignment = list(assignment) if assignment is not None else assign_architectures(
+            self.pool, data.num_clients, seed)
+        self.clients = [self._make_client(n) for n in range(data.num_clients)]
+        self.wire = Wire(record=cfg.record_messages)
+        self.iteration = 0
+
+    def _make_client(self, n: int) -> Client:
+        model = build_client_model(self.pool[self.assignment[n]], self.data.num_classes)
+        model = model.to(self.data.test_x.device)
+        public = self.data.public_x if self.uses_public else None
+        # private batches: one stream per client; public batches: one seed shared by all
+        return Client(n, model, self.data.clients_x[n], self.data.clients_y[n], public,
+                      lr=self.cfg.lr, batch_size=self.cfg.batch_size,
+                      seed=int(np.random.SeedSequence([self.seed, n]).generate_state(1)[0]),
+                      public_seed=self.public_seed)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    def public_stream(self) -> Stream:
+        """The public-batch stream every client draws, for a server that holds P's inputs."""
+        return Stream(np.arange(len(self.data.public_x)), self.public_seed)
+
+    # ------------------------------------------------------------------ evaluation
+    def models(self) -> list[torch.nn.Module]:
+        """The model each client would deploy (overridden by shareable methods)."""
+        return [c.model for c in self.clients]
+
+    @torch.no_grad()
+    def test_probabilities(self) -> torch.Tensor:
+        """(N, n_test, K) softmax outputs of every client model on the test split."""
+        out = []
+        for model in self.models():
+            model.eval()
+            chunks = [torch.softmax(model(xb), dim=-1)
+                      for xb in self.data.test_x.split(self.cfg.eval_batch_size)]
+            model.train()
+            out.append(torch.cat(chunks))
+        return torch.stack(out)
+
+    def evaluate(self, t: int) -> dict:
+        probs = self.test_probabilities()
+        acc = (probs.argmax(-1) == self.data.test_y).float().mean(dim=1)
+        up = self.wire.bytes_by_direction["up"]
+        return {"iteration": self.iteration, "acc": float(acc.mean()),
+                "acc_std_clients": float(acc.std(unbiased=False)),
+                "uplink_mb_per_client": up / self.num_clients / 2**20,
+                "downlink_mb_per_client": self.wire.bytes_by_direction["down"] / self.num_clients / 2**20}
+
+    def summary(self) -> dict:
+        """Architectures, final per-client accuracy and the mean output per true class (Fig. 2)."""
+        probs = self.test_probabilities()
+        y = self.data.test_y
+        acc = (probs.argmax(-1) == y).float().mean(dim=1)
+        k = self.data.num_classes
+        class_probs = [probs[:, y == c].mean(dim=(0, 1)).tolist() if (y == c).any() else [float("nan")] * k
+                       for c in range(k)]
+        return {"architectures": [arch_key(self.pool[i]) for i in self.assignment],
+                "client_acc": acc.tolist(), "class_probs": class_probs,
+                "iterations": self.iteration}
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {"clients": [c.state_dict() for c in self.clients], "wire": self.wire.state_dict(),
+                "iteration": self.iteration, "extra": self.extra_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for c, s in zip(self.clients, state["clients"]):
+            c.load_state_dict(s)
+        self.wire.load_state_dict(state["wire"])
+        self.iteration = state["iteration"]
+        self.load_extra_state(state["extra"])
+
+    def extra_state(self) -> dict:
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def round(self, t: int) -> dict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def mean_of(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else float("nan")

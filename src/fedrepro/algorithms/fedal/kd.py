@@ -1,0 +1,116 @@
+"""Distillation terms of FedAL (paper eqs. (2)-(6), (11)-(12); spec §1.2-§1.5).
+
+Pure functions on logits. KL is written teacher first, KL(teacher || student),
+as in the paper (confirmed by its gradient (68)); every loss is the mean over
+the batch of the per-sample KL summed over classes (`batchmean`), which is the
+paper's (1/|P^{t,i}|) sum_x.
+
+DECISIONS (spec §8):
+- item 4: the KD target is the leave-one-out average of LOGITS, eq. (5); the
+  server sends the all-client average (Algorithm 1 line 21) and the client
+  removes its own share, `leave_one_out(mean, own, N)`.
+- item 7: every term has weight 1; no E^2 scaling of the KL.
+- item 8: the less-forgetting terms and the local cross-entropy use temperature 1
+  (the `temperature` argument of `less_forgetting` defaults to 1).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def tempered_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """psi(f, E): softmax(f / E) over the last axis (eq. (2))."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def kl_to_probs(teacher_probs: torch.Tensor, student_logits: torch.Tensor,
+                temperature: float = 1.0) -> torch.Tensor:
+    """Batch mean of KL(teacher || softmax(student / E)); gradient flows to the student only."""
+    log_student = torch.log_softmax(student_logits / temperature, dim=-1)
+    return F.kl_div(log_student, teacher_probs.detach(), reduction="batchmean")
+
+
+def kl_to_logits(teacher_logits: torch.Tensor, student_logits: torch.Tensor,
+                 temperature: float = 1.0) -> torch.Tensor:
+    """Batch mean of KL(softmax(teacher / E) || softmax(student / E)) (eq. (4) with (6))."""
+    return kl_to_probs(tempered_softmax(teacher_logits.detach(), temperature), student_logits,
+                       temperature)
+
+
+def leave_one_out(mean_logits: torch.Tensor, own_logits: torch.Tensor,
+                  num_clients: int) -> torch.Tensor:
+    """f_bar_{-n} = (N f_bar - f_n) / (N - 1), eq. (5) recovered from the all-client mean."""
+    if num_clients < 2:
+        raise ValueError(f"the leave-one-out average needs at least 2 clients, got {num_clients}")
+    return (num_clients * mean_logits - own_logits) / (num_clients - 1)
+
+
+def less_forgetting(anchor_logits: torch.Tensor, student_logits: torch.Tensor,
+                    temperature: float = 1.0) -> torch.Tensor:
+    """r_loc / r_glo (eqs. (11)-(12)): KL(p(x, theta_anchor) || p(x, theta)).
+
+    `anchor_logits` come from a frozen snapshot of the same client model, so the
+    term and its gradient vanish while the model still equals its anchor.
+    """
+    return kl_to_logits(anchor_logits, student_logits, temperature)
+
+
+def non_target_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor,
+                  labels: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL over the non-target classes only (renormalised), FCCL+'s non-target distillation."""
+    mask = F.one_hot(labels, teacher_logits.shape[-1]).bool()
+    fill = torch.finfo(teacher_logits.dtype).min
+    teacher = teacher_logits.detach().masked_fill(mask, fill)
+    student = student_logits.masked_fill(mask, fill)
+    log_student = torch.log_softmax(student / temperature, dim=-1)
+    probs = torch.softmax(teacher / temperature, dim=-1)
+    # the masked entries have probability 0; mask them out to avoid 0 * (-inf)
+    terms = torch.where(mask, torch.zeros_like(probs),
+                        probs * (torch.log(probs.clamp_min(1e-30)) - log_student))
+    return terms.sum(dim=-1).mean()
+
+
+def surrogate_from_grad(logits: torch.Tensor, grad_wrt_logits: torch.Tensor) -> torch.Tensor:
+    """Split ("chain-rule") gradient (19): a scalar whose theta-gradient is (1/B) sum_x J^T g(x).
+
+    `grad_wrt_logits` (B, K) is dU_n/df_n per sample, computed by the server; the
+    client never needs the discriminator to apply it.
+    """
+    if logits.shape != grad_wrt_logits.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and gradient "
+                         f"{tuple(grad_wrt_logits.shape)} must have the same shape")
+    return (logits * grad_wrt_logits.detach()).sum() / logits.shape[0]
+
+
+def cross_correlation_loss(own_logits: torch.Tensor, target_logits: torch.Tensor,
+                           off_diagonal_weight: float = 0.0051) -> torch.Tensor:
+    """FCCL's cross-correlation loss between batch-standardised logit matrices.
+
+    C = Z_own^T Z_target / B with columns standardised over the batch;
+    loss = sum_k (1 - C_kk)^2 + lambda sum_{k != l} C_kl^2 (lambda from Barlow Twins).
+    """
+    def standardise(z: torch.Tensor) -> torch.Tensor:
+        return (z - z.mean(0)) / (z.std(0, unbiased=False) + 1e-5)
+
+    batch = own_logits.shape[0]
+    corr = standardise(own_logits).T @ standardise(target_logits.detach()) / batch
+    eye = torch.eye(corr.shape[0], dtype=corr.dtype, device=corr.device)
+    on_diag = ((1 - torch.diagonal(corr)) ** 2).sum()
+    off_diag = ((corr * (1 - eye)) ** 2).sum()
+    return on_diag + off_diagonal_weight * off_diag
+
+
+def similarity_log_probs(features: torch.Tensor, temperature: float = 0.02) -> torch.Tensor:
+    """FCCL+'s instance-similarity distribution: row-wise log-softmax of cosine similarities.
+
+    The diagonal (self-similarity) is excluded; returns (B, B) log-probabilities
+    with -inf-like values on the diagonal replaced by 0 weight downstream.
+    """
+    z = F.normalize(features, dim=-1)
+    sim = z @ z.T / temperature
+    eye = torch.eye(sim.shape[0], dtype=torch.bool, device=sim.device)
+    return torch.log_softmax(sim.masked_fill(eye, -1e9), dim=-1)

@@ -1,0 +1,97 @@
+"""The FedAL / FedMD server: it sees only logits on public data (spec §1.7, §2).
+
+Per global-transfer iteration it receives the N clients' logits on the shared
+public batch, takes ONE discriminator step on them (FedAL only), and answers
+each client with the all-client average logits and, for FedAL, the per-sample
+gradient dU_n/df_n computed with the UPDATED discriminator w^{t,i+1}
+(Algorithm 1 lines 17-22). It owns no client model and no private data: its
+only inputs are (B, K) logit tensors.
+
+DECISIONS (spec §8):
+- item 5: the discriminator optimiser is the config key `disc_optimizer`
+  (adam | sgd; default adam, lr `disc_lr` = 1e-4); the D-loss is averaged over
+  clients (line 18 read as the gradient of the mean payoff).
+- item 9: D is updated first, on the logits just received, then the payoffs'
+  gradients are computed with the updated D.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from fedrepro.algorithms.fedal.discriminator import (Discriminator, discriminator_loss,
+                                                     payoff_grads)
+from fedrepro.algorithms.fedal.kd import tempered_softmax
+
+OPTIMIZERS = ("adam", "sgd")
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"disc_optimizer {name!r} is not one of {', '.join(OPTIMIZERS)}")
+
+
+class AdversarialHelper:
+    """The discriminator and its optimiser; shared by FedAL's server and FedDF-AL's."""
+
+    def __init__(self, num_classes: int, num_players: int, hidden: Sequence[int], lr: float,
+                 optimizer: str, temperature: float, device: torch.device | str = "cpu"):
+        self.disc = Discriminator(num_classes, num_players, hidden).to(device)
+        self.opt = make_optimizer(optimizer, self.disc.parameters(), lr)
+        self.temperature = temperature
+
+    def train_step(self, logits: torch.Tensor) -> torch.Tensor:
+        """One ascent step on the mean payoff (= descent on the "which player" CE)."""
+        loss = discriminator_loss(self.disc, tempered_softmax(logits.detach(), self.temperature))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    def grads(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dU_n/df_n per sample (N, B, K), U (N, B)) with the current discriminator."""
+        return payoff_grads(self.disc, logits, self.temperature)
+
+    def state_dict(self) -> dict:
+        return {"disc": self.disc.state_dict(), "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.disc.load_state_dict(state["disc"])
+        self.opt.load_state_dict(state["opt"])
+
+
+class LogitServer:
+    """Receives logits, answers with average logits (+ dU_n/df_n when adversarial)."""
+
+    def __init__(self, num_clients: int, adversary: AdversarialHelper | None = None):
+        if num_clients < 2:
+            raise ValueError(f"FedAL/FedMD need at least 2 clients, got {num_clients}")
+        self.num_clients = num_clients
+        self.adversary = adversary
+        self.last_disc_loss = float("nan")
+
+    def respond(self, logits: Sequence[torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        """`logits[n]` (B, K) from client n -> one reply per client."""
+        if len(logits) != self.num_clients:
+            raise ValueError(f"expected logits from {self.num_clients} clients, got {len(logits)}")
+        stacked = torch.stack([f.detach() for f in logits])
+        mean = stacked.mean(dim=0)
+        replies = [{"mean_logits": mean} for _ in range(self.num_clients)]
+        if self.adversary is not None:
+            self.last_disc_loss = self.adversary.train_step(stacked)
+            grads, _ = self.adversary.grads(stacked)
+            for n, reply in enumerate(replies):
+                reply["grad_u"] = grads[n]
+        return replies
+
+    def state_dict(self) -> dict:
+        return {"adversary": self.adversary.state_dict() if self.adversary else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.adversary is not None:
+            self.adversary.load_state_dict(state["adversary"])

@@ -1,0 +1,78 @@
+"""FedX (Han et al. 2022): cross knowledge distillation; only weights cross the network.
+
+Local loss per batch (spec §3.5 item 5, as the FedX code), with a random anchor
+batch drawn from the client's own data:
+  NT-Xent(z_a, z_b; tau)                       local contrastive
++ NT-Xent(pred(z_a), g_b; tau)                 global contrastive (g = frozen global projector output)
++ JS(pred(z_a), pred(z_b) | g_anchor; tau, tau2)  global relational
++ JS(z_a, z_b | z_anchor; tau, tau2)              local relational
+tau = `fedx.tau` 0.1, tau2 = `fedx.tau2` 0.01.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fedrepro.algorithms.fedsc.augment import augment
+from fedrepro.algorithms.fedsc.common import FedSSL, build_net, local_sgd
+
+
+def nt_xent(a: torch.Tensor, b: torch.Tensor, tau: float, extra_negatives: torch.Tensor | None = None) -> torch.Tensor:
+    """SimCLR's NT-Xent over the 2B views (a_i, b_i positives); optional extra negatives (FedCA)."""
+    a, b = F.normalize(a, dim=1), F.normalize(b, dim=1)
+    out = torch.cat([a, b])
+    n = a.shape[0]
+    logits = out @ out.T / tau
+    logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=a.device), float("-inf"))
+    if extra_negatives is not None and extra_negatives.numel():
+        logits = torch.cat([logits, out @ F.normalize(extra_negatives, dim=1).T / tau], dim=1)
+    target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(a.device)
+    return F.cross_entropy(logits, target)
+
+
+def js_loss(x1: torch.Tensor, x2: torch.Tensor, anchor: torch.Tensor, tau: float, tau2: float) -> torch.Tensor:
+    """FedX's relational loss: both views' similarity distributions over the anchors
+    (temperature tau) are pulled to their mixed sharper (tau2) distribution."""
+    anchor = F.normalize(anchor, dim=1)
+    s1, s2 = F.normalize(x1, dim=1) @ anchor.T, F.normalize(x2, dim=1) @ anchor.T
+    target = (F.softmax(s1 / tau2, dim=1) + F.softmax(s2 / tau2, dim=1)) / 2
+    kl1 = F.kl_div(F.log_softmax(s1 / tau, dim=1), target, reduction="batchmean")
+    kl2 = F.kl_div(F.log_softmax(s2 / tau, dim=1), target, reduction="batchmean")
+    return (kl1 + kl2) / 2
+
+
+class FedX(FedSSL):
+    uses_predictor = True
+
+    def __init__(self, spec, data, seed, device="cpu"):
+        super().__init__(spec, data, seed, device)
+        in_ch = data.x_train.shape[1]
+        self.work = build_net(spec, in_ch, predictor=True).to(self.device)
+        self.frozen = build_net(spec, in_ch).to(self.device)
+        cfg = spec.get("fedx", {})
+        self.tau, self.tau2 = float(cfg.get("tau", 0.1)), float(cfg.get("tau2", 0.01))
+
+    def client_update(self, j, weights, t, lr):
+        self.work.load_state_dict(weights)
+        self.frozen.load_state_dict({k: v for k, v in weights.items() if not k.startswith("predictor.")})
+        self.frozen.eval()
+        x_local = self.data.client_x(j)
+
+        def batch_loss(batch):
+            n = batch.shape[0]
+            anchors = x_local[torch.randint(0, x_local.shape[0], (n,), generator=self.gen).to(x_local.device)]
+            x = torch.cat([augment(batch, self.aug_cfg, self.gen), augment(batch, self.aug_cfg, self.gen),
+                           augment(anchors, self.aug_cfg, self.gen)])
+            proj = self.work(x)
+            pred = self.work.predictor(proj)
+            with torch.no_grad():
+                glob = self.frozen(x)
+            p_a, p_b, p_r = proj.split(n)
+            q_a, q_b, _ = pred.split(n)
+            _, g_b, g_r = glob.split(n)
+            return (nt_xent(p_a, p_b, self.tau) + nt_xent(q_a, g_b, self.tau)
+                    + js_loss(q_a, q_b, g_r, self.tau, self.tau2) + js_loss(p_a, p_b, p_r, self.tau, self.tau2))
+
+        loss = local_sgd(self.work, x_local, batch_loss, self.train_cfg, lr, self.gen)
+        return self.work.state_dict(), loss

@@ -1,0 +1,199 @@
+"""FedSC (Algorithms 1 and 2), FedAvg+SC and Centralized SC.
+
+FedSC, round t (spec §1.4-1.7):
+1. The server samples J^t and sends theta^{t-1} to them.
+2. On a sharing round (schedule below) each participant, or every client on the
+   first sharing round (Algorithm 1's t = 1 branch, DECISION 7), runs DP-CalR on
+   the synchronised weights and uploads R~_j; the server updates R~ incrementally
+   (stale matrices kept) and broadcasts it to every client.
+3. Each participant trains E local epochs on Eq. 80 with
+   R~_-j = (R~ - q_j R~_j)/(1 - q_j) held fixed and alpha_t decaying linearly
+   1 -> 0.2 (App. C). Before the first share the loss is local SC (alpha = 1);
+   between shares the last broadcast matrix is reused (DECISION 6).
+4. theta^t = unweighted mean of the returned weights.
+
+Config keys of `spec` (DECISIONs of spec §6.1 with the recommended defaults):
+* `loss_scale` 2.0 (DECISION 1: the code's 2x form, for which lr 0.03 is tuned)
+* `mu` NormClip radius^2 in the loss and in DP-CalR (DECISION 2; 2/4/5 at paper scale; null = off)
+* `train.views` 2 (DECISION 3: 2V = 2 views, one positive pair)
+* `dpcalr.passes` 5, `dpcalr.views_per_pass` 2, `dpcalr.symmetrize_noise` false
+  (DECISION 4; DP-CalR runs in eval mode without gradients, DECISION 5)
+* `sharing.after` (fraction of T: share only for t > after*T) and `sharing.every`
+  (share when t % every == 0): Table 6's "t>100" = {after: 0.5, every: 1},
+  "t>150" = {0.75, 1}, "t>100, t%2=0" = {0.5, 2}; eps = inf shares every round.
+  `sharing: null` is FedAvg+SC (no matrices, alpha = 1).
+* `alpha.start` 1.0, `alpha.end` 0.2 (App. C; same alpha for every client)
+* `privacy.sigma` (Table 6) or null to calibrate it from `privacy.eps`/`privacy.delta`
+  with Prop. 6.6 for the planned number of shares, the smallest |D_j| and
+  `privacy.sens_factor` (sqrt2 by default, DECISION 8);
+  `privacy.partial_scaling` p (DECISION 7: sigma_partial = sigma_full * s, s in {p, sqrt_p, one});
+  `privacy.deltas`: the deltas at which every run reports its realised epsilon.
+* `client_weights` uniform (DECISION 10: q_j = 1/J as the code; `size` = |D_j|/|D|)
+
+Centralized SC is this class with one client holding the union of the data and
+no sharing; with J = 1 FedSC is exactly centralized SC (spec §5 item 6).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fedrepro.algorithms.fedsc.augment import augment
+from fedrepro.algorithms.fedsc.common import FedSSL, build_net, local_sgd, uniform_or_size_weights
+from fedrepro.algorithms.fedsc.dpcalr import dp_calr
+from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss, normclip
+from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out
+from fedrepro.privacy import accountant
+from fedrepro.privacy import fedsc as fedsc_privacy
+
+SENS_FACTORS = {"one": fedsc_privacy.PAPER_SENS_FACTOR, "sqrt2": fedsc_privacy.RIGOROUS_SENS_FACTOR}
+
+
+def shares_at(t: int, num_rounds: int, sharing: dict | None) -> bool:
+    """Whether round t is a sharing round of the schedule {after: fraction of T, every: k}."""
+    if sharing is None:
+        return False
+    after, every = float(sharing.get("after", 0.0)), int(sharing.get("every", 1))
+    if not 0.0 <= after < 1.0 or every < 1:
+        raise ValueError(f"sharing needs 0 <= after < 1 and every >= 1, got after={after}, every={every}")
+    return t > after * num_rounds and t % every == 0
+
+
+def planned_shares(num_rounds: int, sharing: dict | None) -> int:
+    """T_j under full participation: the number of sharing rounds."""
+    return sum(shares_at(t, num_rounds, sharing) for t in range(1, num_rounds + 1))
+
+
+def noise_sigma(spec: dict, sizes: list[int], per_round: int) -> float:
+    """sigma of DP-CalR for this run: Table 6's value or calibrated, then scaled for partial participation."""
+    priv = spec.get("privacy") or {}
+    eps = priv.get("eps", "inf")
+    if eps in ("inf", math.inf):
+        return 0.0
+    if spec.get("mu") is None:
+        raise ValueError("privacy.eps is finite but mu is null: DP-CalR needs NormClip (mu > 0) to bound the sensitivity")
+    sigma = priv.get("sigma")
+    if sigma is None:
+        steps = planned_shares(int(spec["rounds"]), spec.get("sharing"))
+        sigma = fedsc_privacy.sigma_for_epsilon(float(eps), steps, float(spec["mu"]), min(sizes),
+                                                float(priv["delta"]), sens_factor(priv))
+    p = per_round / len(sizes)
+    if p < 1.0:
+        sigma = fedsc_privacy.partial_participation_sigma(float(sigma), p, priv.get("partial_scaling", "p"))
+    return float(sigma)
+
+
+def sens_factor(priv: dict) -> float:
+    name = priv.get("sens_factor", "sqrt2")
+    if name not in SENS_FACTORS:
+        raise ValueError(f"privacy.sens_factor {name!r} unknown; allowed: {', '.join(SENS_FACTORS)}")
+    return SENS_FACTORS[name]
+
+
+def realised_epsilons(shares: list[int], sizes: list[int], mu: float, sigma: float, deltas: list[float]) -> list[dict]:
+    """Per client: T_j and eps under the paper formula, the sqrt(2) sensitivity and the library accountant."""
+    rows = []
+    for j, (t_j, n_j) in enumerate(zip(shares, sizes)):
+        for delta in deltas:
+            row = {"client": j, "T_j": int(t_j), "n_j": int(n_j), "delta": float(delta), "sigma": sigma}
+            if t_j == 0:
+                row.update(eps_paper=0.0, eps_sqrt2=0.0, eps_accountant=0.0)
+            elif sigma == 0:
+                row.update(eps_paper=math.inf, eps_sqrt2=math.inf, eps_accountant=math.inf)
+            else:
+                row["eps_paper"] = fedsc_privacy.epsilon(t_j, mu, sigma, n_j, delta, fedsc_privacy.PAPER_SENS_FACTOR)
+                row["eps_sqrt2"] = fedsc_privacy.epsilon(t_j, mu, sigma, n_j, delta, fedsc_privacy.RIGOROUS_SENS_FACTOR)
+                row["eps_accountant"] = accountant.fedsc_mechanism(sigma, mu, n_j, t_j).epsilon(delta)
+            rows.append(row)
+    return rows
+
+
+class FedSC(FedSSL):
+    """FedSC; with `sharing: null` it is FedAvg+SC. See the module docstring."""
+
+    def __init__(self, spec: dict, data, seed: int, device="cpu"):
+        super().__init__(spec, data, seed, device)
+        self.work = build_net(spec, data.x_train.shape[1]).to(self.device)
+        self.mu = spec.get("mu")
+        self.loss_scale = float(spec.get("loss_scale", 2.0))
+        alpha = spec.get("alpha", {})
+        self.alpha_start, self.alpha_end = float(alpha.get("start", 1.0)), float(alpha.get("end", 0.2))
+        self.sharing = spec.get("sharing")
+        if self.sharing is not None and self.num_clients < 2:
+            raise ValueError("sharing correlation matrices needs at least two clients; set sharing: null")
+        self.q = uniform_or_size_weights(data.sizes, spec.get("client_weights", "uniform"))
+        self.dpcalr = {"passes": 5, "views_per_pass": 2, "symmetrize_noise": False, **spec.get("dpcalr", {})}
+        self.sigma = noise_sigma(spec, data.sizes, self.per_round) if self.sharing else 0.0
+        self.server = CorrelationServer(self.q)
+        self.own: dict[int, torch.Tensor] = {}       # client side: its last uploaded R~_j
+        self.received: dict[int, torch.Tensor] = {}  # client side: the last broadcast R~
+        self.shares = [0] * self.num_clients
+
+    def sharing_now(self, t: int) -> bool:
+        return shares_at(t, self.train_cfg.rounds, self.sharing)
+
+    def sync_set(self, t, participants):
+        if self.sharing_now(t) and not self.server.complete:
+            return list(range(self.num_clients))  # first sharing round: every client uploads
+        return participants
+
+    def before_training(self, t, participants, synced):
+        if not self.sharing_now(t):
+            return {"shared": 0}
+        for j, weights in synced.items():
+            matrix = self.client_correlation(j, weights)
+            self.own[j] = matrix
+            self.server.receive(j, self.wire.send(f"client{j}", "server", "corr_matrix", matrix))
+            self.shares[j] += 1
+        global_matrix = self.server.broadcast()
+        for j in range(self.num_clients):
+            self.received[j] = self.wire.send("server", f"client{j}", "global_corr", global_matrix)
+        return {"shared": 1}
+
+    def client_correlation(self, j: int, weights: dict) -> torch.Tensor:
+        """Client j runs DP-CalR (Algorithm 2) on the synchronised weights."""
+        self.work.load_state_dict(weights)
+        self.work.eval()
+        cfg = self.dpcalr
+        return dp_calr(self.work, self.data.client_x(j), lambda b: augment(b, self.aug_cfg, self.gen),
+                       self.mu, self.sigma, self.gen, cfg["passes"], cfg["views_per_pass"],
+                       self.train_cfg.batch_size, cfg["symmetrize_noise"])
+
+    def client_update(self, j, weights, t, lr):
+        self.work.load_state_dict(weights)
+        r_minus = None
+        if j in self.received:
+            r_minus = client_leave_one_out(self.received[j], self.own[j], self.q[j])
+        alpha = alpha_schedule(t, self.train_cfg.rounds, self.alpha_start, self.alpha_end) if r_minus is not None else 1.0
+
+        def batch_loss(batch):
+            views = normclip(self.views(self.work, batch), self.mu)
+            return local_loss(views, alpha, r_minus, self.loss_scale)
+
+        loss = local_sgd(self.work, self.data.client_x(j), batch_loss, self.train_cfg, lr, self.gen)
+        return self.work.state_dict(), loss
+
+    def after_training(self, t, participants):
+        alpha = alpha_schedule(t, self.train_cfg.rounds, self.alpha_start, self.alpha_end) if self.received else 1.0
+        return {"alpha": alpha}
+
+    def extra_state(self):
+        return {"server": self.server.state_dict(), "own": dict(self.own), "received": dict(self.received),
+                "shares": list(self.shares)}
+
+    def load_extra_state(self, state):
+        self.server.load_state_dict(state["server"])
+        self.own, self.received = dict(state["own"]), dict(state["received"])
+        self.shares = list(state["shares"])
+
+    def summary(self):
+        out = super().summary()
+        if self.sharing is not None:
+            priv = self.spec.get("privacy") or {}
+            deltas = priv.get("deltas") or ([priv["delta"]] if "delta" in priv else [])
+            out["privacy"] = {"sigma": self.sigma, "mu": self.mu, "shares": list(self.shares),
+                              "epsilons": realised_epsilons(self.shares, self.data.sizes, float(self.mu or 0.0),
+                                                            self.sigma, [float(d) for d in deltas])}
+        return out

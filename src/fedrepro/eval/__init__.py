@@ -1,0 +1,1 @@
+"""Evaluation: classifier accuracy, linear probe, kNN monitor, fairness metrics."""

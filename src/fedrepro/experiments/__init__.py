@@ -1,0 +1,52 @@
+"""Planners: each paper's config section turned into runs and report targets.
+
+Pure Python (no torch), imported by the Snakemake files and tested by pytest.
+A `Run` is one training job's identity and the spec it depends on; the spec
+holds only the settings that job reads, so Snakemake re-runs exactly the jobs
+whose settings changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fedrepro.pipeline import seed_batches, seed_tag
+
+
+@dataclass(frozen=True)
+class Run:
+    dataset: str
+    method: str
+    setting: str
+    spec: dict = field(hash=False, compare=False)
+    partition: str | None = None  # partition tag, when the run reads one
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.dataset, self.method, self.setting)
+
+    def folder(self, results: str, paper: str, seeds: str) -> str:
+        return f"{results}/{paper}/runs/{self.dataset}/{self.method}/{self.setting}/{seeds}"
+
+
+def seed_tags(section: dict) -> list[str]:
+    """The {seeds} wildcard values of a paper section (`seeds`, `seeds_per_job`)."""
+    seeds = list(section["seeds"])
+    return [seed_tag(batch) for batch in seed_batches(seeds, section.get("seeds_per_job", len(seeds)))]
+
+
+def index(runs: list[Run]) -> dict[tuple[str, str, str], Run]:
+    """Runs by (dataset, method, setting); duplicate keys are a planner bug."""
+    table: dict[tuple[str, str, str], Run] = {}
+    for run in runs:
+        if run.key in table:
+            raise ValueError(f"two runs share the key {run.key}")
+        table[run.key] = run
+    return table
+
+
+def number_tag(value: float) -> str:
+    """A compact, filesystem-safe number for setting tags: 0.5 -> '0.5', 1e-05 -> '1e-05', inf -> 'inf'."""
+    if value == float("inf") or value == "inf":
+        return "inf"
+    return f"{float(value):g}"

@@ -1,0 +1,37 @@
+"""Planner of the foundation's supervised FedAvg demonstration.
+
+One run per Dirichlet alpha; the report is a table of final test accuracy per
+alpha and a figure of test accuracy against rounds.
+"""
+
+from __future__ import annotations
+
+from fedrepro.data.partition import make_tag
+from fedrepro.experiments import Run, number_tag
+
+PAPER = "fedavg"
+
+
+def partition_tag(section: dict, alpha: float) -> str:
+    part = section["partition"]
+    return make_tag("dirichlet", alpha=alpha, clients=part["num_clients"], seed=part["seed"])
+
+
+def runs(config: dict) -> list[Run]:
+    section = config[PAPER]
+    out = []
+    for method, settings in section["methods"].items():
+        for alpha in section["partition"]["alphas"]:
+            spec = {**settings, "device": config.get("device", "auto"),
+                    "checkpoint_every": config.get("checkpoint_every", 1)}
+            out.append(Run(section["dataset"], method, f"a{number_tag(alpha)}", spec, partition_tag(section, alpha)))
+    return out
+
+
+def check(config: dict) -> list[str]:
+    """Errors a schema cannot express: more clients than training samples."""
+    from fedrepro.config import dataset_size_errors
+
+    section = config[PAPER]
+    return dataset_size_errors(f"{PAPER}.partition.num_clients", section["dataset"],
+                               section["partition"]["num_clients"])

@@ -1,0 +1,21 @@
+"""Which clients take part in a round."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def sample_clients(rng: np.random.Generator, num_clients: int, per_round: int) -> np.ndarray:
+    """`per_round` distinct clients, sorted; all of them when per_round >= num_clients."""
+    if per_round <= 0:
+        raise ValueError(f"clients per round must be positive, got {per_round}")
+    if per_round >= num_clients:
+        return np.arange(num_clients)
+    return np.sort(rng.choice(num_clients, size=per_round, replace=False))
+
+
+def clients_per_round(num_clients: int, fraction: float, minimum: int = 1) -> int:
+    """Clients sampled per round for a participation fraction in (0, 1]."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"participation fraction must be in (0, 1], got {fraction}")
+    return min(num_clients, max(minimum, int(round(fraction * num_clients))))

@@ -1,0 +1,121 @@
+"""The bridge between Snakemake rules and the package.
+
+Every rule runs `workflow/scripts/entry.py`, which calls `run_snakemake_job`.
+That builds a `Job` from the rule's named inputs, outputs and params and calls
+the function named by `params.entry`. Jobs are plain data, so tests build them
+with `make_job` and call the same functions without Snakemake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedrepro.registry import resolve
+
+CHECKPOINT_DIR = ".checkpoint"
+
+
+def seed_tag(seeds: list[int]) -> str:
+    """The `{seeds}` wildcard of a job: [0, 1] -> "s0_1"."""
+    return "s" + "_".join(str(s) for s in seeds)
+
+
+def parse_seed_tag(tag: str) -> list[int]:
+    """Inverse of `seed_tag`: "s0_1" -> [0, 1]."""
+    if not tag.startswith("s") or not all(p.isdigit() for p in tag[1:].split("_")):
+        raise ValueError(f"seed tag {tag!r} must look like 's0_1_2'")
+    return [int(p) for p in tag[1:].split("_")]
+
+
+def seed_batches(seeds: list[int], per_job: int) -> list[list[int]]:
+    """Split a seed list into jobs of at most `per_job` seeds each."""
+    return [seeds[i : i + per_job] for i in range(0, len(seeds), per_job)]
+
+
+@dataclass
+class Job:
+    """Everything one pipeline job needs; see docs/architecture.md."""
+
+    spec: dict[str, Any]
+    output: dict[str, str]
+    input: dict[str, Any] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
+    log: str | None = None
+    threads: int = 1
+    wildcards: dict[str, str] = field(default_factory=dict)
+    scratch: Path = Path(".")
+
+    def out(self, name: str) -> Path:
+        """Path of the named output, with its folder created."""
+        path = Path(self.output[name])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def scratch_for(output_path: str) -> Path:
+    """Checkpoint folder of a job, beside its outputs but not one of them, so a failed job keeps it."""
+    return Path(output_path).parent / CHECKPOINT_DIR
+
+
+def make_job(spec, output, input=None, seeds=None, **kwargs) -> Job:
+    """A job for tests and interactive use; scratch lies beside the first output."""
+    first = str(next(iter(output.values())))
+    return Job(spec=spec, output=dict(output), input=dict(input or {}), seeds=list(seeds or []),
+               scratch=scratch_for(first), **kwargs)
+
+
+def _named(io) -> dict[str, Any]:
+    """Snakemake's Namedlist as a plain dict (unnamed entries are dropped)."""
+    return {name: io[name] for name in io.keys()}
+
+
+def job_from_snakemake(smk) -> Job:
+    """Build a Job from the `snakemake` object of a script directive."""
+    wildcards = _named(smk.wildcards)
+    return Job(
+        spec=smk.params.get("spec", {}) or {},
+        output=_named(smk.output),
+        input=_named(smk.input),
+        seeds=parse_seed_tag(wildcards["seeds"]) if "seeds" in wildcards else [],
+        log=str(smk.log[0]) if len(smk.log) else None,
+        threads=smk.threads,
+        wildcards=wildcards,
+        scratch=scratch_for(str(smk.output[0])),
+    )
+
+
+@contextlib.contextmanager
+def logging_to(path: str | None):
+    """Send logging, stdout and stderr (tqdm included) to the job's log file."""
+    if path is None:
+        yield
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", buffering=1) as stream, contextlib.redirect_stdout(stream), \
+            contextlib.redirect_stderr(stream):
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+
+
+def run_snakemake_job(smk) -> None:
+    """Entry point of workflow/scripts/entry.py."""
+    job = job_from_snakemake(smk)
+    threads = max(1, int(job.threads))
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    with logging_to(job.log):
+        logging.getLogger("fedrepro").info("entry %s, spec %s, seeds %s", smk.params.entry, job.spec, job.seeds)
+        resolve(smk.params.entry)(job)
+    sys.stdout.flush()

@@ -1,0 +1,1 @@
+"""Tables (CSV, Markdown, LaTeX) with published values beside ours, and seaborn figures."""

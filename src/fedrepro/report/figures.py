@@ -1,0 +1,37 @@
+"""Figures through seaborn, saved as PNG and PDF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from fedrepro.report.tables import SCALE_NOTE  # noqa: E402
+
+
+def new_figure(panels: int = 1, width: float = 4.2, height: float = 3.2):
+    sns.set_theme(style="whitegrid", context="paper")
+    fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def lines_with_band(data, x: str, y: str, hue: str, ax, **kwargs) -> None:
+    """Mean over seeds as a line, +- one standard deviation as a band."""
+    sns.lineplot(data=data, x=x, y=y, hue=hue, errorbar="sd", ax=ax, **kwargs)
+
+
+def save_figure(fig, stem: str | Path, scale: str) -> None:
+    """Write stem.png and stem.pdf, stamping the scale under the figure."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    if scale != "paper":
+        fig.text(0.5, 0.0, SCALE_NOTE.get(scale, scale).split(".")[0] + ": not the paper's setting.",
+                 ha="center", va="bottom", fontsize=7, color="dimgray")
+    fig.tight_layout(rect=(0, 0.04 if scale != "paper" else 0, 1, 1))
+    for suffix in (".png", ".pdf"):
+        fig.savefig(stem.with_suffix(suffix), dpi=150)
+    plt.close(fig)

@@ -1,0 +1,12 @@
+"""One intra-op thread: the tests' tensors are tiny and the machine is shared."""
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -1,0 +1,53 @@
+# Data stage: raw files (download or pre-staged), prepared arrays, partitions.
+localrules:
+    download,
+
+
+rule download:
+    output:
+        marker=f"{DATA_ROOT}/{{dataset}}/.complete",
+    log:
+        f"{RESULTS}/logs/download/{{dataset}}.log",
+    params:
+        entry="fedrepro.data.jobs:download_job",
+        spec=lambda w: {"dataset": w.dataset, "data_root": DATA_ROOT},
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule prepare:
+    input:
+        raw_inputs,
+    output:
+        arrays=f"{RESULTS}/data/{{dataset}}/arrays.npz",
+        meta=f"{RESULTS}/data/{{dataset}}/meta.json",
+    log:
+        f"{RESULTS}/logs/prepare/{{dataset}}.log",
+    params:
+        entry="fedrepro.data.jobs:prepare_job",
+        spec=lambda w: {"data_root": DATA_ROOT, "options": config["datasets"].get(w.dataset, {})},
+    resources:
+        **cpu_resources(),
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule partition:
+    input:
+        arrays=f"{RESULTS}/data/{{dataset}}/arrays.npz",
+    output:
+        partition=f"{RESULTS}/partitions/{{dataset}}/{{tag}}.npz",
+    log:
+        f"{RESULTS}/logs/partition/{{dataset}}/{{tag}}.log",
+    params:
+        entry="fedrepro.data.partition:partition_job",
+    resources:
+        **cpu_resources(),
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY

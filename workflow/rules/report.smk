@@ -1,0 +1,18 @@
+# Cross-paper report: an index of every table and figure that was built.
+
+
+rule index:
+    localrule: True
+    input:
+        targets=all_targets(),
+    output:
+        index=f"{RESULTS}/index.md",
+    log:
+        f"{RESULTS}/logs/index.log",
+    params:
+        entry="fedrepro.report.index:write_index",
+        spec={"scale": config["scale"], "papers": PAPERS, "results": RESULTS},
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
