@@ -48,6 +48,19 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
     return [f"config key '{key_path(e)}': {e.message}" for e in errors]
 
 
+def dataset_option_errors(config: dict) -> list[str]:
+    """Preparation options are checked here too, so a typo fails before any job runs."""
+    from fedrepro.data.prepare import resolve_options
+
+    errors = []
+    for dataset, options in config.get("datasets", {}).items():
+        try:
+            resolve_options(dataset, options)
+        except (KeyError, ValueError) as error:
+            errors.append(f"config key 'datasets.{dataset}': {error}")
+    return errors
+
+
 def planner_errors(config: dict, papers: list[str]) -> list[str]:
     errors = []
     for paper in papers:
@@ -70,7 +83,7 @@ def check_config(config: dict, schema_dir: str | Path) -> None:
     papers = enabled_papers(config)
     errors = schema_errors(config, load_schema(schema_dir, papers))
     if not errors:
-        errors = planner_errors(config, papers)
+        errors = dataset_option_errors(config) + planner_errors(config, papers)
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
 

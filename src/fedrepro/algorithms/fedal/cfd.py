@@ -106,3 +106,17 @@ class CFD(Federation):
     def load_extra_state(self, state: dict) -> None:
         self.server.load_state_dict(state["server"])
         self._server_public.load_state_dict(state["public"])
+
+
+def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> CFD:
+    """`server_model`: index into the pool (default 0) of the server's own architecture."""
+    index = int(spec.get("server_model", 0))
+    if not 0 <= index < len(pool):
+        raise ValueError(f"cfd.server_model={index} is not an index of the {len(pool)}-entry pool")
+    return CFD(data, pool, cfg, seed, server_model=pool[index], server_lr=spec.get("server_lr"))
+
+
+def run_job(job) -> None:
+    from fedrepro.algorithms.fedal.jobs import run
+
+    run(job, build)

@@ -90,12 +90,23 @@ class FedAL(Federation):
             adversary = AdversarialHelper(data.num_classes, self.num_clients, a.hidden, a.lr,
                                           a.optimizer, a.temperature, device=data.test_x.device)
         self.server = LogitServer(self.num_clients, adversary)
+        self.diag_every, self.diag_batches = 0, 0
+        self._anchors0: dict = {}
+
+    def enable_diagnostics(self, every_rounds: int, batches: int) -> None:
+        """Log Fig. 6's gradient variances every `every_rounds` rounds (see diagnostics.py)."""
+        if every_rounds < 1 or batches < 2:
+            raise ValueError(f"diagnostics need every_rounds >= 1 and batches >= 2, "
+                             f"got {every_rounds} and {batches}")
+        self.diag_every, self.diag_batches = every_rounds, batches
 
     # ------------------------------------------------------------------ stages
     def local_stage(self) -> dict:
         parts: dict[str, list[float]] = {}
         for client in self.clients:
             anchor = client.snapshot() if self.use_lf else None
+            if client.cid == 0:
+                self._anchors0["loc"] = anchor
             for _ in range(self.cfg.tau):
                 loss, p = local_loss(client, anchor, self.use_lf)
                 client.step(loss)
@@ -126,6 +137,7 @@ class FedAL(Federation):
 
     def global_stage(self) -> dict:
         anchors = [c.snapshot() for c in self.clients] if self.use_lf else [None] * self.num_clients
+        self._anchors0["glo"] = anchors[0]
         parts: dict[str, list[float]] = {}
         for _ in range(self.cfg.tau):
             for k, v in self.global_iteration(anchors).items():
@@ -138,9 +150,45 @@ class FedAL(Federation):
         self.wire.round = t
         return {**self.local_stage(), **self.global_stage()}
 
+    def evaluate(self, t: int) -> dict:
+        metrics = super().evaluate(t)
+        if self.diag_every and t % self.diag_every == 0:
+            from fedrepro.algorithms.fedal.diagnostics import fedal_variances
+
+            metrics.update(fedal_variances(self, self._anchors0, self.diag_batches, seed=self.seed + t))
+        return metrics
+
     # ------------------------------------------------------------------ state
     def extra_state(self) -> dict:
         return {"server": self.server.state_dict()}
 
     def load_extra_state(self, state: dict) -> None:
         self.server.load_state_dict(state["server"])
+
+
+# ---------------------------------------------------------------------- pipeline entry
+SWITCHES = {"fedal": (True, True), "fedmd_lf": (False, True), "fedmd": (False, False)}
+
+
+def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FedAL:
+    """fedal reads `use_al` / `use_lf` from the spec (default on); the ablations fix them."""
+    method = spec["method"]
+    use_al, use_lf = SWITCHES[method]
+    if method == "fedal":
+        use_al, use_lf = bool(spec.get("use_al", True)), bool(spec.get("use_lf", True))
+    adversarial = None
+    if use_al:
+        from fedrepro.algorithms.fedal.jobs import adversarial_config
+
+        adversarial = adversarial_config(spec)
+    algo = FedAL(data, pool, cfg, seed, use_al=use_al, use_lf=use_lf, adversarial=adversarial)
+    diag = spec.get("diagnostics")
+    if diag:
+        algo.enable_diagnostics(int(diag["every_rounds"]), int(diag["batches"]))
+    return algo
+
+
+def run_job(job) -> None:
+    from fedrepro.algorithms.fedal.jobs import run
+
+    run(job, build)

@@ -127,3 +127,16 @@ class FCCL(Federation):
         if self.intra:
             for m, s in zip(self.intra, state["intra"]):
                 m.load_state_dict(s)
+
+
+def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FCCL:
+    """fccl (with the pretrained intra-domain teacher) or fccl_plus."""
+    return FCCL(data, pool, cfg, seed, plus=spec["method"] == "fccl_plus",
+                pretrain_iters=int(spec.get("pretrain_iters", 100)),
+                similarity_temperature=float(spec.get("similarity_temperature", 0.02)))
+
+
+def run_job(job) -> None:
+    from fedrepro.algorithms.fedal.jobs import run
+
+    run(job, build)

@@ -84,3 +84,13 @@ class FD(Federation):
     def load_extra_state(self, state: dict) -> None:
         self.targets.copy_(state["targets"])
         self.known.copy_(state["known"])
+
+
+def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FD:
+    return FD(data, pool, cfg, seed, fd_weight=float(spec.get("fd_weight", 1.0)))
+
+
+def run_job(job) -> None:
+    from fedrepro.algorithms.fedal.jobs import run
+
+    run(job, build)

@@ -81,3 +81,13 @@ class FedAvg(Federation):
 
     def load_extra_state(self, state: dict) -> None:
         self.global_state = state["global"]
+
+
+def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FedAvg:
+    return FedAvg(data, pool, cfg, seed)
+
+
+def run_job(job) -> None:
+    from fedrepro.algorithms.fedal.jobs import run
+
+    run(job, build)

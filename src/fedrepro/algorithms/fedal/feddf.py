@@ -136,3 +136,21 @@ def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     for p in frozen.parameters():
         p.requires_grad_(False)
     return frozen
+
+
+def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FedDF:
+    """feddf, or feddf_al (AL on; `use_lf` from the spec, default off)."""
+    use_al = spec["method"] == "feddf_al"
+    adversarial = None
+    if use_al:
+        from fedrepro.algorithms.fedal.jobs import adversarial_config
+
+        adversarial = adversarial_config(spec)
+    return FedDF(data, pool, cfg, seed, use_al=use_al, use_lf=bool(spec.get("use_lf", False)),
+                 adversarial=adversarial, server_lr=spec.get("server_lr"))
+
+
+def run_job(job) -> None:
+    from fedrepro.algorithms.fedal.jobs import run
+
+    run(job, build)

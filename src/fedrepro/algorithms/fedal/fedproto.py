@@ -79,3 +79,13 @@ class FedProto(Federation):
             losses.append(loss.detach())
         self.iteration += 1
         return mean_of(losses)
+
+
+def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FedProto:
+    return FedProto(data, pool, cfg, seed, proto_weight=float(spec.get("proto_weight", 1.0)))
+
+
+def run_job(job) -> None:
+    from fedrepro.algorithms.fedal.jobs import run
+
+    run(job, build)

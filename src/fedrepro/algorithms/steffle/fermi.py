@@ -133,3 +133,17 @@ def project_frobenius(W: torch.Tensor, radius: float) -> torch.Tensor:
     """Pi_W: each W^{(z)} (last two dims) onto the Frobenius ball of `radius` (spec §6 A5)."""
     norm = torch.linalg.matrix_norm(W, ord="fro")[..., None, None]
     return W * (radius / norm.clamp_min(1e-30)).clamp(max=1.0)
+
+
+# -- group form: a_{iu} and the W-gradient depend on a sample only through its
+# (stratum, group) cell, which makes the vectorised trainer cheap --------------
+
+def coef_table(W: torch.Tensor, inv_sqrt_p: torch.Tensor) -> torch.Tensor:
+    """a_u for a sample in cell (z, r), shape (..., Z, k, l); coef_a_i = table[z_i, s_i]."""
+    return -W.square().sum(-2, keepdim=True) + 2.0 * W * inv_sqrt_p.to(W.dtype).unsqueeze(-1)
+
+
+def grad_w_from_cells(W: torch.Tensor, Fcell: torch.Tensor, inv_sqrt_p: torch.Tensor) -> torch.Tensor:
+    """sum_i d psi_i / dW from the cell sums Fcell[z, r, u] = sum_{i: z_i = z, s_i = r} F_u(x_i)."""
+    ip = inv_sqrt_p.to(W.dtype).unsqueeze(-1)
+    return -2.0 * W * Fcell.sum(-2, keepdim=True) + 2.0 * Fcell * ip

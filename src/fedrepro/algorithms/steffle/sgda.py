@@ -50,8 +50,7 @@ import torch
 from fedrepro.fl.transport import Wire
 
 from . import fermi
-from .common import (BatchSchedule, FairData, evaluate, gather_batch, init_theta, padded_silo_index,
-                     seed_generator, step_lr)
+from .common import BatchSchedule, FairData, evaluate, init_theta, padded_silo_index, seed_generator, step_lr
 
 FAIRNESS = ("dp", "eo")
 ITERATES = ("final", "random", "refcode_avg")
@@ -158,39 +157,33 @@ class SteffleTrainer:
         V = torch.stack([torch.randn(R, N, Z, k, l, generator=g) for g in self.gens["noise"]])
         return local, weight, u, V
 
-    def _nonsensitive(self, xb, yb, weight, cnt):
-        """Line 7: loss gradients g_{t,j} (S, G, N, D) and logits (S, G, N, m)."""
-        logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)
-        resid = (torch.sigmoid(logits) - yb[:, None].float()) * weight
-        g = torch.einsum("sgnm,snmd->sgnd", resid, xb) / cnt[:, None]
-        return g, logits
-
-    def _sensitive(self, logits, xb, xnorm, sb, zb, weight, cnt, u, V, messages=None):
-        """Line 8: noisy h_theta (S, G, N, D) and h_w (S, G, N, Z, k, l)."""
-        k, cfg = self.data.k, self.cfg
-        S1 = fermi.onehot(sb, k)[:, None] * weight[..., None]              # (S,1,N,m,k); pads -> 0
-        Z1 = fermi.onehot(zb, self.Z)[:, None] * weight[..., None]
-        W = self.W[:, :, None]                                             # (S,G,1,Z,k,l)
-        a = fermi.coef_a(S1, Z1, W, self.inv_sqrt_p)                       # (S,G,N,m,l)
-        scale = self.lam[None, :, None, None] if cfg.compat_refcode else 1.0
-        if messages is None:
-            c = fermi.logistic_psi_coef(logits, a) * scale                 # grad psi_i = c_i x_i
-            c = c * (cfg.clip / (c.abs() * xnorm[:, None]).clamp_min(1e-30)).clamp(max=1.0)
-            h_theta = torch.einsum("sgnm,snmd->sgnd", c * weight, xb)
-        else:  # from the (F, grad F) message: chain rule sum_u a_iu grad F_u
-            grads = torch.einsum("sgnml,sgnmld->sgnmd", a, messages["grad_F"]) * scale
-            norms = grads.norm(dim=-1, keepdim=True)
-            grads = grads * (cfg.clip / norms.clamp_min(1e-30)).clamp(max=1.0)
-            h_theta = (grads * weight[..., None]).sum(-2)
-        if not cfg.compat_refcode:
-            h_theta = h_theta / cnt[:, None]
-        F = fermi.logistic_probs(logits)
-        h_w = fermi.grad_w_sum(F, S1, Z1, W, self.inv_sqrt_p) / cnt[:, None, None, None]
+    def _sensitive(self, logits, p1, xb, xnorm, cell, weight, cnt, u, V, messages=None):
+        """Line 8: the per-sample sensitive coefficients c (S, G, N, m) with grad psi_i = c_i x_i
+        (clipped; ready to be summed against x), and the noiseless batch-mean h_w."""
+        cfg, (Z, k, l) = self.cfg, self.W.shape[2:]
+        S_, N, m = cell.shape
+        C1 = fermi.onehot(cell, Z * k) * weight[..., None]                  # (S, N, m, Zk); pads -> 0
+        scale = self.lam.view(1, -1, 1, 1) if cfg.compat_refcode else torch.ones(1, 1, 1, 1)
+        table = fermi.coef_table(self.W, self.inv_sqrt_p)                   # (S, G, Z, k, l)
+        if messages is None:  # factorised: grad psi_i = sigma(1-sigma)(a_i1 - a_i0) x_i
+            delta = (table[..., 1] - table[..., 0]).reshape(S_, -1, Z * k)
+            delta_i = torch.gather(delta, 2, cell.reshape(S_, 1, -1).expand(-1, delta.shape[1], -1))
+            c = p1 * (1.0 - p1) * delta_i.view_as(p1) * scale
+            limit = (cfg.clip / xnorm.clamp_min(1e-30))[:, None]            # |c_i| ||x_i|| <= C
+            c = torch.minimum(torch.maximum(c, -limit), limit) * weight
+        else:  # from the (F, grad F) message: grad psi_i = sum_u a_iu grad F_u, clipped to C
+            S1, Z1 = fermi.onehot(cell % k, k)[:, None], fermi.onehot(cell // k, Z)[:, None]
+            a = fermi.coef_a(S1, Z1, self.W[:, :, None], self.inv_sqrt_p)    # (S, G, N, m, l)
+            grads = torch.einsum("sgnml,sgnmld->sgnmd", a, messages["grad_F"]) * scale[..., None]
+            grads = grads * (cfg.clip / grads.norm(dim=-1, keepdim=True).clamp_min(1e-30)).clamp(max=1.0)
+            c = grads * weight[..., None]                                   # (S, G, N, m, D)
+        F1 = torch.einsum("sgnm,snmc->sgnc", p1, C1)                         # cell sums of F_1
+        Fcell = torch.stack([C1.sum(2)[:, None] - F1, F1], dim=-1).view(S_, -1, N, Z, k, l)
+        h_w = fermi.grad_w_from_cells(self.W[:, :, None], Fcell, self.inv_sqrt_p) / cnt[:, None, None, None]
         if cfg.compat_refcode:
             h_w = h_w * self.lam[None, :, None, None, None, None]
-        h_theta = h_theta + self.sigma_theta[None, :, :, None] * u[:, None]
         h_w = (h_w + self.sigma_w[None, :, :, None, None, None] * V[:, None]) * self.mask
-        return h_theta, h_w
+        return c, h_w
 
     def _division_message(self, logits, xb, local, j):
         """Line 7 message of silo j's non-sensitive division: F, grad F (per sample) and indices."""
@@ -201,26 +194,42 @@ class SteffleTrainer:
         return self.wire.send(f"silo{j}/nonsensitive", f"silo{j}/sensitive", "outputs", payload)
 
     def step(self, t: int, local, weight, u, V):
-        cfg, N = self.cfg, self.data.num_silos
+        N = self.data.num_silos
         self.wire.round = t
         for j in range(N):
             self.wire.send("server", f"silo{j}", "model", {"theta": self.theta, "W": self.W})
-        xb, yb, sb, xnorm = gather_batch(self.data, self.silo_index, local)
-        zb = self.z[torch.gather(self.silo_index.expand(local.shape[0], -1, -1), 2, local)]
-        cnt = weight.sum(-1)                                                # (N,)
-        g, logits = self._nonsensitive(xb, yb, weight, cnt)
-        if self.sensitive_needed:
-            messages = None
-            if self.protocol:
-                msgs = [self._division_message(logits, xb, local, j) for j in range(N)]
-                messages = {"grad_F": torch.stack([m["grad_F"] for m in msgs], dim=2)}
-            h_theta, h_w = self._sensitive(logits, xb, xnorm, sb, zb, weight, cnt, u, V, messages)
-        else:
+        glob = torch.gather(self.silo_index.expand(local.shape[0], -1, -1), 2, local)
+        xb = self.data.x.index_select(0, glob.view(-1)).view(*glob.shape, -1)
+        yb, xnorm = self.data.y[glob].float(), self.data.x_norm[glob]
+        cell = self.z[glob] * self.data.k + self.data.s[glob]              # (stratum, group) cell
+        cnt = weight.sum(-1)                                                # real batch size per silo
+        logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)             # line 7 (non-sensitive)
+        p1 = torch.sigmoid(logits)
+        resid = (p1 - yb[:, None]) * weight
+        G = resid.shape[1]
+        if not self.sensitive_needed:
+            g = torch.einsum("sgnm,snmd->sgnd", resid, xb) / cnt[:, None]
             h_theta, h_w = torch.zeros_like(g), torch.zeros(g.shape[:3] + self.W.shape[2:])
+        elif self.protocol:
+            msgs = [self._division_message(logits, xb, local, j) for j in range(N)]
+            c, h_w = self._sensitive(logits, p1, xb, xnorm, cell, weight, cnt, u, V,
+                                     {"grad_F": torch.stack([m["grad_F"] for m in msgs], dim=2)})
+            g = torch.einsum("sgnm,snmd->sgnd", resid, xb) / cnt[:, None]
+            h_theta = self._finish_h_theta(c.sum(-2), cnt, u)
+        else:  # one contraction against x for the loss residuals and the sensitive coefficients
+            c, h_w = self._sensitive(logits, p1, xb, xnorm, cell, weight, cnt, u, V)
+            both = torch.einsum("sgnm,snmd->sgnd", torch.cat([resid, c], dim=1), xb)
+            g = both[:, :G] / cnt[:, None]
+            h_theta = self._finish_h_theta(both[:, G:], cnt, u)
         received = [(self.wire.send(f"silo{j}", "server", "loss_grad", g[:, :, j]),
                      self.wire.send(f"silo{j}", "server", "sens_grad_theta", h_theta[:, :, j]),
                      self.wire.send(f"silo{j}", "server", "sens_grad_w", h_w[:, :, j])) for j in range(N)]
         self._server_update(t, received)
+
+    def _finish_h_theta(self, summed, cnt, u):
+        """Batch mean (paper) or sum (compat_refcode) of the clipped grad psi_i, plus N(0, sigma_theta^2)."""
+        h = summed if self.cfg.compat_refcode else summed / cnt[:, None]
+        return h + self.sigma_theta[None, :, :, None] * u[:, None]
 
     def _server_update(self, t, received):
         cfg = self.cfg

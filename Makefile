@@ -1,0 +1,22 @@
+# Two entry points for a fresh machine (Python 3.11): `make reproduce` and `make test`.
+# Both create .venv and install everything from this repository's own files first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+
+.PHONY: install reproduce test
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+reproduce: install
+	$(BIN)/snakemake --profile profiles/local
+
+test: install
+	$(BIN)/python -m pytest

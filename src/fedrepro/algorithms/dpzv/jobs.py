@@ -1,0 +1,103 @@
+"""Pipeline entry shared by the four VFL methods: data loading, settings, variants, seeds.
+
+A job runs one method on one data set for a list of privacy variants
+(`spec["variants"]`, each an eps and, for DPZV, a clip threshold C) and the job's
+seeds. Quick scale batches several variants in one job to save process
+start-up; paper scale runs one variant per job. Each variant runs through
+`fedrepro.fl.runner.run_seeds` with its own checkpoint folder, so a killed job
+resumes where it stopped.
+
+Outputs: `metrics` (Parquet: one row per evaluation block with seed, variant,
+eps, clip) and `summary` (JSON: the spec and, per variant, the per-seed
+summaries: best-validation test accuracy and the privacy record).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from fedrepro.algorithms.dpzv.privacy import parse_clip, parse_eps
+from fedrepro.algorithms.dpzv.vfl import VFLData, VFLSettings, build_vfl_data
+from fedrepro.fl.device import pick_device
+from fedrepro.fl.runner import run_seeds
+from fedrepro.pipeline import Job
+
+SETTING_KEYS = ("batch_size", "epochs", "evals_per_epoch", "client_model", "client_kwargs", "embed_dim",
+                "server_hidden", "lr_server", "lr_client", "momentum", "delta", "schedule", "client_weights",
+                "table_init", "library_accountant", "record_wire", "eval_batch")
+DATA_KEYS = ("val", "val_fraction", "split_seed")
+
+
+def load_job_data(job: Job, device: torch.device) -> VFLData:
+    """Prepared arrays (input `data`: arrays.npz) split by the vertical partition (input `partition`)."""
+    from fedrepro.data.arrays import load_prepared
+    from fedrepro.data.partition import load_partition
+
+    prepared = load_prepared(Path(job.input["data"]).parent)
+    part = load_partition(job.input["partition"])
+    if part.kind != "vertical":
+        raise ValueError(f"dpzv needs a vertical partition, got a {part.kind} one ({job.input['partition']})")
+    spec = job.spec
+    return build_vfl_data(prepared.x_train, prepared.y_train, prepared.x_test, prepared.y_test, part.features,
+                          part.feature_shapes, int(prepared.meta["num_classes"]), prepared.meta["kind"],
+                          val=spec.get("val", "holdout"), val_fraction=spec.get("val_fraction", 0.1),
+                          split_seed=spec.get("split_seed", 0), device=device)
+
+
+def settings_for(spec: dict, variant: dict) -> VFLSettings:
+    """VFLSettings of one variant: the shared keys, eps from the variant, method options in `extra`."""
+    known = {k: spec[k] for k in SETTING_KEYS if k in spec}
+    extra = {k: v for k, v in spec.items() if k not in SETTING_KEYS and k not in DATA_KEYS
+             and k not in ("variants", "device", "checkpoint_every", "dataset", "method")}
+    extra.update({k: v for k, v in variant.items() if k not in ("eps", "tag")})
+    return VFLSettings(**known, eps=parse_eps(variant["eps"]), extra=extra)
+
+
+def variant_tag(variant: dict) -> str:
+    from fedrepro.experiments import number_tag
+
+    tag = f"eps{number_tag(parse_eps(variant['eps']))}"
+    if "clip" in variant:
+        tag += f"-C{number_tag(parse_clip(variant['clip']))}"
+    return tag
+
+
+def run_vfl_job(job: Job, algorithm_class) -> None:
+    """Run `algorithm_class` for every variant and seed of the job; write metrics and summary."""
+    torch.set_num_threads(max(1, int(job.threads)))
+    device = pick_device(job.spec.get("device", "auto"))
+    data = load_job_data(job, device)
+    variants = job.spec.get("variants") or [{"eps": "inf"}]
+    frames, summaries = [], {}
+    for variant in variants:
+        tag = variant_tag(variant)
+        settings = settings_for(job.spec, variant)
+        sub = Job(spec=job.spec, seeds=job.seeds, threads=job.threads, scratch=job.scratch / tag,
+                  output={"metrics": str(job.scratch / tag / "metrics.parquet"),
+                          "summary": str(job.scratch / tag / "summary.json")})
+        every = max(1, int(job.spec.get("checkpoint_every", 1))) * settings.evals_per_epoch
+
+        def build(seed: int):
+            return algorithm_class(data, settings, seed, device)
+
+        metrics = run_seeds(sub, build, settings.epochs * settings.evals_per_epoch, eval_every=1,
+                            checkpoint_every=every)
+        eps = parse_eps(variant["eps"])
+        clip = parse_clip(variant["clip"]) if "clip" in variant else math.nan
+        frames.append(metrics.assign(variant=tag, eps=eps, clip=clip))
+        summaries[tag] = {"eps": eps, "clip": clip,
+                          "seeds": json.loads(Path(sub.output["summary"]).read_text())["seeds"]}
+    pd.concat(frames, ignore_index=True).to_parquet(job.out("metrics"), index=False)
+    summary = {"spec": job.spec, "variants": summaries}
+    job.out("summary").write_text(json.dumps(summary, indent=2, default=_json_default))
+
+
+def _json_default(value):
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return float(value)

@@ -1,0 +1,137 @@
+"""Peak training memory of each VFL method, normalised by the client model's size (Figure 6).
+
+ratio = (client parameter bytes + peak extra bytes during training rounds) / client parameter bytes,
+where "extra" is everything the rounds allocate beyond what existed before the
+first round (data, embedding table and models are allocated before): gradients,
+optimiser and momentum buffers (created lazily at the first step), activations,
+perturbation temporaries and model copies. DPZV without ZO momentum should be
+close to 1; first-order VAFL above 2 (spec 3.5 item 5).
+
+Two measures, labelled in every record:
+* `cuda_allocator` (GPU): torch.cuda.reset_peak_memory_stats / max_memory_allocated,
+  as the spec prescribes.
+* `live_tensor_bytes` (CPU): a TorchDispatchMode that counts the bytes of every
+  new tensor storage an op allocates and releases them when the tensor dies;
+  its peak is the CPU counterpart of the allocator's peak (tracemalloc and RSS
+  do not see torch's CPU allocations reliably). It is an approximation: views
+  are not double-counted; storages kept alive only by a view are released when
+  their first tensor dies.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+class LiveTensorTracker(TorchDispatchMode):
+    """Counts bytes of tensor storages allocated inside the mode and their running peak."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._seen: set[int] = set()
+
+    def _release(self, key: int, nbytes: int) -> None:
+        self.live -= nbytes
+        self._seen.discard(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        aliasing = any(r.alias_info is not None for r in func._schema.returns)
+        if not aliasing:
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                    key = t.untyped_storage().data_ptr()
+                    if key in self._seen or key == 0:
+                        continue
+                    nbytes = t.untyped_storage().nbytes()
+                    self._seen.add(key)
+                    self.live += nbytes
+                    self.peak = max(self.peak, self.live)
+                    weakref.finalize(t, self._release, key, nbytes)
+        return out
+
+
+def param_bytes(module: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def measure_rounds(algorithm, rounds: int) -> dict:
+    """Run `rounds` server rounds of `algorithm` (client 0 active) and return the peak extra bytes."""
+    client = algorithm.clients[0]
+    model_bytes = param_bytes(client.model)
+    device = algorithm.device
+
+    def run():
+        for _ in range(rounds):
+            ids = client.next_batch()
+            algorithm.exchange(0, ids)
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        run()
+        torch.cuda.synchronize(device)
+        extra, measure = torch.cuda.max_memory_allocated(device) - base, "cuda_allocator"
+    else:
+        with LiveTensorTracker() as tracker:
+            run()
+        extra, measure = tracker.peak, "live_tensor_bytes"
+    return {"measure": measure, "model_bytes": model_bytes, "peak_extra_bytes": int(extra),
+            "ratio": (model_bytes + extra) / model_bytes}
+
+
+def memory_job(job) -> None:
+    """Pipeline entry (Figure 6): peak memory of every method in `spec["methods"]` on one data set."""
+    import json
+
+    import pandas as pd
+
+    from fedrepro.algorithms.dpzv.jobs import load_job_data, settings_for
+    from fedrepro.fl.device import pick_device
+    from fedrepro.fl.seeding import seed_everything
+    from fedrepro.registry import resolve
+
+    spec = job.spec
+    torch.set_num_threads(max(1, int(job.threads)))
+    device = pick_device(spec.get("device", "auto"))
+    data = _subset(load_job_data(job, device), int(spec["num_samples"]))
+    rows = []
+    for entry in spec["entries"]:
+        cls = resolve(CLASSES[entry["method"]])
+        settings = settings_for({**spec["settings"], **entry.get("options", {})}, {"eps": spec.get("eps", "inf")})
+        seed_everything(0)
+        algorithm = cls(data, settings, 0, device)
+        record = measure_rounds(algorithm, int(spec["rounds"]))
+        rows.append({"method": entry["method"], "label": entry["label"], **record,
+                     "device": str(device), "rounds": int(spec["rounds"]), "batch_size": settings.batch_size})
+        del algorithm
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    pd.DataFrame(rows).to_csv(job.out("table"), index=False)
+    job.out("json").write_text(json.dumps({"spec": spec, "rows": rows}, indent=2, default=float))
+
+
+CLASSES = {
+    "dpzv": "fedrepro.algorithms.dpzv.dpzv:DPZV",
+    "vafl": "fedrepro.algorithms.dpzv.vafl:VAFL",
+    "zoo_vfl": "fedrepro.algorithms.dpzv.zoo_vfl:ZOOVFL",
+    "vfl_czofo": "fedrepro.algorithms.dpzv.czofo:VFLCZOFO",
+}
+
+
+def _subset(data, n: int):
+    """The first n training samples (memory runs need only a few batches; the table scales with n)."""
+    from fedrepro.algorithms.dpzv.vfl import VFLData
+
+    n = min(n, data.num_train)
+    keep = np.arange(n)
+    return VFLData([x[keep] for x in data.train], data.y_train[keep], data.val, data.y_val,
+                   data.test, data.y_test, data.num_classes)

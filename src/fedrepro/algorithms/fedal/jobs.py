@@ -1,0 +1,72 @@
+"""Pipeline plumbing shared by every FedAL-paper method: job spec -> data -> runs.
+
+A job's spec (made by `fedrepro.experiments.fedal`) holds: `method`, `pool` (list
+of {name, options}), `iterations`, `tau`, `lr`, `batch_size`, `kd_temperature`,
+`evals`, the method's own keys, `discriminator` (adversarial methods only),
+`diagnostics` (optional), `device`, `checkpoint_every`. Inputs: `data`
+(arrays.npz of the prepared set) and `partition` (the partition file).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from fedrepro.algorithms.fedal.distill import AdversarialConfig
+from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig
+
+Builder = Callable[[FedData, list, TrainConfig, int, dict], Federation]
+
+
+def load_setting(job, device: torch.device) -> FedData:
+    """The prepared data set split by the job's partition (public set included)."""
+    from fedrepro.data.arrays import load_prepared
+    from fedrepro.data.partition import load_partition
+    from fedrepro.data.tensors import to_tensors
+
+    tensors = to_tensors(load_prepared(Path(job.input["data"]).parent), device)
+    part = load_partition(job.input["partition"])
+    if part.kind != "horizontal":
+        raise ValueError(f"{job.input['partition']}: FedAL needs a horizontal partition, got {part.kind}")
+    take = lambda idx: torch.as_tensor(idx, dtype=torch.long, device=device)  # noqa: E731
+    public = tensors.x_train[take(part.public)] if part.public is not None else None
+    return FedData([tensors.x_train[take(c)] for c in part.clients],
+                   [tensors.y_train[take(c)] for c in part.clients],
+                   public, tensors.x_test, tensors.y_test, tensors.num_classes)
+
+
+def train_config(spec: dict) -> TrainConfig:
+    return TrainConfig(tau=int(spec["tau"]), lr=float(spec["lr"]), batch_size=int(spec["batch_size"]),
+                       kd_temperature=float(spec.get("kd_temperature", 1.0)))
+
+
+def adversarial_config(spec: dict) -> AdversarialConfig:
+    d = spec["discriminator"]
+    return AdversarialConfig(hidden=tuple(d["hidden"]), lr=float(d["lr"]), optimizer=d["optimizer"],
+                             temperature=float(d["temperature"]))
+
+
+def rounds_for(iterations: int, tau: int) -> int:
+    """Rounds that spend `iterations` (spec §8 item 3: a round spends tau iterations)."""
+    if iterations < tau:
+        raise ValueError(f"iterations={iterations} is smaller than tau={tau}: not even one round")
+    return math.ceil(iterations / tau)
+
+
+def run(job, build: Builder) -> None:
+    """Build the method per seed and run it through `fedrepro.fl.runner.run_seeds`."""
+    from fedrepro.fl.device import pick_device
+    from fedrepro.fl.runner import run_seeds
+
+    torch.set_num_threads(max(1, int(job.threads)))
+    spec = job.spec
+    device = pick_device(spec.get("device", "auto"))
+    data = load_setting(job, device)
+    cfg = train_config(spec)
+    rounds = rounds_for(int(spec["iterations"]), cfg.tau)
+    eval_every = max(1, rounds // max(1, int(spec.get("evals", 10))))
+    run_seeds(job, lambda seed: build(data, list(spec["pool"]), cfg, seed, spec), rounds,
+              eval_every=eval_every, checkpoint_every=int(spec.get("checkpoint_every", 1)))

@@ -1,0 +1,98 @@
+"""Pipeline entry points of the FedSC paper: pretraining jobs and the linear probe.
+
+`pretrain(job, cls)` runs one method and setting over `job.seeds` with
+`fedrepro.fl.runner.run_seeds` (per-round kNN monitor, per-seed checkpoints,
+exact resume) and then writes `job.output["model"]`: the final backbone weights
+of every seed, read from each seed's last checkpoint, for the probe stage.
+
+`probe_job(job)` is the separate linear-probe stage (spec §3.4): frozen
+backbone features of the un-augmented training and test images, one linear
+layer trained with Adam; it writes `probe.json` with per-seed final and max
+test accuracy (fractions).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedrepro.algorithms.fedsc.augment import AugmentConfig, plain
+from fedrepro.algorithms.fedsc.common import SSLData, channel_stats
+from fedrepro.data.arrays import load_prepared
+from fedrepro.data.partition import load_partition
+from fedrepro.fl.device import pick_device
+from fedrepro.fl.runner import run_seeds
+from fedrepro.models import build_model
+
+
+def load_data(job, device, centralized: bool = False) -> SSLData:
+    """Prepared images (uint8, N x C x H x W) and the client split; one client holding
+    every training image for Centralized SC."""
+    prepared = load_prepared(Path(job.input["data"]).parent)
+    if prepared.x_train.dtype != np.uint8 or prepared.x_train.ndim != 4:
+        raise ValueError(f"FedSC needs uint8 images N x C x H x W, got {prepared.x_train.dtype} "
+                         f"{prepared.x_train.shape} in {job.input['data']}")
+    clients = load_partition(job.input["partition"]).clients
+    if centralized:
+        clients = [np.sort(np.concatenate(clients))]
+    mean, std = job.spec.get("normalize_mean"), job.spec.get("normalize_std")
+    if mean is None or std is None:
+        mean, std = channel_stats(prepared.x_train)
+
+    def tensor(a):
+        return torch.as_tensor(np.ascontiguousarray(a), device=device)
+
+    return SSLData(tensor(prepared.x_train), tensor(prepared.y_train).long(), tensor(prepared.x_test),
+                   tensor(prepared.y_test).long(), [tensor(c).long() for c in clients],
+                   int(prepared.meta.get("num_classes", int(prepared.y_train.max()) + 1)), tuple(mean), tuple(std))
+
+
+def pretrain(job, cls, centralized: bool = False) -> None:
+    device = pick_device(job.spec.get("device", "auto"))
+    data = load_data(job, device, centralized)
+    run_seeds(job, lambda seed: cls(job.spec, data, seed, device), int(job.spec["rounds"]),
+              eval_every=int(job.spec.get("knn", {}).get("every", 1)),
+              checkpoint_every=int(job.spec.get("checkpoint_every", 1)))
+    save_backbones(job)
+
+
+def save_backbones(job) -> None:
+    """Final backbone weights of every seed, taken from the seeds' last checkpoints."""
+    models = {}
+    for seed in job.seeds:
+        state = torch.load(job.scratch / f"seed{seed}.pt", map_location="cpu", weights_only=False)
+        net = state["algorithm"]["net"]
+        models[seed] = {k.removeprefix("backbone."): v for k, v in net.items() if k.startswith("backbone.")}
+    torch.save(models, job.out("model"))
+
+
+def probe_job(job) -> None:
+    """Linear probe of every seed's backbone; writes probe.json."""
+    from fedrepro.eval.probe import extract_features, linear_probe
+
+    device = pick_device(job.spec.get("device", "auto"))
+    prepared = load_prepared(Path(job.input["data"]).parent)
+    mean, std = job.spec.get("normalize_mean"), job.spec.get("normalize_std")
+    if mean is None or std is None:
+        mean, std = channel_stats(prepared.x_train)
+    cfg = AugmentConfig(mean=tuple(mean), std=tuple(std))
+    x_train, x_test = (torch.as_tensor(a, device=device) for a in (prepared.x_train, prepared.x_test))
+    y_train, y_test = (torch.as_tensor(a, device=device).long() for a in (prepared.y_train, prepared.y_test))
+    num_classes = int(prepared.meta.get("num_classes", int(prepared.y_train.max()) + 1))
+    models = torch.load(job.input["model"], map_location=device, weights_only=False)
+    probe = job.spec.get("probe", {})
+    enc = job.spec["encoder"]
+    results = {}
+    for seed, state in sorted(models.items()):
+        backbone = build_model(enc["name"], in_channels=x_train.shape[1], num_classes=0, **enc.get("kwargs", {}))
+        backbone.load_state_dict(state)
+        backbone.to(device)
+        transform = lambda x: plain(x, cfg)  # noqa: E731
+        f_train, f_test = extract_features(backbone, x_train, transform), extract_features(backbone, x_test, transform)
+        out = linear_probe(f_train, y_train, f_test, y_test, num_classes, int(probe.get("epochs", 200)),
+                           int(probe.get("batch_size", 512)), float(probe.get("lr", 3e-3)), seed=int(seed))
+        results[str(seed)] = out
+    job.out("probe").write_text(json.dumps({"spec": job.spec, "seeds": results}, indent=2))
