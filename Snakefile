@@ -5,6 +5,9 @@ from fedrepro.config import check_config, enabled_papers
 configfile: "config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 check_config(config, f"{workflow.basedir}/workflow/schemas")
 PAPERS = enabled_papers(config)
 

@@ -99,3 +99,9 @@ def test_changing_a_report_option_reruns_only_reports(tiny_run):
     path.write_text(yaml.safe_dump(changed))
     rules = scheduled_rules(snakemake("-n", "--configfile", str(path), cwd=work).stdout)
     assert rules == {"fedavg_accuracy_table": 1, "fedavg_accuracy_figure": 1, "index": 1, "all": 1}
+
+
+def test_html_report_builds_with_captions(tiny_run):
+    work, override, _ = tiny_run
+    snakemake("--configfile", str(override), "--report", str(work / "report.html"), cwd=work)
+    assert (work / "report.html").stat().st_size > 10_000

@@ -40,7 +40,8 @@ rule fedavg_accuracy_table:
         summaries=[f"{folder}/summary.json" for folder in FEDAVG_FOLDERS],
     output:
         md=f"{FEDAVG_OUT}/tables/accuracy.md",
-        csv=f"{FEDAVG_OUT}/tables/accuracy.csv",
+        csv=report(f"{FEDAVG_OUT}/tables/accuracy.csv", caption="../report/fedavg_table.rst",
+                   category="FedAvg"),
         tex=f"{FEDAVG_OUT}/tables/accuracy.tex",
     log:
         f"{RESULTS}/logs/fedavg/accuracy_table.log",

@@ -20,41 +20,44 @@ Two measures, labelled in every record:
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 
 class LiveTensorTracker(TorchDispatchMode):
-    """Counts bytes of tensor storages allocated inside the mode and their running peak."""
+    """Counts bytes of CPU tensor storages allocated inside the mode and their running peak.
+
+    Storages are followed with weak references (`StorageWeakRef`), so a storage
+    counts as long as any tensor (a Parameter wrapping a clone, a view) keeps it.
+    Expired storages are swept before every op.
+    """
 
     def __init__(self):
         super().__init__()
         self.live = 0
         self.peak = 0
-        self._seen: set[int] = set()
+        self._tracked: dict[int, tuple[StorageWeakRef, int]] = {}
 
-    def _release(self, key: int, nbytes: int) -> None:
-        self.live -= nbytes
-        self._seen.discard(key)
+    def _sweep(self) -> None:
+        for key in [k for k, (ref, _) in self._tracked.items() if ref.expired()]:
+            self.live -= self._tracked.pop(key)[1]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self._sweep()
         out = func(*args, **(kwargs or {}))
-        aliasing = any(r.alias_info is not None for r in func._schema.returns)
-        if not aliasing:
+        if all(r.alias_info is None for r in func._schema.returns):
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                    key = t.untyped_storage().data_ptr()
-                    if key in self._seen or key == 0:
+                    storage = t.untyped_storage()
+                    key = storage.data_ptr()
+                    if key == 0 or key in self._tracked:
                         continue
-                    nbytes = t.untyped_storage().nbytes()
-                    self._seen.add(key)
-                    self.live += nbytes
-                    self.peak = max(self.peak, self.live)
-                    weakref.finalize(t, self._release, key, nbytes)
+                    self._tracked[key] = (StorageWeakRef(storage), storage.nbytes())
+                    self.live += storage.nbytes()
+        self.peak = max(self.peak, self.live)
         return out
 
 

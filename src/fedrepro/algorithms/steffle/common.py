@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -129,14 +130,153 @@ def evaluate(theta: torch.Tensor, data: FairData) -> dict[str, np.ndarray]:
     }
 
 
-def gather_batch(data: FairData, silo_idx: torch.Tensor, local: torch.Tensor):
-    """Global rows for local indices (S, N, m): x (S,N,m,D), y, s (S,N,m)."""
-    glob = torch.gather(silo_idx.expand(local.shape[0], -1, -1), 2, local)
-    return data.x[glob], data.y[glob], data.s[glob], data.x_norm[glob]
-
-
 def padded_silo_index(data: FairData) -> torch.Tensor:
     """(1, N, max n_j) tensor of the silos' global indices (padding repeats the first index)."""
     width = max(data.silo_sizes)
     out = torch.stack([torch.cat([idx, idx[:1].expand(width - len(idx))]) for idx in data.silos])
     return out[None]
+
+
+def strata(data: FairData, fairness: str) -> tuple[int, torch.Tensor]:
+    """Number of strata and each training sample's stratum (0 for DP, the label for EO)."""
+    if fairness == "dp":
+        return 1, torch.zeros_like(data.y)
+    if fairness == "eo":
+        return data.l, data.y.clone()
+    raise ValueError(f"fairness must be 'dp' or 'eo', got {fairness!r}")
+
+
+ITERATES = ("final", "random", "refcode_avg")
+
+
+def final_metrics(history, iterate: str, epochs: int, random_metrics=None) -> dict[str, np.ndarray]:
+    """Metrics of the returned model (spec §3.7 / DECISION A7)."""
+    if iterate == "random":
+        return random_metrics
+    if iterate == "final":
+        return history[-1][1]
+    chosen = [m for e, m in history if e >= epochs / 2] or [history[-1][1]]
+    return {key: np.mean([m[key] for m in chosen], axis=0) for key in chosen[0]}
+
+
+@dataclass
+class TrainResult:
+    final: dict[str, np.ndarray]                      # metrics of the returned iterate, each (S, G)
+    history: list[tuple[int, dict[str, np.ndarray]]]  # (epoch, metrics) at every evaluation
+    theta: torch.Tensor                               # final theta (S, G, D)
+    rounds: int
+    extra: dict = field(default_factory=dict)         # method state worth keeping (e.g. W)
+
+
+class GridTrainer:
+    """The round loop shared by every trainer of this paper (S seeds x G settings at once).
+
+    Subclasses set `noise_shapes` (per-round standard-normal draws per seed, keyed by
+    name), implement `step(t, local, weight, noise)` and may extend `end_epoch`,
+    `extra_state`/`load_extra_state`. `cfg` needs batch, epochs, eta_theta,
+    lr_decay, decay_every, iterate, eval_every, with_replacement.
+    """
+
+    noise_shapes: dict[str, tuple[int, ...]] = {}
+
+    def __init__(self, data: FairData, cfg, seeds: list[int], groups: int):
+        if cfg.iterate not in ITERATES:
+            raise ValueError(f"iterate must be one of {ITERATES}, got {cfg.iterate!r}")
+        self.data, self.cfg, self.seeds = data, cfg, list(seeds)
+        self.schedule = BatchSchedule(data.silo_sizes, cfg.batch, cfg.with_replacement)
+        self.silo_index = padded_silo_index(data)
+        self.rounds = cfg.epochs * self.schedule.rounds_per_epoch
+        self.theta = init_theta(self.seeds, data.x.shape[1], groups)
+        self.epoch = 0
+        self.gens = {name: [seed_generator(s, name) for s in self.seeds] for name in ("batches", "noise")}
+        t_hat = [int(torch.randint(1, self.rounds + 1, (1,), generator=seed_generator(s, "iterate")))
+                 for s in self.seeds]
+        self.t_hat = torch.tensor(t_hat)
+        self.theta_hat = self.theta.clone()
+        self.history: list[tuple[int, dict[str, np.ndarray]]] = []
+
+    def lr(self) -> float:
+        return step_lr(self.cfg.eta_theta, self.epoch, self.cfg.lr_decay, self.cfg.decay_every)
+
+    def batch(self, local: torch.Tensor, cells_of: torch.Tensor | None = None):
+        """Rows of a round's batches: x (S,N,m,D), y float, ||x||, and the cell index of each sample."""
+        glob = torch.gather(self.silo_index.expand(local.shape[0], -1, -1), 2, local)
+        xb = self.data.x.index_select(0, glob.view(-1)).view(*glob.shape, -1)
+        cell = cells_of[glob] if cells_of is not None else None
+        return xb, self.data.y[glob].float(), self.data.x_norm[glob], cell
+
+    def remember_iterate(self, t: int) -> None:
+        """Keep theta_{t+1} of the seeds whose random output index t_hat equals t + 1."""
+        hit = self.t_hat == t + 1
+        if hit.any():
+            self.theta_hat[hit] = self.theta[hit]
+
+    def _draw_epoch(self):
+        R = self.schedule.rounds_per_epoch
+        batches = [self.schedule.epoch(g) for g in self.gens["batches"]]
+        local = torch.stack([b[0] for b in batches])                # (S, N, R, m)
+        weight = batches[0][1]                                      # (N, R, m), same for every seed
+        noise = {name: torch.stack([torch.randn(R, *shape, generator=g) for g in self.gens["noise"]])
+                 for name, shape in self.noise_shapes.items()}      # each (S, R, *shape)
+        return local, weight, noise
+
+    def step(self, t: int, local, weight, noise) -> None:
+        raise NotImplementedError
+
+    def end_epoch(self) -> None:
+        """Hook after each epoch's rounds (PF-LD's dual step)."""
+
+    def extra_state(self) -> dict:
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def result_extra(self) -> dict:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {"theta": self.theta, "epoch": self.epoch, "theta_hat": self.theta_hat, "history": self.history,
+                "gens": {k: [g.get_state() for g in v] for k, v in self.gens.items()}, "extra": self.extra_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.theta, self.epoch = state["theta"], state["epoch"]
+        self.theta_hat, self.history = state["theta_hat"], state["history"]
+        for k, states in state["gens"].items():
+            for g, st in zip(self.gens[k], states):
+                g.set_state(st)
+        self.load_extra_state(state["extra"])
+
+    def run(self, checkpoint: Path | None = None, checkpoint_every: int = 5,
+            stop_after: int | None = None) -> TrainResult | None:
+        """Train all epochs, resuming from `checkpoint` if it exists (`stop_after` epochs: for tests)."""
+        cfg, R = self.cfg, self.schedule.rounds_per_epoch
+        if checkpoint is not None and Path(checkpoint).exists():
+            self.load_state_dict(torch.load(checkpoint, weights_only=False))
+        with torch.no_grad():
+            while self.epoch < cfg.epochs:
+                local, weight, noise = self._draw_epoch()
+                for r in range(R):
+                    self.step(self.epoch * R + r, local[:, :, r], weight[:, r],
+                              {name: value[:, r] for name, value in noise.items()})
+                self.end_epoch()
+                self.epoch += 1
+                if self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs:
+                    self.history.append((self.epoch, evaluate(self.theta, self.data)))
+                if checkpoint is not None and self.epoch % checkpoint_every == 0:
+                    Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
+                    torch.save(self.state_dict(), checkpoint)
+                if stop_after is not None and stop_after <= self.epoch < cfg.epochs:
+                    return None
+            random_metrics = evaluate(self.theta_hat, self.data) if cfg.iterate == "random" else None
+        return TrainResult(final_metrics(self.history, cfg.iterate, cfg.epochs, random_metrics),
+                           self.history, self.theta, self.rounds, self.result_extra())
+
+
+def clip_coef(c: torch.Tensor, xnorm: torch.Tensor, clip: float) -> torch.Tensor:
+    """Per-sample clipping of gradients c_i x_i to norm <= clip, done on the scalar c_i.
+
+    xnorm (S, N, m) broadcasts over the settings axis of c (S, G, N, m).
+    """
+    limit = (clip / xnorm.clamp_min(1e-30))[:, None]
+    return torch.minimum(torch.maximum(c, -limit), limit)

@@ -1,0 +1,156 @@
+"""Planner of FedAL (Tables IV-IX, Figures 2, 4, 6-11): config section -> runs and report targets.
+
+Config section `fedal` (schema: workflow/schemas/fedal.schema.yaml):
+* `train`: settings every method shares (lr, batch_size, kd_temperature, evals);
+* `discriminator`: FedAL / FedDF-AL's server discriminator;
+* `methods`: per-method keys (tau, switches, baseline weights);
+* `pools`: named client-model pools (lists of {name, options});
+* `experiments`: named grids: dataset, pool, partition (dirichlet | natural),
+  clients x alphas x public sizes, the iteration budget (one number or one per
+  alpha), the methods to run, optional lr override and gradient diagnostics;
+* `outputs`: each table / figure names the experiment (and methods, filters) it reads.
+
+A run's spec holds only what its job reads: the shared training keys, its
+method's keys, the pool, its budget, the discriminator only for adversarial
+methods. A run's setting tag is `<pool>-a<alpha>-c<clients>-p<public>-i<iters>`
+(`<pool>-n-c<clients>-...` for the natural split; `-gv` when it logs gradient
+variances). Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+from fedrepro.data.partition import make_tag
+from fedrepro.experiments import Run, number_tag
+
+PAPER = "fedal"
+METHODS = ("fedal", "fedmd_lf", "fedmd", "fedproto", "cfd", "fccl", "fccl_plus", "fd", "fedavg",
+           "feddf", "feddf_al")
+ADVERSARIAL = {"fedal", "feddf_al"}
+TABLES = ("table4", "table5", "table6", "table7", "table8", "table9")
+CURVES = ("fig7", "fig8", "fig9", "fig10", "fig11")
+FIGURES = ("fig2", "fig4", "fig6", *CURVES)
+OUTPUTS = (*TABLES, *FIGURES)
+
+
+def _iterations(exp: dict, alpha_index: int) -> int:
+    iters = exp["iterations"]
+    if isinstance(iters, list):
+        return int(iters[alpha_index])
+    return int(iters)
+
+
+def _grid(exp: dict) -> list[dict]:
+    """One point per (alpha, clients, public) of an experiment."""
+    natural = exp.get("partition", "dirichlet") == "natural"
+    alphas = [None] if natural else exp["alphas"]
+    return [{"alpha": a, "clients": int(c), "public": int(p), "iterations": _iterations(exp, i)}
+            for i, a in enumerate(alphas) for c in exp["clients"] for p in exp["public"]]
+
+
+def setting_tag(exp: dict, point: dict) -> str:
+    head = f"{exp['pool']}-" + ("n" if point["alpha"] is None else f"a{number_tag(point['alpha'])}")
+    tag = f"{head}-c{point['clients']}-p{point['public']}-i{point['iterations']}"
+    return tag + ("-gv" if exp.get("diagnostics") else "")
+
+
+def partition_tag(section: dict, point: dict) -> str:
+    seed = section["partition_seed"]
+    if point["alpha"] is None:
+        return make_tag("natural", clients=point["clients"], public=point["public"], seed=seed)
+    return make_tag("dirichlet", alpha=point["alpha"], clients=point["clients"], public=point["public"],
+                    seed=seed)
+
+
+def run_spec(config: dict, exp: dict, method: str, point: dict) -> dict:
+    """Exactly the settings one job reads."""
+    section = config[PAPER]
+    method_keys = dict(section["methods"][method])
+    spec = {**section["train"], **({"lr": exp["lr"]} if "lr" in exp else {}), **method_keys,
+            "method": method, "pool": section["pools"][exp["pool"]], "iterations": point["iterations"],
+            "device": config.get("device", "auto"), "checkpoint_every": config.get("checkpoint_every", 1)}
+    adversarial = method == "feddf_al" or (method == "fedal" and method_keys.get("use_al", True))
+    if adversarial:
+        spec["discriminator"] = dict(section["discriminator"])
+    if exp.get("diagnostics") and method == "fedal":
+        spec["diagnostics"] = dict(exp["diagnostics"])
+    return spec
+
+
+def _planned(config: dict, name: str) -> list[tuple[dict, Run]]:
+    section = config[PAPER]
+    exp = section["experiments"][name]
+    return [(point, Run(exp["dataset"], method, setting_tag(exp, point),
+                        run_spec(config, exp, method, point), partition_tag(section, point)))
+            for point in _grid(exp) for method in exp["methods"]]
+
+
+def experiment_runs(config: dict, name: str) -> list[Run]:
+    return [run for _, run in _planned(config, name)]
+
+
+def runs(config: dict) -> list[Run]:
+    """Every run of every experiment; one run where two experiments plan the same job."""
+    by_key: dict[tuple, Run] = {}
+    for name in config[PAPER]["experiments"]:
+        for run in experiment_runs(config, name):
+            seen = by_key.get(run.key)
+            if seen is not None and seen.spec != run.spec:
+                raise ValueError(f"fedal: experiments plan the run {run.key} twice with different settings")
+            by_key.setdefault(run.key, run)
+    return list(by_key.values())
+
+
+# ------------------------------------------------------------------ report targets
+def output_runs(config: dict, name: str) -> list[Run]:
+    """The runs a table or figure reads: its experiment, methods and optional alpha filter."""
+    out = config[PAPER]["outputs"][name]
+    alphas = None if out.get("alphas") is None else {float(a) for a in out["alphas"]}
+    return [run for point, run in _planned(config, out["experiment"])
+            if run.method in out["methods"]
+            and (alphas is None or (point["alpha"] is not None and float(point["alpha"]) in alphas))]
+
+
+def fig4_partitions(config: dict) -> list[tuple[str, str]]:
+    """(dataset, partition tag) per alpha of Figure 4's bubble plots."""
+    f = config[PAPER]["outputs"]["fig4"]
+    return [(f["dataset"], make_tag("dirichlet", alpha=a, clients=f["clients"], public=f["public"],
+                                    seed=config[PAPER]["partition_seed"])) for a in f["alphas"]]
+
+
+def report_spec(config: dict, name: str) -> dict:
+    """What a report job reads besides its inputs (the output's own config + scale)."""
+    return {"name": name, **config[PAPER]["outputs"][name], "scale": config["scale"],
+            "decimals": config["report"]["decimals"]}
+
+
+def check(config: dict) -> list[str]:
+    """Cross-field errors the schema cannot express."""
+    section = config[PAPER]
+    errors = []
+    for name, exp in section["experiments"].items():
+        key = f"{PAPER}.experiments.{name}"
+        if exp["pool"] not in section["pools"]:
+            errors.append(f"config key '{key}.pool': {exp['pool']!r} is not one of {sorted(section['pools'])}")
+        natural = exp.get("partition", "dirichlet") == "natural"
+        if not natural and "alphas" not in exp:
+            errors.append(f"config key '{key}.alphas': required for partition dirichlet")
+        if isinstance(exp["iterations"], list) and len(exp["iterations"]) != (1 if natural else len(exp.get("alphas", []))):
+            errors.append(f"config key '{key}.iterations': give one number or one per alpha")
+        for method in exp["methods"]:
+            if method not in section["methods"]:
+                errors.append(f"config key '{key}.methods': {method!r} has no settings under {PAPER}.methods")
+        homogeneous = exp["pool"] in section["pools"] and len(section["pools"][exp["pool"]]) == 1
+        if "fedavg" in exp["methods"] and not homogeneous:
+            errors.append(f"config key '{key}.methods': fedavg needs a one-architecture pool")
+        if "feddf_al" in exp["methods"] and homogeneous:
+            errors.append(f"config key '{key}.methods': feddf_al needs at least two architectures")
+    for name, out in section["outputs"].items():
+        if name != "fig4" and out["experiment"] not in section["experiments"]:
+            errors.append(f"config key '{PAPER}.outputs.{name}.experiment': {out['experiment']!r} "
+                          f"is not one of {sorted(section['experiments'])}")
+        elif name != "fig4":
+            missing = set(out["methods"]) - set(section["experiments"][out["experiment"]]["methods"])
+            if missing:
+                errors.append(f"config key '{PAPER}.outputs.{name}.methods': {sorted(missing)} not run by "
+                              f"experiment {out['experiment']!r}")
+    return errors
