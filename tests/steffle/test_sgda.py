@@ -57,10 +57,10 @@ def test_protocol_mode_equals_fast_mode(compat, fairness):
     fast = _trainer(data, protocol=False, **kw).run()
     slow = _trainer(data, protocol=True, **kw).run()
     assert torch.allclose(fast.theta, slow.theta, atol=1e-5)
-    assert torch.allclose(fast.W, slow.W, atol=1e-5)
-    assert fast.W.shape[2] == (2 if fairness == "eo" else 1)
+    assert torch.allclose(fast.extra["W"], slow.extra["W"], atol=1e-5)
+    assert fast.extra["W"].shape[2] == (2 if fairness == "eo" else 1)
     if compat:  # only the ref-code's single W entry moves
-        assert (fast.W[..., 0, 1] != 0).any() and (fast.W.sum((-2, -1)) == fast.W[..., 0, 1]).all()
+        assert (fast.extra["W"][..., 0, 1] != 0).any() and (fast.extra["W"].sum((-2, -1)) == fast.extra["W"][..., 0, 1]).all()
 
 
 def _sgd_reference(data, seed, cfg, epochs):
@@ -104,7 +104,7 @@ def test_stochastic_gradient_is_unbiased():
     tr.W[:] = W0
     local = torch.tensor([[list(a), list(b)] for a, b in combos])
     weight = torch.ones(2, m)
-    tr.step(0, local, weight, torch.zeros(len(combos), 2, len(theta0)), torch.zeros(len(combos), 2, 1, 2, 2))
+    tr.step(0, local, weight, {"u": torch.zeros(len(combos), 2, len(theta0)), "V": torch.zeros(len(combos), 2, 1, 2, 2)})
     mean_step = (theta0 - tr.theta[:, 0]).mean(0) / 0.25
     # full-data gradient of F(theta, W) = mean BCE + lam * mean psi (autograd)
     th = theta0.clone().requires_grad_(True)

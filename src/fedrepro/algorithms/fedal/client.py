@@ -106,6 +106,7 @@ class Client:
         self.model = model
         self.x, self.y, self.public_x = x, y, public_x
         self.batch_size = batch_size
+        self._slots: dict[str, ClientModel] = {}
         self.opt = torch.optim.Adam(model.parameters(), lr=lr)
         self.local_stream = Stream(np.arange(len(y)), seed)
         self.public_stream = (Stream(np.arange(len(public_x)), public_seed)
@@ -125,11 +126,22 @@ class Client:
         idx = self.public_stream.next(self.batch_size)
         return idx, self.public_x[torch.as_tensor(idx, device=self.public_x.device)]
 
-    def snapshot(self) -> ClientModel:
-        """A frozen copy of the current model (LF / teacher anchor)."""
-        frozen = copy.deepcopy(self.model)
-        for p in frozen.parameters():
-            p.requires_grad_(False)
+    def snapshot(self, slot: str | None = None) -> ClientModel:
+        """A frozen copy of the current model (LF / teacher anchor).
+
+        With a `slot` name the copy is kept and refreshed in place on the next
+        call with the same slot (saves a deep copy per round).
+        """
+        frozen = self._slots.get(slot) if slot else None
+        if frozen is None:
+            frozen = copy.deepcopy(self.model)
+            for p in frozen.parameters():
+                p.requires_grad_(False)
+            if slot:
+                self._slots[slot] = frozen
+        else:
+            frozen.load_state_dict(self.model.state_dict())
+            frozen.train(self.model.training)
         return frozen
 
     def step(self, loss: torch.Tensor) -> None:

@@ -104,7 +104,7 @@ class FedAL(Federation):
     def local_stage(self) -> dict:
         parts: dict[str, list[float]] = {}
         for client in self.clients:
-            anchor = client.snapshot() if self.use_lf else None
+            anchor = client.snapshot("loc") if self.use_lf else None
             if client.cid == 0:
                 self._anchors0["loc"] = anchor
             for _ in range(self.cfg.tau):
@@ -136,7 +136,7 @@ class FedAL(Federation):
         return {k: mean_of(v) for k, v in parts.items()}
 
     def global_stage(self) -> dict:
-        anchors = [c.snapshot() for c in self.clients] if self.use_lf else [None] * self.num_clients
+        anchors = [c.snapshot("glo") for c in self.clients] if self.use_lf else [None] * self.num_clients
         self._anchors0["glo"] = anchors[0]
         parts: dict[str, list[float]] = {}
         for _ in range(self.cfg.tau):

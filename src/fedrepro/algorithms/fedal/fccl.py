@@ -105,7 +105,7 @@ class FCCL(Federation):
 
     def _local_updates(self, n: int) -> torch.Tensor:
         client = self.clients[n]
-        inter = client.snapshot()  # the model right after collaborative updating
+        inter = client.snapshot("inter")  # the model right after collaborative updating
         losses = []
         for _ in range(self.cfg.tau):
             x, y = client.local_batch()

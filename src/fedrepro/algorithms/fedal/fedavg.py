@@ -30,7 +30,7 @@ def local_update(client: Client, start: Mapping[str, torch.Tensor], steps: int,
                  use_lf: bool = False) -> list[torch.Tensor]:
     """Load `start`, take `steps` CE (+ r_loc anchored at `start`) steps; returns the losses."""
     client.model.load_state_dict(start)
-    anchor = client.snapshot() if use_lf else None
+    anchor = client.snapshot("loc") if use_lf else None
     losses = []
     for _ in range(steps):
         x, y = client.local_batch()

@@ -40,20 +40,16 @@ DECISIONS (spec §6, config keys in brackets):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import torch
 
 from fedrepro.fl.transport import Wire
 
 from . import fermi
-from .common import BatchSchedule, FairData, evaluate, init_theta, padded_silo_index, seed_generator, step_lr
+from .common import ITERATES, FairData, GridTrainer, TrainResult, clip_coef, strata  # noqa: F401
 
 FAIRNESS = ("dp", "eo")
-ITERATES = ("final", "random", "refcode_avg")
 
 
 @dataclass
@@ -77,7 +73,7 @@ class SGDAConfig:
             raise ValueError(f"fairness must be one of {FAIRNESS}, got {self.fairness!r}")
         if self.iterate not in ITERATES:
             raise ValueError(f"iterate must be one of {ITERATES}, got {self.iterate!r}")
-        for key in ("batch", "epochs"):
+        for key in ("batch", "epochs", "eval_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         for key in ("eta_theta", "clip", "radius"):
@@ -87,32 +83,7 @@ class SGDAConfig:
             raise ValueError(f"eta_w must be >= 0, got {self.eta_w}")
 
 
-@dataclass
-class TrainResult:
-    final: dict[str, np.ndarray]                     # metrics of the returned iterate, each (S, G)
-    history: list[tuple[int, dict[str, np.ndarray]]]  # (epoch, metrics) at every evaluation
-    theta: torch.Tensor                              # final theta (S, G, D)
-    W: torch.Tensor                                  # final W (S, G, Z, k, l)
-    rounds: int
-
-
-def strata(data: FairData, fairness: str) -> tuple[int, torch.Tensor]:
-    """Number of strata and each training sample's stratum (0 for DP, the label for EO)."""
-    if fairness == "dp":
-        return 1, torch.zeros_like(data.y)
-    return data.l, data.y.clone()
-
-
-def final_metrics(history, iterate: str, epochs: int, random_metrics=None) -> dict[str, np.ndarray]:
-    if iterate == "random":
-        return random_metrics
-    if iterate == "final":
-        return history[-1][1]
-    chosen = [m for e, m in history if e >= epochs / 2] or [history[-1][1]]
-    return {key: np.mean([m[key] for m in chosen], axis=0) for key in chosen[0]}
-
-
-class SteffleTrainer:
+class SteffleTrainer(GridTrainer):
     """Algorithm 1 for a grid of models; `run()` trains and evaluates.
 
     lam (G,), sigma_theta (G, N), sigma_w (G, N): per-setting fairness weight and the
@@ -121,45 +92,25 @@ class SteffleTrainer:
 
     def __init__(self, data: FairData, cfg: SGDAConfig, seeds: list[int], lam, sigma_theta, sigma_w,
                  wire: Wire | None = None, protocol: bool = False):
-        self.data, self.cfg, self.seeds = data, cfg, list(seeds)
         self.lam = torch.as_tensor(lam, dtype=torch.float32).reshape(-1)
         G, N = len(self.lam), data.num_silos
+        super().__init__(data, cfg, seeds, G)
         self.sigma_theta = torch.as_tensor(sigma_theta, dtype=torch.float32).reshape(G, N)
         self.sigma_w = torch.as_tensor(sigma_w, dtype=torch.float32).reshape(G, N)
         self.wire = wire if wire is not None else Wire(record=False)
         self.protocol = protocol
-        self.Z, self.z = strata(data, cfg.fairness)
-        self.inv_sqrt_p = fermi.strata_inv_sqrt_p(data.s, self.z, data.k, self.Z).float()
+        self.Z, z = strata(data, cfg.fairness)
+        self.cells_of = z * data.k + data.s                                  # (stratum, group) cell per sample
+        self.inv_sqrt_p = fermi.strata_inv_sqrt_p(data.s, z, data.k, self.Z).float()
         self.mask = fermi.w_mask(data.k, data.l, cfg.compat_refcode)
-        self.schedule = BatchSchedule(data.silo_sizes, cfg.batch, cfg.with_replacement)
-        self.silo_index = padded_silo_index(data)
-        self.rounds = cfg.epochs * self.schedule.rounds_per_epoch
-        S, D = len(self.seeds), data.x.shape[1]
-        self.theta = init_theta(self.seeds, D, G)
-        self.W = torch.zeros(S, G, self.Z, data.k, data.l)
-        self.epoch = 0
-        self.gens = {name: [seed_generator(s, name) for s in self.seeds] for name in ("batches", "noise")}
-        t_hat = [int(torch.randint(1, self.rounds + 1, (1,), generator=seed_generator(s, "iterate"))) for s in self.seeds]
-        self.t_hat = torch.tensor(t_hat)
-        self.theta_hat = self.theta.clone()
-        self.history: list[tuple[int, dict[str, np.ndarray]]] = []
+        self.W = torch.zeros(len(self.seeds), G, self.Z, data.k, data.l)
+        self.noise_shapes = {"u": (N, data.x.shape[1]), "V": (N, self.Z, data.k, data.l)}
         self.sensitive_needed = bool((self.lam != 0).any()) or (
             cfg.compat_refcode and bool((self.sigma_theta != 0).any()))
 
-    # -- one epoch of randomness per seed, drawn at the epoch start (exact resume) --
-    def _draw_epoch(self):
-        R, m, N = self.schedule.rounds_per_epoch, self.schedule.batch, self.data.num_silos
-        batches = [self.schedule.epoch(g) for g in self.gens["batches"]]
-        local = torch.stack([b[0] for b in batches])                # (S, N, R, m)
-        weight = batches[0][1]                                      # (N, R, m), same for every seed
-        D, (Z, k, l) = self.data.x.shape[1], self.W.shape[2:]
-        u = torch.stack([torch.randn(R, N, D, generator=g) for g in self.gens["noise"]])
-        V = torch.stack([torch.randn(R, N, Z, k, l, generator=g) for g in self.gens["noise"]])
-        return local, weight, u, V
-
-    def _sensitive(self, logits, p1, xb, xnorm, cell, weight, cnt, u, V, messages=None):
-        """Line 8: the per-sample sensitive coefficients c (S, G, N, m) with grad psi_i = c_i x_i
-        (clipped; ready to be summed against x), and the noiseless batch-mean h_w."""
+    def _sensitive(self, logits, p1, xb, xnorm, cell, weight, cnt, V, messages=None):
+        """Line 8 without the theta-noise: clipped per-sample coefficients c (grad psi_i = c_i x_i;
+        per-sample vectors in protocol mode) and the noisy h_w (S, G, N, Z, k, l)."""
         cfg, (Z, k, l) = self.cfg, self.W.shape[2:]
         S_, N, m = cell.shape
         C1 = fermi.onehot(cell, Z * k) * weight[..., None]                  # (S, N, m, Zk); pads -> 0
@@ -168,9 +119,7 @@ class SteffleTrainer:
         if messages is None:  # factorised: grad psi_i = sigma(1-sigma)(a_i1 - a_i0) x_i
             delta = (table[..., 1] - table[..., 0]).reshape(S_, -1, Z * k)
             delta_i = torch.gather(delta, 2, cell.reshape(S_, 1, -1).expand(-1, delta.shape[1], -1))
-            c = p1 * (1.0 - p1) * delta_i.view_as(p1) * scale
-            limit = (cfg.clip / xnorm.clamp_min(1e-30))[:, None]            # |c_i| ||x_i|| <= C
-            c = torch.minimum(torch.maximum(c, -limit), limit) * weight
+            c = clip_coef(p1 * (1.0 - p1) * delta_i.view_as(p1) * scale, xnorm, cfg.clip) * weight
         else:  # from the (F, grad F) message: grad psi_i = sum_u a_iu grad F_u, clipped to C
             S1, Z1 = fermi.onehot(cell % k, k)[:, None], fermi.onehot(cell // k, Z)[:, None]
             a = fermi.coef_a(S1, Z1, self.W[:, :, None], self.inv_sqrt_p)    # (S, G, N, m, l)
@@ -188,20 +137,17 @@ class SteffleTrainer:
     def _division_message(self, logits, xb, local, j):
         """Line 7 message of silo j's non-sensitive division: F, grad F (per sample) and indices."""
         p1 = torch.sigmoid(logits[:, :, j])
-        dF1 = (p1 * (1 - p1))[..., None] * xb[:, None, j]                  # (S,G,m,D)
+        dF1 = (p1 * (1 - p1))[..., None] * xb[:, None, j]                  # (S, G, m, D)
         payload = {"F": fermi.logistic_probs(logits[:, :, j]), "grad_F": torch.stack([-dF1, dF1], dim=-2),
                    "index": local[:, j]}
         return self.wire.send(f"silo{j}/nonsensitive", f"silo{j}/sensitive", "outputs", payload)
 
-    def step(self, t: int, local, weight, u, V):
+    def step(self, t: int, local, weight, noise):
         N = self.data.num_silos
         self.wire.round = t
         for j in range(N):
             self.wire.send("server", f"silo{j}", "model", {"theta": self.theta, "W": self.W})
-        glob = torch.gather(self.silo_index.expand(local.shape[0], -1, -1), 2, local)
-        xb = self.data.x.index_select(0, glob.view(-1)).view(*glob.shape, -1)
-        yb, xnorm = self.data.y[glob].float(), self.data.x_norm[glob]
-        cell = self.z[glob] * self.data.k + self.data.s[glob]              # (stratum, group) cell
+        xb, yb, xnorm, cell = self.batch(local, self.cells_of)
         cnt = weight.sum(-1)                                                # real batch size per silo
         logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)             # line 7 (non-sensitive)
         p1 = torch.sigmoid(logits)
@@ -212,15 +158,15 @@ class SteffleTrainer:
             h_theta, h_w = torch.zeros_like(g), torch.zeros(g.shape[:3] + self.W.shape[2:])
         elif self.protocol:
             msgs = [self._division_message(logits, xb, local, j) for j in range(N)]
-            c, h_w = self._sensitive(logits, p1, xb, xnorm, cell, weight, cnt, u, V,
+            c, h_w = self._sensitive(logits, p1, xb, xnorm, cell, weight, cnt, noise["V"],
                                      {"grad_F": torch.stack([m["grad_F"] for m in msgs], dim=2)})
             g = torch.einsum("sgnm,snmd->sgnd", resid, xb) / cnt[:, None]
-            h_theta = self._finish_h_theta(c.sum(-2), cnt, u)
+            h_theta = self._finish_h_theta(c.sum(-2), cnt, noise["u"])
         else:  # one contraction against x for the loss residuals and the sensitive coefficients
-            c, h_w = self._sensitive(logits, p1, xb, xnorm, cell, weight, cnt, u, V)
+            c, h_w = self._sensitive(logits, p1, xb, xnorm, cell, weight, cnt, noise["V"])
             both = torch.einsum("sgnm,snmd->sgnd", torch.cat([resid, c], dim=1), xb)
             g = both[:, :G] / cnt[:, None]
-            h_theta = self._finish_h_theta(both[:, G:], cnt, u)
+            h_theta = self._finish_h_theta(both[:, G:], cnt, noise["u"])
         received = [(self.wire.send(f"silo{j}", "server", "loss_grad", g[:, :, j]),
                      self.wire.send(f"silo{j}", "server", "sens_grad_theta", h_theta[:, :, j]),
                      self.wire.send(f"silo{j}", "server", "sens_grad_w", h_w[:, :, j])) for j in range(N)]
@@ -232,52 +178,23 @@ class SteffleTrainer:
         return h + self.sigma_theta[None, :, :, None] * u[:, None]
 
     def _server_update(self, t, received):
+        """Line 11 on what the server received, then remember theta_t if t is the random output index."""
         cfg = self.cfg
-        g = torch.stack([r[0] for r in received]).mean(0)
-        h_theta = torch.stack([r[1] for r in received]).mean(0)
-        h_w = torch.stack([r[2] for r in received]).mean(0)
-        eta = step_lr(cfg.eta_theta, self.epoch, cfg.lr_decay, cfg.decay_every)
-        lam = self.lam[None, :, None]
+        g, h_theta, h_w = (torch.stack([r[i] for r in received]).mean(0) for i in range(3))
+        eta, lam = self.lr(), self.lam[None, :, None]
         if cfg.compat_refcode:
             self.theta = self.theta - eta * (g + h_theta)
             self.W = fermi.project_frobenius(self.W + cfg.eta_w * h_w, cfg.radius)
         else:
             self.theta = self.theta - eta * (g + lam * h_theta)
             self.W = fermi.project_frobenius(self.W + cfg.eta_w * lam[..., None, None] * h_w, cfg.radius)
-        hit = self.t_hat == t + 1
-        if hit.any():
-            self.theta_hat[hit] = self.theta[hit]
+        self.remember_iterate(t)
 
-    def state_dict(self) -> dict:
-        return {"theta": self.theta, "W": self.W, "epoch": self.epoch, "theta_hat": self.theta_hat,
-                "history": self.history,
-                "gens": {k: [g.get_state() for g in v] for k, v in self.gens.items()}}
+    def extra_state(self) -> dict:
+        return {"W": self.W}
 
-    def load_state_dict(self, state: dict) -> None:
-        self.theta, self.W, self.epoch = state["theta"], state["W"], state["epoch"]
-        self.theta_hat, self.history = state["theta_hat"], state["history"]
-        for k, states in state["gens"].items():
-            for g, st in zip(self.gens[k], states):
-                g.set_state(st)
+    def load_extra_state(self, state: dict) -> None:
+        self.W = state["W"]
 
-    def run(self, checkpoint: Path | None = None, checkpoint_every: int = 5, stop_after: int | None = None) -> TrainResult:
-        """Train all epochs (resuming from `checkpoint` if it exists); `stop_after` epochs is for tests."""
-        cfg, R = self.cfg, self.schedule.rounds_per_epoch
-        if checkpoint is not None and Path(checkpoint).exists():
-            self.load_state_dict(torch.load(checkpoint, weights_only=False))
-        with torch.no_grad():
-            while self.epoch < cfg.epochs:
-                local, weight, u, V = self._draw_epoch()
-                for r in range(R):
-                    self.step(self.epoch * R + r, local[:, :, r], weight[:, r], u[:, r], V[:, r])
-                self.epoch += 1
-                if self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs:
-                    self.history.append((self.epoch, evaluate(self.theta, self.data)))
-                if checkpoint is not None and (self.epoch % checkpoint_every == 0):
-                    Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
-                    torch.save(self.state_dict(), checkpoint)
-                if stop_after is not None and self.epoch >= stop_after and self.epoch < cfg.epochs:
-                    return None
-        random_metrics = evaluate(self.theta_hat, self.data) if cfg.iterate == "random" else None
-        return TrainResult(final_metrics(self.history, cfg.iterate, cfg.epochs, random_metrics),
-                           self.history, self.theta, self.W, self.rounds)
+    def result_extra(self) -> dict:
+        return {"W": self.W}

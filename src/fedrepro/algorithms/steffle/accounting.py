@@ -1,0 +1,67 @@
+"""Noise and privacy bookkeeping of the SteFFLe-paper methods.
+
+* SteFFLe / DP-FERMI: sigma from Theorem 3.3 (`fedrepro.privacy.steffle`), per
+  silo with its own n_j, plus the epsilon that the independent library accountant
+  (`fedrepro.privacy.accountant`, RDP) gives for the same noise, and the
+  theorem's precondition flags.
+* Baselines without a closed form (Tran et al. PF-LD, Ling et al. FedFDP): the
+  noise multiplier z is calibrated with the library accountant so that their
+  composed mechanisms reach the target (eps, delta) (`calibrate_multiplier`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from fedrepro.privacy import accountant
+from fedrepro.privacy import steffle as thm
+
+
+def is_private(eps) -> bool:
+    return not (eps == "inf" or (isinstance(eps, float) and math.isinf(eps)))
+
+
+def steffle_noise(eps, delta: float, rounds: int, silo_sizes: list[int], rho: float, clip: float,
+                  radius: float, batch: int, compat_refcode: bool = False) -> dict:
+    """Per-silo sigma_theta, sigma_w (Theorem 3.3), precondition flags and the library's epsilon.
+
+    Under compat_refcode the theta-noise is added to a batch SUM (the authors' code);
+    the accountant then sees the same noise relative to the sum's sensitivity 2C,
+    i.e. z = sigma_theta / (2C), which we pass as a mean-noise of sigma_theta / m.
+    """
+    if not is_private(eps):
+        n = len(silo_sizes)
+        return {"eps": "inf", "sigma_theta": [0.0] * n, "sigma_w": [0.0] * n, "preconditions_hold": True,
+                "precondition_messages": [], "library_epsilon": math.inf}
+    eps = float(eps)
+    sig_w = [thm.sigma_w(eps, delta, rounds, n_j, rho) for n_j in silo_sizes]
+    sig_t = [thm.sigma_theta(eps, delta, rounds, n_j, rho, clip, radius) for n_j in silo_sizes]
+    checks = [thm.check_preconditions(eps, delta, rounds, n_j, batch) for n_j in silo_sizes]
+    library = []
+    for n_j, st, sw in zip(silo_sizes, sig_t, sig_w):
+        st_mean = st / batch if compat_refcode else st
+        mechs = [accountant.steffle_theta_mechanism(st_mean, clip, batch, n_j, rounds),
+                 accountant.steffle_w_mechanism(sw, batch, n_j, rounds, rho)]
+        library.append(accountant.combined_epsilon(mechs, delta))
+    return {"eps": eps, "sigma_theta": sig_t, "sigma_w": sig_w,
+            "preconditions_hold": all(c.all_hold for c in checks),
+            "precondition_messages": sorted({m for c in checks for m in c.messages}),
+            "library_epsilon": max(library)}
+
+
+def calibrate_multiplier(eps: float, delta: float, compositions, low: float = 0.05, high: float = 200.0,
+                         tol: float = 1e-3) -> float:
+    """Smallest noise multiplier z with library eps(z) <= eps (bisection; eps decreases in z).
+
+    `compositions(z)` returns the list of `accountant.GaussianComposition` the
+    mechanism releases with multiplier z.
+    """
+    if not accountant.combined_epsilon(compositions(high), delta) <= eps:
+        raise ValueError(f"even noise multiplier {high} does not reach eps = {eps}")
+    while high - low > tol * high:
+        mid = 0.5 * (low + high)
+        if accountant.combined_epsilon(compositions(mid), delta) <= eps:
+            high = mid
+        else:
+            low = mid
+    return high

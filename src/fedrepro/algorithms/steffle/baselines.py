@@ -1,0 +1,217 @@
+"""The two DP-and-fair baselines of the SteFFLe figures, re-implemented (no public code used).
+
+Both train binary logistic regression as one vectorised program over seeds x
+settings (`common.GridTrainer`) and promote the same fairness notion as the
+panel: demographic parity (one stratum) or equalized odds (strata = labels).
+For a sample in cell (z, a) (stratum z, sensitive group a) the group rates are
+r_{za} = E[sigma(theta^T x) | z, a] and r_z = E[sigma | z]; the gradient of a
+function of the rates is a per-sample sum with coefficient
+kappa[z, a] = A[z, a] / P(z, a) - sum_b A[z, b] / P(z)  (`cell_coef`), so each
+sample's gradient is kappa sigma(1 - sigma) x and can be clipped per sample.
+P(z, a) are the public attribute frequencies, as SteFFLe's P_S.
+
+TranTrainer -- Tran, Fioretto, Van Hentenryck (AAAI 2021), "Differentially Private
+and Fair Deep Learning: A Lagrangian Dual Approach", algorithm PF-LD.
+  Follows the paper: central (not federated) DP w.r.t. the sensitive attribute
+  only; constraints |r_{za} - r_z| <= alpha per group (their DP / EO constraints on
+  soft predictions); primal step = noiseless loss gradient (x, y are public) plus
+  the Lagrangian-term gradient clipped per sample to C_p with Gaussian noise;
+  dual step once per epoch: multipliers mu <- max(0, mu + s (|v| - alpha)) from the
+  privately released violations v (noisy group sums of sigma over the training set);
+  privacy of both steps composed by an accountant (here the library's RDP).
+  Adapted: (1) the dual step size s is the swept "lambda" (mu_0 = 0), which traces
+  the trade-off curve as lambda does for the other methods; (2) the sign of each
+  |.| in the primal gradient is taken from the last released (noisy) violation, so
+  the primal step touches s only through the clipped, noised term; (3) one noise
+  multiplier z for both steps, calibrated with the library so the composition
+  meets (eps, delta); C_p = 10 as in their experiments (config key clip_primal).
+
+LingTrainer -- Ling et al. (2024), "FedFDP: Fairness-Aware Federated Learning with
+Differential Privacy" (FedFair + DP).
+  Follows the paper: federated; each client runs DP-SGD with record-level DP
+  (the whole record is private, per-sample clipping + Gaussian noise, noise
+  calibrated per client to (eps, delta)); the fairness-aware clipping clips the
+  loss part (C1) and the fairness part (C2) of each per-sample gradient separately;
+  clients also upload noised statistics the fairness term needs (FedFDP uploads
+  clipped, noised loss values); FedFair's penalty is lambda times the squared
+  deviation of a unit's statistic from the average.
+  Adapted: FedFair penalises the deviation of each CLIENT's loss from the mean
+  loss (performance fairness); the SteFFLe paper compares it on demographic parity
+  and equalized odds, so the penalty here is lambda * sum_{z,a} (r_{za} - r_z)^2
+  (squared deviation of each sensitive group's positive rate from the stratum
+  rate), with the rates estimated by the server from the noised per-cell sums of
+  sigma the silos upload each round (used in the next round). One local step
+  per round (the uploaded model update is then exactly the noisy gradient step),
+  giving the same round and batch budget as SteFFLe. Group sums have replace-one
+  sensitivity sqrt(2), the clipped gradient mean 2 (C1 + C2) / m.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from fedrepro.fl.transport import Wire
+
+from . import fermi
+from .common import ITERATES, FairData, GridTrainer, clip_coef, strata
+
+FAIRNESS = ("dp", "eo")
+
+
+@dataclass
+class BaselineConfig:
+    batch: int = 256
+    epochs: int = 40
+    eta_theta: float = 0.25
+    lr_decay: float = 0.8
+    decay_every: int = 10
+    fairness: str = "dp"
+    clip_primal: float = 10.0   # Tran: C_p
+    alpha: float = 0.0          # Tran: constraint slack
+    clip_loss: float = 1.0      # Ling: C1
+    clip_fair: float = 1.0      # Ling: C2
+    iterate: str = "final"
+    eval_every: int = 10
+    with_replacement: bool = False
+
+    def __post_init__(self):
+        if self.fairness not in FAIRNESS:
+            raise ValueError(f"fairness must be one of {FAIRNESS}, got {self.fairness!r}")
+        if self.iterate not in ITERATES:
+            raise ValueError(f"iterate must be one of {ITERATES}, got {self.iterate!r}")
+        for key in ("eta_theta", "clip_primal", "clip_loss", "clip_fair"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+
+
+class _CellMixin:
+    """Cells (stratum, group), their public frequencies and the per-sample coefficient map."""
+
+    def _setup_cells(self, data: FairData, fairness: str):
+        self.Z, z = strata(data, fairness)
+        self.C = self.Z * data.k
+        self.cells_of = z * data.k + data.s
+        counts = torch.bincount(self.cells_of, minlength=self.C).float()
+        if (counts == 0).any():
+            raise ValueError(f"every (stratum, group) cell needs samples; counts = {counts.tolist()}")
+        self.cell_counts = counts
+        self.p_cell = (counts / counts.sum()).view(self.Z, data.k)           # P(z, a)
+        self.p_stratum = self.p_cell.sum(-1, keepdim=True)                   # P(z)
+
+    def cell_coef(self, A: torch.Tensor) -> torch.Tensor:
+        """kappa[z, a] = A[z, a]/P(z, a) - sum_b A[z, b]/P(z), flattened to (..., C)."""
+        kappa = A / self.p_cell - (A / self.p_stratum).sum(-1, keepdim=True)
+        return kappa.flatten(-2)
+
+    def per_sample(self, kappa: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """kappa[cell_i] for every sample: (S, G, C) x (S, N, m) -> (S, G, N, m)."""
+        S_, N, m = cell.shape
+        out = torch.gather(kappa, 2, cell.reshape(S_, 1, -1).expand(-1, kappa.shape[1], -1))
+        return out.view(S_, -1, N, m)
+
+
+class TranTrainer(_CellMixin, GridTrainer):
+    """PF-LD (central). dual_lr (G,): the swept step size s; multiplier (G,): noise multiplier z."""
+
+    def __init__(self, data: FairData, cfg: BaselineConfig, seeds, dual_lr, multiplier):
+        if data.num_silos != 1:
+            raise ValueError("Tran et al. (PF-LD) is central: pass data.centralised()")
+        self.dual_lr = torch.as_tensor(dual_lr, dtype=torch.float32).reshape(-1)
+        G = len(self.dual_lr)
+        super().__init__(data, cfg, seeds, G)
+        self.z_mult = torch.as_tensor(multiplier, dtype=torch.float32).reshape(G)
+        self._setup_cells(data, cfg.fairness)
+        S = len(self.seeds)
+        self.mu = torch.zeros(S, G, self.Z, data.k)
+        self.sign = torch.zeros(S, G, self.Z, data.k)
+        self.noise_shapes = {"u": (1, data.x.shape[1])}
+
+    def step(self, t, local, weight, noise):
+        cfg = self.cfg
+        xb, yb, xnorm, cell = self.batch(local, self.cells_of)
+        cnt = weight.sum(-1)
+        logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)
+        p1 = torch.sigmoid(logits)
+        resid = (p1 - yb[:, None]) * weight
+        kappa = self.per_sample(self.cell_coef(self.mu * self.sign), cell)
+        c = clip_coef(p1 * (1 - p1) * kappa, xnorm, cfg.clip_primal) * weight
+        G = resid.shape[1]
+        both = torch.einsum("sgnm,snmd->sgnd", torch.cat([resid, c], dim=1), xb) / cnt[:, None]
+        sigma = (self.z_mult * 2 * cfg.clip_primal / cfg.batch)[None, :, None, None]
+        step = both[:, :G] + both[:, G:] + sigma * noise["u"][:, None]
+        self.theta = self.theta - self.lr() * step[:, :, 0]
+        self.remember_iterate(t)
+
+    def end_epoch(self):
+        """Dual step: noisy group sums of sigma over the training set -> violations -> multipliers."""
+        p1 = torch.sigmoid(torch.einsum("nd,sgd->sgn", self.data.x, self.theta))
+        sums = torch.einsum("sgn,nc->sgc", p1, fermi.onehot(self.cells_of, self.C))
+        noise = torch.stack([torch.randn(self.C, generator=g) for g in self.gens["noise"]])[:, None]
+        noisy = sums + (self.z_mult * math.sqrt(2.0))[None, :, None] * noise
+        Zk = self.p_cell.shape
+        rate = (noisy / self.cell_counts).view(*noisy.shape[:2], *Zk)
+        stratum_rate = sums.view(*sums.shape[:2], *Zk).sum(-1, keepdim=True) / \
+            self.cell_counts.view(Zk).sum(-1, keepdim=True)                   # does not depend on s
+        violation = rate - stratum_rate
+        self.sign = torch.sign(violation)
+        self.mu = (self.mu + self.dual_lr[None, :, None, None] * (violation.abs() - self.cfg.alpha)).clamp_min(0)
+
+    def extra_state(self):
+        return {"mu": self.mu, "sign": self.sign}
+
+    def load_extra_state(self, state):
+        self.mu, self.sign = state["mu"], state["sign"]
+
+    def result_extra(self):
+        return {"mu": self.mu}
+
+
+class LingTrainer(_CellMixin, GridTrainer):
+    """FedFDP adapted to group fairness. lam (G,): FedFair weight; multiplier (G,): noise multiplier z."""
+
+    def __init__(self, data: FairData, cfg: BaselineConfig, seeds, lam, multiplier, wire: Wire | None = None):
+        self.lam = torch.as_tensor(lam, dtype=torch.float32).reshape(-1)
+        G = len(self.lam)
+        super().__init__(data, cfg, seeds, G)
+        self.z_mult = torch.as_tensor(multiplier, dtype=torch.float32).reshape(G)
+        self._setup_cells(data, cfg.fairness)
+        self.wire = wire if wire is not None else Wire(record=False)
+        self.rates = torch.zeros(len(self.seeds), G, self.Z, data.k)        # server's estimate of r_{za}
+        N = data.num_silos
+        self.noise_shapes = {"u": (N, data.x.shape[1]), "r": (N, self.C)}
+
+    def step(self, t, local, weight, noise):
+        cfg, N = self.cfg, self.data.num_silos
+        self.wire.round = t
+        for j in range(N):
+            self.wire.send("server", f"silo{j}", "model", {"theta": self.theta, "rates": self.rates})
+        xb, yb, xnorm, cell = self.batch(local, self.cells_of)
+        cnt = weight.sum(-1)
+        logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)
+        p1 = torch.sigmoid(logits)
+        loss_c = clip_coef(p1 - yb[:, None], xnorm, cfg.clip_loss)
+        stratum_rate = (self.rates * self.p_cell).sum(-1, keepdim=True) / self.p_stratum
+        kappa = self.per_sample(self.cell_coef(2.0 * (self.rates - stratum_rate)), cell)
+        fair_c = clip_coef(self.lam[None, :, None, None] * p1 * (1 - p1) * kappa, xnorm, cfg.clip_fair)
+        summed = torch.einsum("sgnm,snmd->sgnd", (loss_c + fair_c) * weight, xb)
+        sigma = (self.z_mult * 2 * (cfg.clip_loss + cfg.clip_fair) / cfg.batch)[None, :, None, None]
+        update = summed / cnt[:, None] + sigma * noise["u"][:, None]
+        C1 = fermi.onehot(cell, self.C) * weight[..., None]
+        stats = torch.einsum("sgnm,snmc->sgnc", p1, C1) + \
+            (self.z_mult * math.sqrt(2.0))[None, :, None, None] * noise["r"][:, None]
+        received = [(self.wire.send(f"silo{j}", "server", "model_update", update[:, :, j]),
+                     self.wire.send(f"silo{j}", "server", "fair_stats", stats[:, :, j])) for j in range(N)]
+        self.theta = self.theta - self.lr() * torch.stack([r[0] for r in received]).mean(0)
+        expected = cnt.sum() * self.p_cell.flatten()                        # public expected cell counts
+        total = torch.stack([r[1] for r in received]).sum(0)
+        self.rates = (total / expected).view_as(self.rates)
+        self.remember_iterate(t)
+
+    def extra_state(self):
+        return {"rates": self.rates}
+
+    def load_extra_state(self, state):
+        self.rates = state["rates"]

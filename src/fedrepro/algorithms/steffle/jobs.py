@@ -1,0 +1,196 @@
+"""Pipeline jobs of the SteFFLe paper: one job = one (data set, method, fairness, N, h)
+panel family, with every seed, epsilon and lambda of it trained as one program.
+
+Spec keys (built by `fedrepro.experiments.steffle`):
+  method, fairness ("dp" | "eo"), num_silos, h, epsilons (numbers or "inf"),
+  lambdas, train (the method's hyper-parameters), checkpoint_every (epochs).
+Inputs: data (arrays.npz), partition (Algorithm 3 silos; federated methods only).
+Outputs: metrics (Parquet: seed, eps, lam, epoch, kind = eval | final, error,
+dp_violation, eo_violation) and summary (JSON: spec, rounds, per-eps privacy
+record: sigmas, Theorem 3.3 precondition flags, library epsilon, time).
+
+Methods (spec §3.6): steffle / steffle_nonprivate (federated, Algorithm 1),
+dp_fermi / fermi (central N = 1: Lowy et al. 2023 / 2022b, the same program on one
+silo with n~ = n), fedavg / erm (lambda = 0, no noise; federated with one local
+step per round, i.e. FedSGD, DECISION: the paper gives no local-step count, one
+step keeps the round and batch budget of SteFFLe / central SGD), tran2021 and
+ling2024 (`baselines.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fedrepro.data.arrays import load_prepared
+from fedrepro.data.partition import load_partition
+from fedrepro.privacy import accountant
+from fedrepro.privacy import steffle as thm
+
+from . import accounting
+from .baselines import BaselineConfig, LingTrainer, TranTrainer
+from .common import BatchSchedule, FairData
+from .sgda import SGDAConfig, SteffleTrainer
+
+log = logging.getLogger(__name__)
+
+FEDERATED = ("steffle", "steffle_nonprivate", "fedavg", "ling2024")
+CENTRAL = ("dp_fermi", "fermi", "erm", "tran2021")
+NON_FAIR = ("fedavg", "erm")
+NON_PRIVATE = ("steffle_nonprivate", "fermi", "fedavg", "erm")
+METHODS = FEDERATED + CENTRAL
+
+
+def load_data(job) -> FairData:
+    prepared = load_prepared(Path(job.input["data"]).parent)
+    for key in ("s_train", "s_test"):
+        if key not in prepared.extras:
+            raise KeyError(f"{job.input['data']}: SteFFLe needs the sensitive attribute {key!r}")
+    if job.spec["method"] in FEDERATED:
+        silos = load_partition(job.input["partition"]).clients
+    else:
+        silos = [np.arange(len(prepared.y_train))]
+    return FairData.from_arrays(prepared.x_train, prepared.y_train, prepared.extras["s_train"],
+                                prepared.x_test, prepared.y_test, prepared.extras["s_test"], silos)
+
+
+def grid(spec: dict) -> tuple[list, list[float]]:
+    """(eps, lambda) of every setting, eps-major; non-private / non-fair methods collapse their axis."""
+    method = spec["method"]
+    epsilons = ["inf"] if method in NON_PRIVATE else list(spec["epsilons"])
+    lambdas = [0.0] if method in NON_FAIR else [float(v) for v in spec["lambdas"]]
+    return [(e, lam) for e in epsilons for lam in lambdas], epsilons
+
+
+def _sgda_config(spec: dict) -> SGDAConfig:
+    return SGDAConfig(fairness=spec["fairness"], **spec["train"])
+
+
+def _baseline_config(spec: dict) -> BaselineConfig:
+    return BaselineConfig(fairness=spec["fairness"], **spec["train"])
+
+
+def _privacy_context(data: FairData, batch: int, epochs: int) -> dict:
+    n = len(data.y)
+    sizes = data.silo_sizes
+    rounds = epochs * BatchSchedule(sizes, batch).rounds_per_epoch
+    rho = thm.rho_from_attribute(data.s.numpy(), data.k)
+    return {"n": n, "silo_sizes": sizes, "rounds": rounds, "rho": rho, "delta": thm.delta_for_n(n)}
+
+
+def _build_steffle(spec, data, seeds, settings, epsilons):
+    cfg = _sgda_config(spec)
+    ctx = _privacy_context(data, cfg.batch, cfg.epochs)
+    batch = min(cfg.batch, max(ctx["silo_sizes"]))
+    noise = {str(e): accounting.steffle_noise(e, ctx["delta"], ctx["rounds"], ctx["silo_sizes"], ctx["rho"],
+                                              cfg.clip, cfg.radius, batch, cfg.compat_refcode) for e in epsilons}
+    for e, record in noise.items():
+        if record["precondition_messages"]:
+            log.warning("eps=%s: Theorem 3.3 preconditions broken: %s", e, "; ".join(record["precondition_messages"]))
+    lam = [lam for _, lam in settings]
+    sig_t = [noise[str(e)]["sigma_theta"] for e, _ in settings]
+    sig_w = [noise[str(e)]["sigma_w"] for e, _ in settings]
+    trainer = SteffleTrainer(data, cfg, seeds, lam, sig_t, sig_w)
+    return trainer, {**ctx, "per_eps": noise}
+
+
+def _calibrated(eps, ctx, compositions) -> dict:
+    if not accounting.is_private(eps):
+        return {"eps": "inf", "noise_multiplier": 0.0, "library_epsilon": math.inf}
+    z = accounting.calibrate_multiplier(float(eps), ctx["delta"], compositions)
+    return {"eps": float(eps), "noise_multiplier": z,
+            "library_epsilon": accountant.combined_epsilon(compositions(z), ctx["delta"])}
+
+
+def _build_tran(spec, data, seeds, settings, epsilons):
+    cfg = _baseline_config(spec)
+    ctx = _privacy_context(data, cfg.batch, cfg.epochs)
+    q = min(1.0, cfg.batch / ctx["n"])
+
+    def compositions(z):  # T primal releases (q = m/n) + one dual release per epoch (q = 1)
+        return [accountant.GaussianComposition(z, ctx["rounds"], q, "PF-LD primal"),
+                accountant.GaussianComposition(z, cfg.epochs, 1.0, "PF-LD dual")]
+
+    noise = {str(e): _calibrated(e, ctx, compositions) for e in epsilons}
+    mult = [noise[str(e)]["noise_multiplier"] for e, _ in settings]
+    trainer = TranTrainer(data, cfg, seeds, [lam for _, lam in settings], mult)
+    return trainer, {**ctx, "per_eps": noise}
+
+
+def _build_ling(spec, data, seeds, settings, epsilons):
+    cfg = _baseline_config(spec)
+    ctx = _privacy_context(data, cfg.batch, cfg.epochs)
+    q = min(1.0, cfg.batch / min(ctx["silo_sizes"]))            # smallest silo: conservative for all
+
+    def compositions(z):  # per silo: T gradient releases + T statistic releases, both at q = m/n_j
+        return [accountant.GaussianComposition(z, ctx["rounds"], q, "FedFDP gradient"),
+                accountant.GaussianComposition(z, ctx["rounds"], q, "FedFDP group statistics")]
+
+    noise = {str(e): _calibrated(e, ctx, compositions) for e in epsilons}
+    mult = [noise[str(e)]["noise_multiplier"] for e, _ in settings]
+    trainer = LingTrainer(data, cfg, seeds, [lam for _, lam in settings], mult)
+    return trainer, {**ctx, "per_eps": noise}
+
+
+def build(spec: dict, data: FairData, seeds: list[int]):
+    """The trainer of one job and its privacy record."""
+    method = spec["method"]
+    if method not in METHODS:
+        raise KeyError(f"unknown SteFFLe method {method!r}; allowed values: {', '.join(METHODS)}")
+    if method in CENTRAL:
+        data = data.centralised()
+    settings, epsilons = grid(spec)
+    if method == "tran2021":
+        return (*_build_tran(spec, data, seeds, settings, epsilons), settings)
+    if method == "ling2024":
+        return (*_build_ling(spec, data, seeds, settings, epsilons), settings)
+    return (*_build_steffle(spec, data, seeds, settings, epsilons), settings)
+
+
+def metrics_frame(result, seeds, settings) -> pd.DataFrame:
+    """Long table: one line per (seed, eps, lambda, evaluation) plus the returned iterate (kind=final)."""
+    rows = []
+    evaluations = [(epoch, "eval", m) for epoch, m in result.history]
+    evaluations.append((result.history[-1][0], "final", result.final))
+    for epoch, kind, metrics in evaluations:
+        for si, seed in enumerate(seeds):
+            for gi, (eps, lam) in enumerate(settings):
+                rows.append({"seed": seed, "eps": str(eps), "lam": lam, "epoch": epoch, "kind": kind,
+                             **{k: float(v[si, gi]) for k, v in metrics.items()}})
+    return pd.DataFrame(rows)
+
+
+def _jsonable(value):
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return value
+
+
+def run_job(job) -> None:
+    torch.set_num_threads(max(1, int(job.threads)))
+    if not job.seeds:
+        raise ValueError("a SteFFLe job needs seeds (the {seeds} wildcard)")
+    start = time.time()
+    data = load_data(job)
+    trainer, privacy, settings = build(job.spec, data, job.seeds)
+    every = int(job.spec.get("checkpoint_every", 10))
+    result = trainer.run(checkpoint=Path(job.scratch) / "state.pt", checkpoint_every=every)
+    metrics_frame(result, job.seeds, settings).to_parquet(job.out("metrics"), index=False)
+    summary = {"spec": job.spec, "rounds": result.rounds, "privacy": privacy, "seconds": time.time() - start,
+               "models": len(job.seeds) * len(settings),
+               "seeds": {str(s): {"final": {}} for s in job.seeds}}
+    job.out("summary").write_text(json.dumps(_jsonable(summary), indent=1))
+    log.info("trained %d models in %.1f s", summary["models"], summary["seconds"])

@@ -1,0 +1,210 @@
+"""Planner of DPZV (Figures 2-6 and the claims table); pure Python, no torch.
+
+A run is one method on one data set for a group of privacy variants (eps, and
+C for DPZV). The variants a (data set, method) needs are the union over the
+figures: Figure 3's eps grid, Figure 2's eps, Figure 4's clipped/unclipped
+DPZV at eps = inf and Figure 5's C sweep at eps = 1. `variants_per_job` groups
+them (quick: several per job to save start-up; paper: 1). A run's spec holds
+only the keys its method reads (`METHOD_KEYS`), so changing, say, ZOO-VFL's
+pair-release rule re-runs only ZOO-VFL.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fedrepro.data.partition import make_tag
+from fedrepro.experiments import Run, number_tag
+
+PAPER = "dpzv"
+METHODS = ("dpzv", "vafl", "zoo_vfl", "vfl_czofo")
+LABELS = {"dpzv": "DPZV", "vafl": "VAFL", "zoo_vfl": "ZOO-VFL", "vfl_czofo": "VFL-CZOFO"}
+COMMON_KEYS = ("schedule", "client_weights", "table_init", "val", "val_fraction", "library_accountant")
+METHOD_KEYS = {
+    "dpzv": ("zo_lambda", "clip_mode", "fd_denominator", "direction", "zo_momentum", "server_update",
+             "momentum", "table_update"),
+    "vafl": ("embed_clip", "momentum"),
+    "zoo_vfl": ("embed_clip", "zo_lambda", "direction", "zo_momentum", "zoo_pair_release"),
+    "vfl_czofo": ("embed_clip", "momentum", "zo_lambda", "perturbations"),
+}
+FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6")
+
+
+def _eps(value) -> float:
+    return math.inf if value == "inf" else float(value)
+
+
+def _eps_value(value):
+    """eps for a spec: a number, or the string "inf" (JSON has no infinity)."""
+    return "inf" if _eps(value) == math.inf else float(value)
+
+
+def partition_tag(dataset_cfg: dict) -> str:
+    part = dataset_cfg["partition"]
+    return make_tag("vertical", split=part["split"], clients=part["clients"])
+
+
+def method_spec(config: dict, dataset: str, method: str) -> dict:
+    """Every setting one (data set, method) reads, shared + dataset + method learning rates."""
+    section = config[PAPER]
+    data_cfg = section["datasets"][dataset]
+    shared = {**section["shared"], **data_cfg.get("overrides", {})}
+    if method not in data_cfg["lr"]:
+        raise KeyError(f"dpzv.datasets.{dataset}.lr has no entry for method {method!r}")
+    lr = data_cfg["lr"][method]
+    model = data_cfg["model"]
+    spec = {
+        "dataset": dataset, "method": method,
+        "batch_size": data_cfg["batch_size"], "epochs": data_cfg["epochs"],
+        "evals_per_epoch": data_cfg.get("evals_per_epoch", 1),
+        "client_model": model["client"], "client_kwargs": dict(model.get("options", {})),
+        "embed_dim": model["embed_dim"], "server_hidden": model["server_hidden"],
+        "lr_server": lr["server"], "lr_client": lr["client"], "delta": section["delta"],
+        "device": config.get("device", "auto"), "checkpoint_every": config.get("checkpoint_every", 1),
+    }
+    spec.update({k: shared[k] for k in COMMON_KEYS if k in shared})
+    spec.update({k: shared[k] for k in METHOD_KEYS[method] if k in shared})
+    if method == "dpzv" and spec.get("server_update") == "zo":
+        spec.pop("momentum", None)  # a ZO server reads zo_momentum only
+    return spec
+
+
+def _variant(method: str, eps, clip) -> tuple:
+    return (_eps(eps), float(clip) if method == "dpzv" else None)
+
+
+def variants_needed(config: dict, dataset: str, method: str) -> list[tuple]:
+    """(eps, clip) pairs of one data set and method over every figure, sorted."""
+    section = config[PAPER]
+    figs = section["figures"]
+    clip = _eps(section["shared"]["clip"])
+    wanted = set()
+    if dataset in figs.get("fig3", []):
+        grid = section["datasets"][dataset].get("eps_grid", section["eps_grid"])
+        wanted |= {_variant(method, e, clip) for e in grid}
+    if dataset in figs.get("fig2", {}):
+        wanted.add(_variant(method, figs["fig2"][dataset], clip))
+    if method == "dpzv":
+        if dataset in figs.get("fig4", {}).get("datasets", []):
+            wanted |= {(math.inf, clip), (math.inf, math.inf)}
+        fig5 = figs.get("fig5", {})
+        if dataset in fig5.get("datasets", []):
+            wanted |= {(_eps(fig5["eps"]), float(c)) for c in fig5["clips"]}
+    return sorted(wanted, key=lambda v: (v[0], v[1] if v[1] is not None else 0.0))
+
+
+def variant_spec(eps: float, clip) -> dict:
+    out = {"eps": _eps_value(eps)}
+    if clip is not None:
+        out["clip"] = "inf" if clip == math.inf else clip
+    return out
+
+
+def variant_tag(eps: float, clip) -> str:
+    tag = f"eps{number_tag(eps)}"
+    return tag if clip is None else f"{tag}-C{number_tag(clip)}"
+
+
+def training_datasets(config: dict) -> list[str]:
+    figs = config[PAPER]["figures"]
+    names = [*figs.get("fig3", []), *figs.get("fig2", {}), *figs.get("fig4", {}).get("datasets", []),
+             *figs.get("fig5", {}).get("datasets", [])]
+    return list(dict.fromkeys(names))
+
+
+def runs(config: dict) -> list[Run]:
+    section = config[PAPER]
+    per_job = section.get("variants_per_job", 1)
+    out = []
+    for dataset in training_datasets(config):
+        for method in section["methods"]:
+            variants = variants_needed(config, dataset, method)
+            spec = method_spec(config, dataset, method)
+            for i in range(0, len(variants), per_job):
+                group = variants[i:i + per_job]
+                setting = "+".join(variant_tag(*v) for v in group)
+                out.append(Run(dataset, method, setting, {**spec, "variants": [variant_spec(*v) for v in group]},
+                               partition_tag(section["datasets"][dataset])))
+    return out
+
+
+def runs_for(all_runs: list[Run], datasets, methods=METHODS, eps=None, clip=None) -> list[Run]:
+    """The runs holding a variant of `datasets` x `methods` (optionally with a given eps / clip)."""
+    chosen = []
+    for run in all_runs:
+        if run.dataset not in datasets or run.method not in methods:
+            continue
+        variants = run.spec["variants"]
+        if eps is not None:
+            variants = [v for v in variants if _eps(v["eps"]) == _eps(eps)]
+        if clip is not None and run.method == "dpzv":
+            variants = [v for v in variants if _eps(v["clip"]) == _eps(clip)]
+        if variants:
+            chosen.append(run)
+    return chosen
+
+
+def figure_runs(config: dict, all_runs: list[Run]) -> dict[str, list[Run]]:
+    """Which runs each figure/table reads."""
+    section = config[PAPER]
+    figs = section["figures"]
+    methods = section["methods"]
+    out = {"fig3": runs_for(all_runs, figs.get("fig3", []), methods)}
+    out["fig2"] = [r for d, e in figs.get("fig2", {}).items() for r in runs_for(all_runs, [d], methods, eps=e)]
+    out["fig4"] = runs_for(all_runs, figs.get("fig4", {}).get("datasets", []), ["dpzv"], eps="inf")
+    fig5 = figs.get("fig5", {})
+    out["fig5"] = runs_for(all_runs, fig5.get("datasets", []), ["dpzv"], eps=fig5.get("eps"))
+    out["claims"] = list(dict.fromkeys(out["fig2"] + out["fig3"] + out["fig4"] + out["fig5"]))
+    return out
+
+
+def memory_datasets(config: dict) -> list[str]:
+    return list(config[PAPER]["figures"].get("fig6", {}).get("datasets", {}))
+
+
+def memory_spec(config: dict, dataset: str) -> dict:
+    """Figure 6 job: each method's settings on `dataset` with the figure's model/batch overrides."""
+    section = config[PAPER]
+    fig6 = section["figures"]["fig6"]
+    local = fig6["datasets"][dataset] or {}
+    entries = []
+    for method in section["methods"]:
+        spec = method_spec(config, dataset, method)
+        if "model" in local:
+            spec.update(client_model=local["model"]["client"], client_kwargs=dict(local["model"].get("options", {})),
+                        embed_dim=local["model"]["embed_dim"], server_hidden=local["model"]["server_hidden"])
+        spec["batch_size"] = local.get("batch_size", spec["batch_size"])
+        spec["epochs"] = 1
+        for key in ("dataset", "method", "device", "checkpoint_every"):
+            spec.pop(key)
+        momenta = fig6.get("zo_momentum", [spec.get("zo_momentum", 0.9)]) if "zo_momentum" in spec else [None]
+        for m in momenta:
+            options = dict(spec) if m is None else {**spec, "zo_momentum": m}
+            label = LABELS[method] if m is None else f"{LABELS[method]} (ZO momentum {m:g})"
+            entries.append({"method": method, "label": label, "options": options})
+    return {"dataset": dataset, "entries": entries, "settings": {}, "rounds": fig6["rounds"],
+            "num_samples": fig6["num_samples"], "device": config.get("device", "auto"),
+            "val": section["shared"].get("val", "holdout"), "val_fraction": section["shared"].get("val_fraction", 0.1)}
+
+
+def report_spec(config: dict) -> dict:
+    section = config[PAPER]
+    return {"scale": config["scale"], "decimals": config["report"]["decimals"], "delta": section["delta"],
+            "figures": section["figures"], "methods": section["methods"], "clip": section["shared"]["clip"],
+            "device": config.get("device", "auto")}
+
+
+def check(config: dict) -> list[str]:
+    """Cross-field errors a schema cannot express."""
+    section = config[PAPER]
+    errors = []
+    for dataset in {*training_datasets(config), *memory_datasets(config)}:
+        if dataset not in section["datasets"]:
+            errors.append(f"dpzv.figures uses data set {dataset!r}, which dpzv.datasets does not configure")
+            continue
+        missing = [m for m in section["methods"] if m not in section["datasets"][dataset]["lr"]]
+        if missing:
+            errors.append(f"dpzv.datasets.{dataset}.lr lacks {', '.join(missing)}")
+    if _eps(section["shared"]["clip"]) == math.inf:
+        errors.append("dpzv.shared.clip must be finite (the DP sensitivity is 2C/B); Figure 4 adds the unclipped run")
+    return errors

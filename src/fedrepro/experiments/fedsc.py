@@ -1,0 +1,266 @@
+"""Planner of the FedSC paper (pure Python): config section -> runs, probes and report cells.
+
+Runs (one pretraining job per method, dataset, participation, privacy level and seed batch):
+* every method of `methods` except Centralized SC, on every dataset, with full
+  participation (`full`) and partial participation (`partial`: max(int(p J), 2)
+  clients per round, p = `datasets.<d>.partial`);
+* FedSC additionally at every privacy level of `datasets.<d>.privacy` for the
+  participations the level lists; eps = inf (share every round, no noise) always runs;
+* Centralized SC once per dataset (setting `central`).
+Two privacy levels whose runs would be identical (same participation, sharing
+schedule and explicit sigma, e.g. Table 6's (6, 1e-2) and (8, 1e-4) on SVHN) share
+one run that reports its epsilon at both deltas (spec §4: "the same runs under two
+accountings").
+
+Every run's spec holds only what its method reads; the probe stage's spec only
+the encoder and probe settings. Report cells name the probe/summary files and
+the (row, column) of the paper's tables they fill.
+"""
+
+from __future__ import annotations
+
+from fedrepro.data.partition import make_tag
+from fedrepro.experiments import Run, number_tag, seed_tags
+
+PAPER = "fedsc"
+METHOD_ORDER = ("fedavg_byol", "fedavg_sc", "fedu", "fedema", "fedx", "fedca", "fedsc", "centralized_sc")
+ROW_NAMES = {"fedavg_byol": "FedAvg + BYOL", "fedavg_sc": "FedAvg + SC", "fedu": "FedU", "fedema": "FedEMA",
+             "fedx": "FedX", "fedca": "FedCA", "fedsc": "FedSC (Proposed)", "centralized_sc": "Centralized SC"}
+DATASET_NAMES = {"svhn": "SVHN", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
+SC_FAMILY = ("fedsc", "fedavg_sc", "centralized_sc")
+METHOD_KEYS = {"fedavg_byol": ("byol",), "fedu": ("byol", "fedu"), "fedema": ("byol", "fedema"),
+               "fedx": ("fedx",), "fedca": ("fedca",)}
+TRAIN_KEYS = ("lr", "grad_clip")
+PARTICIPATIONS = ("full", "partial")
+
+
+def partition_tag(ds: dict) -> str:
+    params = {"clients": ds["clients"]}
+    if ds.get("per_client") is not None:
+        params["per_client"] = ds["per_client"]
+    return make_tag("classes", **params)
+
+
+def clients_per_round(ds: dict, participation: str) -> int:
+    """The code's rule: all clients, or max(int(p J), 2) (2/5, 2/10, 4/20)."""
+    j = int(ds["clients"])
+    return j if participation == "full" else min(j, max(int(float(ds["partial"]) * j), 2))
+
+
+def column(dataset: str, ds: dict, participation: str) -> str:
+    """The paper's column label, e.g. 'CIFAR10 2/10'."""
+    return f"{DATASET_NAMES.get(dataset, dataset)} {clients_per_round(ds, participation)}/{ds['clients']}"
+
+
+def _base_spec(config: dict, section: dict, dataset: str, method: str) -> dict:
+    ds = section["datasets"][dataset]
+    m = section["methods"][method]
+    train = {**section["train"], "batch_size": ds["batch_size"], **{k: m[k] for k in TRAIN_KEYS}}
+    spec = {"method": method, "rounds": section["rounds"], "encoder": ds["encoder"], "projector": ds["projector"],
+            "train": train, "augment": {**section.get("augment", {}), **ds.get("augment", {})},
+            "knn": section["knn"], "device": config.get("device", "auto"),
+            "checkpoint_every": config.get("checkpoint_every", 1)}
+    if "normalize" in ds:
+        spec["normalize_mean"], spec["normalize_std"] = ds["normalize"]["mean"], ds["normalize"]["std"]
+    for key in METHOD_KEYS.get(method, ()):
+        spec[key] = m.get(key, {})
+    if method in SC_FAMILY:
+        spec.update(mu=ds["mu"], loss_scale=section["loss_scale"], sharing=None)
+    return spec
+
+
+def _fedsc_spec(section: dict, ds: dict, base: dict, level: dict, deltas: list[float]) -> dict:
+    eps = level["eps"]
+    privacy = {"eps": eps, "deltas": deltas}
+    if eps != "inf":
+        privacy.update(delta=level["delta"], sigma=level.get("sigma"), sens_factor=section["sens_factor"],
+                       partial_scaling=section["partial_scaling"])
+    sharing = level.get("sharing", {"after": 0.0, "every": 1}) if eps != "inf" else {"after": 0.0, "every": 1}
+    return {**base, "sharing": sharing, "privacy": privacy, "alpha": section["alpha"],
+            "dpcalr": section["dpcalr"], "client_weights": section["client_weights"]}
+
+
+def privacy_levels(ds: dict) -> list[dict]:
+    """The configured levels plus eps = inf (for both participations)."""
+    return [{"eps": "inf", "participation": list(PARTICIPATIONS)}, *ds.get("privacy", [])]
+
+
+def _level_identity(participation: str, level: dict):
+    if level["eps"] == "inf":
+        return (participation, "inf")
+    sharing = level.get("sharing", {"after": 0.0, "every": 1})
+    noise = ("sigma", level["sigma"]) if level.get("sigma") is not None else ("eps", level["eps"], level["delta"])
+    return (participation, sharing.get("after", 0.0), sharing.get("every", 1), noise)
+
+
+def level_tag(participation: str, level: dict) -> str:
+    if level["eps"] == "inf":
+        return f"{participation}_epsinf"
+    return f"{participation}_eps{number_tag(level['eps'])}_d{number_tag(level['delta'])}"
+
+
+def fedsc_settings(ds: dict) -> dict[tuple[str, object, object], str]:
+    """(participation, eps, delta) -> the setting tag of the run serving it (shared runs deduplicated)."""
+    by_identity: dict = {}
+    out = {}
+    for level in privacy_levels(ds):
+        for participation in level["participation"]:
+            key = _level_identity(participation, level)
+            tag = by_identity.setdefault(key, level_tag(participation, level))
+            out[(participation, level["eps"], level.get("delta"))] = tag
+    return out
+
+
+def _fedsc_runs(config, section, dataset, part_tag) -> list[Run]:
+    ds = section["datasets"][dataset]
+    base = _base_spec(config, section, dataset, "fedsc")
+    groups: dict[str, tuple[dict, str, list[float]]] = {}
+    settings = fedsc_settings(ds)
+    for level in privacy_levels(ds):
+        for participation in level["participation"]:
+            tag = settings[(participation, level["eps"], level.get("delta"))]
+            deltas = groups.setdefault(tag, (level, participation, []))[2]
+            if level.get("delta") is not None and level["delta"] not in deltas:
+                deltas.append(level["delta"])
+    runs = []
+    for tag, (level, participation, deltas) in groups.items():
+        spec = _fedsc_spec(section, ds, {**base, "participation": _participation(ds, participation)}, level, deltas)
+        runs.append(Run(dataset, "fedsc", tag, spec, part_tag))
+    return runs
+
+
+def _participation(ds: dict, participation: str):
+    return "full" if participation == "full" else clients_per_round(ds, participation)
+
+
+def runs(config: dict) -> list[Run]:
+    section = config[PAPER]
+    out = []
+    for dataset, ds in section["datasets"].items():
+        part_tag = partition_tag(ds)
+        for method in section["methods"]:
+            if method == "fedsc":
+                out += _fedsc_runs(config, section, dataset, part_tag)
+            elif method == "centralized_sc":
+                central = section["centralized"]
+                spec = _base_spec(config, section, dataset, method)
+                spec.update(participation="full", rounds=central["rounds"],
+                            train={**spec["train"], "local_epochs": central["local_epochs"]})
+                out.append(Run(dataset, method, "central", spec, part_tag))
+            else:
+                for participation in PARTICIPATIONS:
+                    spec = {**_base_spec(config, section, dataset, method),
+                            "participation": _participation(ds, participation)}
+                    out.append(Run(dataset, method, participation, spec, part_tag))
+    return out
+
+
+def probe_spec(config: dict, run: Run) -> dict:
+    section = config[PAPER]
+    spec = {"encoder": run.spec["encoder"], "probe": section["probe"], "device": config.get("device", "auto")}
+    for key in ("normalize_mean", "normalize_std"):
+        if key in run.spec:
+            spec[key] = run.spec[key]
+    return spec
+
+
+# ----------------------------------------------------------------------------- report cells
+
+def _folders(config: dict, dataset: str, method: str, setting: str) -> list[str]:
+    return [f"{config['results']}/{PAPER}/runs/{dataset}/{method}/{setting}/{tag}" for tag in seed_tags(config[PAPER])]
+
+
+def _cells(config, dataset, method, setting, row, col, filename="probe.json") -> list[dict]:
+    return [{"path": f"{folder}/{filename}", "row": row, "column": col}
+            for folder in _folders(config, dataset, method, setting)]
+
+
+def table2_cells(config: dict) -> list[dict]:
+    """Linear-probe accuracy of every method; FedSC at eps = inf; Centralized SC under full participation."""
+    section = config[PAPER]
+    cells = []
+    for participation in PARTICIPATIONS:
+        for dataset in section["tables"]["table2"]["datasets"]:
+            ds = section["datasets"][dataset]
+            col = column(dataset, ds, participation)
+            for method in METHOD_ORDER:
+                if method not in section["methods"]:
+                    continue
+                if method == "centralized_sc":
+                    if participation == "full":
+                        cells += _cells(config, dataset, method, "central", ROW_NAMES[method], col)
+                    continue
+                setting = fedsc_settings(ds)[(participation, "inf", None)] if method == "fedsc" else participation
+                cells += _cells(config, dataset, method, setting, ROW_NAMES[method], col)
+    return cells
+
+
+def dp_table_cells(config: dict, name: str) -> list[dict]:
+    """Tables 3-5: FedAvg+SC, FedSC at each eps of the table (at its delta) and at eps = inf."""
+    section = config[PAPER]
+    table = section["tables"][name]
+    cells = []
+    for participation in table.get("participation", list(PARTICIPATIONS)):
+        for dataset in table["datasets"]:
+            ds = section["datasets"][dataset]
+            col = column(dataset, ds, participation)
+            settings = fedsc_settings(ds)
+            cells += _cells(config, dataset, "fedavg_sc", participation, "FedAvg+SC", col)
+            for eps in [*table["eps"], "inf"]:
+                delta = None if eps == "inf" else table["delta"]
+                key = (participation, eps, delta)
+                if key not in settings:
+                    raise ValueError(f"fedsc.tables.{name}: no privacy level eps={eps} delta={delta} for "
+                                     f"{participation} participation on {dataset}; add it to "
+                                     f"fedsc.datasets.{dataset}.privacy")
+                cells += _cells(config, dataset, "fedsc", settings[key], f"ε={number_tag(eps).replace('inf', '∞')}", col)
+    return cells
+
+
+def figure2_cells(config: dict) -> list[dict]:
+    """kNN curves of FedSC (eps = inf) and FedAvg+SC, full participation."""
+    section = config[PAPER]
+    cells = []
+    for dataset in section["tables"]["figure2"]["datasets"]:
+        ds = section["datasets"][dataset]
+        panel = DATASET_NAMES.get(dataset, dataset)
+        cells += _cells(config, dataset, "fedsc", fedsc_settings(ds)[("full", "inf", None)], "FedSC", panel,
+                        "metrics.parquet")
+        cells += _cells(config, dataset, "fedavg_sc", "full", "FedAvg+SC", panel, "metrics.parquet")
+    return cells
+
+
+def privacy_cells(config: dict) -> list[dict]:
+    """Summaries of every private FedSC run (realised T_j and epsilons)."""
+    section = config[PAPER]
+    cells = []
+    for dataset, ds in section["datasets"].items():
+        for tag in sorted(set(fedsc_settings(ds).values())):
+            if not tag.endswith("epsinf"):
+                cells += _cells(config, dataset, "fedsc", tag, tag, dataset, "summary.json")
+    return cells
+
+
+def check(config: dict) -> list[str]:
+    """Errors a schema cannot express."""
+    from fedrepro.config import dataset_size_errors
+
+    section = config[PAPER]
+    errors = []
+    for dataset, ds in section["datasets"].items():
+        errors += dataset_size_errors(f"{PAPER}.datasets.{dataset}.clients", dataset, ds["clients"])
+        for level in ds.get("privacy", []):
+            if level.get("eps") == "inf":
+                errors.append(f"{PAPER}.datasets.{dataset}.privacy: eps 'inf' always runs; list only finite levels")
+    try:
+        for name in ("table3", "table4", "table5"):
+            if name in section["tables"]:
+                dp_table_cells(config, name)
+    except ValueError as err:
+        errors.append(str(err))
+    for name in section["tables"]:
+        for dataset in section["tables"][name].get("datasets", []):
+            if dataset not in section["datasets"]:
+                errors.append(f"{PAPER}.tables.{name}.datasets: {dataset!r} is not one of fedsc.datasets "
+                              f"({', '.join(section['datasets'])})")
+    return errors

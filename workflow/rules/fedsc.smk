@@ -1,0 +1,208 @@
+# FedSC (Jing et al., ICML 2024): federated SSL pretraining, linear probe, Tables 2-6, Figure 2.
+from fedrepro.algorithms import methods
+from fedrepro.algorithms.fedsc import PROBE as FEDSC_PROBE_ENTRY
+from fedrepro.experiments import fedsc as fedsc_plan
+from fedrepro.experiments import index
+
+FEDSC_RUNS = fedsc_plan.runs(config)
+FEDSC = index(FEDSC_RUNS)
+FEDSC_OUT = f"{RESULTS}/fedsc"
+FEDSC_RUN = "{dataset}/{method}/{setting}/{seeds}"
+FEDSC_REPORT = {"scale": config["scale"], "decimals": config["report"]["decimals"]}
+FEDSC_CELLS = {
+    "table2": fedsc_plan.table2_cells(config),
+    "table3": fedsc_plan.dp_table_cells(config, "table3"),
+    "table4": fedsc_plan.dp_table_cells(config, "table4"),
+    "table5": fedsc_plan.dp_table_cells(config, "table5"),
+    "privacy": fedsc_plan.privacy_cells(config),
+    "figure2": fedsc_plan.figure2_cells(config),
+}
+FEDSC_METHODS = "|".join(methods("fedsc"))
+
+
+rule fedsc_pretrain:
+    wildcard_constraints:
+        method=FEDSC_METHODS,
+    input:
+        data=lambda w: prepared(w.dataset),
+        partition=lambda w: partition_file(w.dataset, planned_run(FEDSC, w).partition),
+        code=code_files("algorithms/fedsc"),
+    output:
+        metrics=f"{FEDSC_OUT}/runs/{FEDSC_RUN}/metrics.parquet",
+        summary=f"{FEDSC_OUT}/runs/{FEDSC_RUN}/summary.json",
+        model=f"{FEDSC_OUT}/runs/{FEDSC_RUN}/model.pt",
+    log:
+        f"{RESULTS}/logs/fedsc/{FEDSC_RUN}.log",
+    params:
+        entry=lambda w: methods("fedsc")[w.method],
+        spec=lambda w: planned_run(FEDSC, w).spec,
+    threads: config["resources"]["train"]["threads"]
+    resources:
+        **train_resources(),
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule fedsc_probe:
+    wildcard_constraints:
+        method=FEDSC_METHODS,
+    input:
+        data=lambda w: prepared(w.dataset),
+        model=f"{FEDSC_OUT}/runs/{FEDSC_RUN}/model.pt",
+        code=code_files("algorithms/fedsc/jobs.py"),
+    output:
+        probe=f"{FEDSC_OUT}/runs/{FEDSC_RUN}/probe.json",
+    log:
+        f"{RESULTS}/logs/fedsc/{FEDSC_RUN}.probe.log",
+    params:
+        entry=FEDSC_PROBE_ENTRY,
+        spec=lambda w: fedsc_plan.probe_spec(config, planned_run(FEDSC, w)),
+    threads: config["resources"]["train"]["threads"]
+    resources:
+        **train_resources(),
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule fedsc_table2:
+    input:
+        probes=[cell["path"] for cell in FEDSC_CELLS["table2"]],
+    output:
+        md=f"{FEDSC_OUT}/tables/table2.md",
+        csv=f"{FEDSC_OUT}/tables/table2.csv",
+        tex=f"{FEDSC_OUT}/tables/table2.tex",
+    log:
+        f"{RESULTS}/logs/fedsc/table2.log",
+    params:
+        entry="fedrepro.report.fedsc:probe_table",
+        spec={**FEDSC_REPORT, "table": "table2", "cells": FEDSC_CELLS["table2"]},
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule fedsc_table3:
+    input:
+        probes=[cell["path"] for cell in FEDSC_CELLS["table3"]],
+    output:
+        md=f"{FEDSC_OUT}/tables/table3.md",
+        csv=f"{FEDSC_OUT}/tables/table3.csv",
+        tex=f"{FEDSC_OUT}/tables/table3.tex",
+    log:
+        f"{RESULTS}/logs/fedsc/table3.log",
+    params:
+        entry="fedrepro.report.fedsc:probe_table",
+        spec={**FEDSC_REPORT, "table": "table3", "cells": FEDSC_CELLS["table3"]},
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule fedsc_table4:
+    input:
+        probes=[cell["path"] for cell in FEDSC_CELLS["table4"]],
+    output:
+        md=f"{FEDSC_OUT}/tables/table4.md",
+        csv=f"{FEDSC_OUT}/tables/table4.csv",
+        tex=f"{FEDSC_OUT}/tables/table4.tex",
+    log:
+        f"{RESULTS}/logs/fedsc/table4.log",
+    params:
+        entry="fedrepro.report.fedsc:probe_table",
+        spec={**FEDSC_REPORT, "table": "table4", "cells": FEDSC_CELLS["table4"]},
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule fedsc_table5:
+    input:
+        probes=[cell["path"] for cell in FEDSC_CELLS["table5"]],
+    output:
+        md=f"{FEDSC_OUT}/tables/table5.md",
+        csv=f"{FEDSC_OUT}/tables/table5.csv",
+        tex=f"{FEDSC_OUT}/tables/table5.tex",
+    log:
+        f"{RESULTS}/logs/fedsc/table5.log",
+    params:
+        entry="fedrepro.report.fedsc:probe_table",
+        spec={**FEDSC_REPORT, "table": "table5", "cells": FEDSC_CELLS["table5"]},
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule fedsc_table6:
+    output:
+        md=f"{FEDSC_OUT}/tables/table6.md",
+        csv=f"{FEDSC_OUT}/tables/table6.csv",
+        tex=f"{FEDSC_OUT}/tables/table6.tex",
+    log:
+        f"{RESULTS}/logs/fedsc/table6.log",
+    params:
+        entry="fedrepro.report.fedsc:table6",
+        spec={**FEDSC_REPORT, "rows": config["fedsc"]["table6"]},
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule fedsc_privacy:
+    input:
+        summaries=[cell["path"] for cell in FEDSC_CELLS["privacy"]],
+    output:
+        md=f"{FEDSC_OUT}/tables/privacy_realised.md",
+        csv=f"{FEDSC_OUT}/tables/privacy_realised.csv",
+        tex=f"{FEDSC_OUT}/tables/privacy_realised.tex",
+    log:
+        f"{RESULTS}/logs/fedsc/privacy_realised.log",
+    params:
+        entry="fedrepro.report.fedsc:privacy_table",
+        spec={**FEDSC_REPORT, "cells": FEDSC_CELLS["privacy"]},
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule fedsc_figure2:
+    input:
+        metrics=[cell["path"] for cell in FEDSC_CELLS["figure2"]],
+    output:
+        png=f"{FEDSC_OUT}/figures/figure2.png",
+        pdf=f"{FEDSC_OUT}/figures/figure2.pdf",
+    log:
+        f"{RESULTS}/logs/fedsc/figure2.log",
+    params:
+        entry="fedrepro.report.fedsc:figure2",
+        spec={**FEDSC_REPORT, "cells": FEDSC_CELLS["figure2"]},
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+PAPER_TARGETS["fedsc"] = [
+    *rules.fedsc_table2.output,
+    *rules.fedsc_table3.output,
+    *rules.fedsc_table4.output,
+    *rules.fedsc_table5.output,
+    *rules.fedsc_table6.output,
+    *rules.fedsc_privacy.output,
+    *rules.fedsc_figure2.output,
+]
+
+
+rule fedsc:
+    localrule: True
+    input:
+        PAPER_TARGETS["fedsc"],
