@@ -9,8 +9,9 @@
 #
 # The node carries two partitions named like config.yaml's `cluster:` section
 # (SLURM_CPU_PARTITION, SLURM_GPU_PARTITION; default cpu and gpu). The GPU partition's node
-# advertises SLURM_CI_GPUS count-only GPUs (GRES without device files): SLURM schedules
-# `--gpus=N` requests exactly as on a real cluster, the jobs themselves see no CUDA device.
+# advertises SLURM_CI_GPUS stand-in GPUs (GRES backed by empty files, as SLURM drops GPUs
+# without a File): SLURM schedules `--gpus=N` requests as on a real cluster, while the jobs
+# themselves see no CUDA device (slurmd logs "not a valid character or block device": harmless).
 # There is no accounting daemon (slurmdbd): sacct cannot answer, so clients must ask squeue
 # (MinJobAge keeps finished jobs visible to squeue for 10 minutes).
 #
@@ -28,6 +29,7 @@ LOGDIR=/var/log/slurm
 CTLD_PID=/run/slurmctld.pid
 SLURMD_PID=/run/slurmd.pid
 MUNGE_PID=/run/munge/munged.pid
+FAKE_GPUS=/run/fedrepro-ci
 
 cannot_install() { echo "SLURM cannot be installed here: $*" >&2; exit 3; }
 
@@ -135,7 +137,9 @@ NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${cpus} RealMemory=${mem_mb} Gres=gpu:$
 PartitionName=${CPU_PARTITION} Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP
 PartitionName=${GPU_PARTITION} Nodes=${NODE} Default=NO MaxTime=INFINITE State=UP
 EOF
-  echo "NodeName=${NODE} Name=gpu Count=${GPUS}" >"$ETC/gres.conf.new"
+  install -d "$FAKE_GPUS"
+  for i in $(seq 0 $((GPUS - 1))); do touch "$FAKE_GPUS/gpu$i"; done
+  echo "NodeName=${NODE} Name=gpu File=${FAKE_GPUS}/gpu[0-$((GPUS - 1))]" >"$ETC/gres.conf.new"
   rm -f "$PARKED"
   if ! cmp -s "$new" "$CONF" || ! cmp -s "$ETC/gres.conf.new" "$ETC/gres.conf"; then
     # a changed configuration needs fresh daemons

@@ -82,8 +82,9 @@ def variants_needed(config: dict, dataset: str, method: str) -> list[tuple]:
     if dataset in figs.get("fig3", []):
         grid = section["datasets"][dataset].get("eps_grid", section["eps_grid"])
         wanted |= {_variant(method, e, clip) for e in grid}
-    if dataset in figs.get("fig2", {}):
-        wanted.add(_variant(method, figs["fig2"][dataset], clip))
+    fig2 = fig2_panels(config)
+    if dataset in fig2:
+        wanted.add(_variant(method, fig2[dataset], clip))
     if method == "dpzv":
         if dataset in figs.get("fig4", {}).get("datasets", []):
             wanted |= {(math.inf, clip), (math.inf, math.inf)}
@@ -105,9 +106,14 @@ def variant_tag(eps: float, clip) -> str:
     return tag if clip is None else f"{tag}-C{number_tag(clip)}"
 
 
+def fig2_panels(config: dict) -> dict:
+    """Figure 2's data sets and their eps (a list in config: lists replace, dicts would merge across files)."""
+    return {item["dataset"]: item["eps"] for item in config[PAPER]["figures"].get("fig2", [])}
+
+
 def training_datasets(config: dict) -> list[str]:
     figs = config[PAPER]["figures"]
-    names = [*figs.get("fig3", []), *figs.get("fig2", {}), *figs.get("fig4", {}).get("datasets", []),
+    names = [*figs.get("fig3", []), *fig2_panels(config), *figs.get("fig4", {}).get("datasets", []),
              *figs.get("fig5", {}).get("datasets", [])]
     return list(dict.fromkeys(names))
 
@@ -150,7 +156,7 @@ def figure_runs(config: dict, all_runs: list[Run]) -> dict[str, list[Run]]:
     figs = section["figures"]
     methods = section["methods"]
     out = {"fig3": runs_for(all_runs, figs.get("fig3", []), methods)}
-    out["fig2"] = [r for d, e in figs.get("fig2", {}).items() for r in runs_for(all_runs, [d], methods, eps=e)]
+    out["fig2"] = [r for d, e in fig2_panels(config).items() for r in runs_for(all_runs, [d], methods, eps=e)]
     out["fig4"] = runs_for(all_runs, figs.get("fig4", {}).get("datasets", []), ["dpzv"], eps="inf")
     fig5 = figs.get("fig5", {})
     out["fig5"] = runs_for(all_runs, fig5.get("datasets", []), ["dpzv"], eps=fig5.get("eps"))
@@ -158,15 +164,20 @@ def figure_runs(config: dict, all_runs: list[Run]) -> dict[str, list[Run]]:
     return out
 
 
+def memory_settings(config: dict) -> dict:
+    """Figure 6's data sets with their model/batch overrides (a list in config, like fig2)."""
+    return {item["dataset"]: item for item in config[PAPER]["figures"].get("fig6", {}).get("datasets", [])}
+
+
 def memory_datasets(config: dict) -> list[str]:
-    return list(config[PAPER]["figures"].get("fig6", {}).get("datasets", {}))
+    return list(memory_settings(config))
 
 
 def memory_spec(config: dict, dataset: str) -> dict:
     """Figure 6 job: each method's settings on `dataset` with the figure's model/batch overrides."""
     section = config[PAPER]
     fig6 = section["figures"]["fig6"]
-    local = fig6["datasets"][dataset] or {}
+    local = memory_settings(config)[dataset]
     entries = []
     for method in section["methods"]:
         spec = method_spec(config, dataset, method)
@@ -189,8 +200,9 @@ def memory_spec(config: dict, dataset: str) -> dict:
 
 def report_spec(config: dict) -> dict:
     section = config[PAPER]
+    figures = {**section["figures"], "fig2": fig2_panels(config)}
     return {"scale": config["scale"], "decimals": config["report"]["decimals"], "delta": section["delta"],
-            "figures": section["figures"], "methods": section["methods"], "clip": section["shared"]["clip"],
+            "figures": figures, "methods": section["methods"], "clip": section["shared"]["clip"],
             "device": config.get("device", "auto")}
 
 

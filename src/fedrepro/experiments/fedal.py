@@ -53,12 +53,23 @@ def setting_tag(exp: dict, point: dict) -> str:
     return tag + ("-gv" if exp.get("diagnostics") else "")
 
 
+def parse_setting(tag: str) -> dict:
+    """Inverse of `setting_tag`: {"pool", "alpha" (None for natural), "clients", "public", "iterations"}."""
+    parts = tag.split("-")
+    try:
+        fields = {p[0]: p[1:] for p in parts[1:] if p and p[0] in "acpi"}
+        return {"pool": parts[0], "alpha": float(fields["a"]) if "a" in fields else None,
+                "clients": int(fields["c"]), "public": int(fields["p"]), "iterations": int(fields["i"])}
+    except (KeyError, ValueError):
+        raise ValueError(f"fedal setting tag {tag!r} does not look like <pool>-a<alpha>-c<N>-p<P>-i<iters>") from None
+
+
 def partition_tag(section: dict, point: dict) -> str:
     seed = section["partition_seed"]
     if point["alpha"] is None:
         return make_tag("natural", clients=point["clients"], public=point["public"], seed=seed)
     return make_tag("dirichlet", alpha=point["alpha"], clients=point["clients"], public=point["public"],
-                    seed=seed)
+                    variant=section.get("dirichlet_variant", "client"), seed=seed)
 
 
 def run_spec(config: dict, exp: dict, method: str, point: dict) -> dict:

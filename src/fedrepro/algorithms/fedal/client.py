@@ -66,10 +66,19 @@ def arch_key(entry: Mapping) -> str:
     return entry["name"] + "(" + ",".join(f"{k}={options[k]}" for k in sorted(options)) + ")"
 
 
-def assign_architectures(pool: Sequence[Mapping], num_clients: int, seed: int) -> list[int]:
-    """Pool index per client, uniform at random from a generator of its own (spec §8 item 23)."""
+ASSIGNMENTS = ("random", "round_robin")
+
+
+def assign_architectures(pool: Sequence[Mapping], num_clients: int, seed: int,
+                         mode: str = "random") -> list[int]:
+    """Pool index per client (spec §8 item 23): uniform at random from a generator of
+    its own (`random`, the paper), or client n gets entry n mod |pool| (`round_robin`)."""
     if not pool:
         raise ValueError("the client model pool is empty")
+    if mode not in ASSIGNMENTS:
+        raise ValueError(f"assignment {mode!r} is not one of {', '.join(ASSIGNMENTS)}")
+    if mode == "round_robin":
+        return [n % len(pool) for n in range(num_clients)]
     rng = np.random.default_rng([seed, 23])
     return [int(i) for i in rng.integers(0, len(pool), size=num_clients)]
 
@@ -107,6 +116,7 @@ class Client:
         self.x, self.y, self.public_x = x, y, public_x
         self.batch_size = batch_size
         self._slots: dict[str, ClientModel] = {}
+        self.lr = lr
         self.opt = torch.optim.Adam(model.parameters(), lr=lr)
         self.local_stream = Stream(np.arange(len(y)), seed)
         self.public_stream = (Stream(np.arange(len(public_x)), public_seed)
@@ -143,6 +153,16 @@ class Client:
             frozen.load_state_dict(self.model.state_dict())
             frozen.train(self.model.training)
         return frozen
+
+    def reset_optimizer(self) -> None:
+        """A fresh Adam (`adam_state: per_stage`, spec §8 item 10)."""
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.lr)
+
+    def pretrain(self, steps: int) -> None:
+        """`steps` cross-entropy steps on private batches (`pretrain_iters`, spec §8 item 11)."""
+        for _ in range(steps):
+            x, y = self.local_batch()
+            self.step(cross_entropy(self.model(x), y))
 
     def step(self, loss: torch.Tensor) -> None:
         self.opt.zero_grad(set_to_none=True)

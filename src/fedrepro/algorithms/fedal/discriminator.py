@@ -59,15 +59,24 @@ def discriminator_loss(disc: nn.Module, probs: torch.Tensor) -> torch.Tensor:
     return -payoffs(disc, probs).mean()
 
 
-def payoff_grads(disc: nn.Module, logits: torch.Tensor,
-                 temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample dU_n/df_n for every client from detached logits (N, B, K).
+FORMS = ("saturating", "non_saturating")
 
-    Returns (grads (N, B, K), U (N, B)). Only the logits receive gradient; the
-    discriminator's parameters are left untouched.
+
+def payoff_grads(disc: nn.Module, logits: torch.Tensor, temperature: float,
+                 form: str = "saturating") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample gradient of the clients' adversarial term w.r.t. their logits (N, B, K).
+
+    `saturating` (the paper, (7)): the term is U_n = log D_n(p_n). `non_saturating`
+    (spec §8 item 6, not from the paper): -log(1 - D_n(p_n)), same minimiser, no
+    vanishing gradient when D is sure. Returns (grads, the term per sample (N, B)).
+    Only the logits receive gradient; the discriminator is left untouched.
     """
+    if form not in FORMS:
+        raise ValueError(f"discriminator form {form!r} is not one of {', '.join(FORMS)}")
     f = logits.detach().clone().requires_grad_(True)
     u = payoffs(disc, tempered_softmax(f, temperature))
+    if form == "non_saturating":
+        u = -torch.log1p(-u.exp().clamp(max=1 - 1e-6))
     # U_n depends only on f_n, so the gradient of the sum w.r.t. f splits per client
     (grads,) = torch.autograd.grad(u.sum(), f)
     return grads, u.detach()

@@ -43,35 +43,41 @@ class AdversarialConfig:
     lr: float = 1e-4
     optimizer: str = "adam"
     temperature: float = 2.0
+    form: str = "saturating"      # spec §8 item 6
+    update: str = "before_grad"   # spec §8 item 9
 
 
-def local_loss(client: Client, anchor, use_lf: bool) -> tuple:
-    """V_n^loc (15): CE + r_loc on one private batch; returns (loss, parts)."""
+def local_loss(client: Client, anchor, cfg: TrainConfig) -> tuple:
+    """V_n^loc (15): CE + r_loc (when `anchor` is given) on one private batch; (loss, parts)."""
     x, y = client.local_batch()
     f = client.model(x)
     ce = cross_entropy(f, y)
     loss, parts = ce, {"ce": ce.detach()}
-    if use_lf:
-        r = less_forgetting(frozen_logits(anchor, x), f)
-        loss = loss + r
+    if anchor is not None:
+        r = less_forgetting(frozen_logits(anchor, x), f, cfg.lf_temperature)
+        loss = loss + cfg.weights["lf"] * r
         parts["r_loc"] = r.detach()
     return loss, parts
 
 
-def global_loss(f, reply: Mapping, num_clients: int, temperature: float, anchor_logits=None):
+def global_loss(f, reply: Mapping, num_clients: int, cfg: TrainConfig, anchor_logits=None):
     """V_n^glo (17) from the client's live logits and the server's reply.
 
-    KL to the leave-one-out average + split-gradient surrogate of U_n (if the
-    reply carries dU_n/df_n) + r_glo (if an anchor is given).
+    KL to the leave-one-out average (`kd_target: all` keeps the all-client mean)
+    + split-gradient surrogate of U_n (if the reply carries dU_n/df_n) + r_glo
+    (if an anchor is given); weights `cfg.weights`.
     """
-    target = leave_one_out(reply["mean_logits"], f.detach(), num_clients)
-    kd = kl_to_logits(target, f, temperature)
-    loss, parts = kd, {"kd": kd.detach()}
+    target = reply["mean_logits"]
+    if cfg.kd_target == "leave_one_out":
+        target = leave_one_out(target, f.detach(), num_clients)
+    kd = kl_to_logits(target, f, cfg.kd_temperature)
+    w = cfg.weights
+    loss, parts = w["kd"] * kd, {"kd": kd.detach()}
     if "grad_u" in reply:
-        loss = loss + surrogate_from_grad(f, reply["grad_u"])
+        loss = loss + w["al"] * surrogate_from_grad(f, reply["grad_u"])
     if anchor_logits is not None:
-        r = less_forgetting(anchor_logits, f)
-        loss = loss + r
+        r = less_forgetting(anchor_logits, f, cfg.lf_temperature)
+        loss = loss + w["lf"] * r
         parts["r_glo"] = r.detach()
     return loss, parts
 
@@ -88,7 +94,8 @@ class FedAL(Federation):
         if use_al:
             a = adversarial or AdversarialConfig()
             adversary = AdversarialHelper(data.num_classes, self.num_clients, a.hidden, a.lr,
-                                          a.optimizer, a.temperature, device=data.test_x.device)
+                                          a.optimizer, a.temperature, device=data.test_x.device,
+                                          form=a.form, update=a.update)
         self.server = LogitServer(self.num_clients, adversary)
         self.diag_every, self.diag_batches = 0, 0
         self._anchors0: dict = {}
@@ -107,8 +114,10 @@ class FedAL(Federation):
             anchor = client.snapshot("loc") if self.use_lf else None
             if client.cid == 0:
                 self._anchors0["loc"] = anchor
+            if self.cfg.adam_state == "per_stage":
+                client.reset_optimizer()
             for _ in range(self.cfg.tau):
-                loss, p = local_loss(client, anchor, self.use_lf)
+                loss, p = local_loss(client, anchor, self.cfg)
                 client.step(loss)
                 for k, v in p.items():
                     parts.setdefault(k, []).append(v)
@@ -127,8 +136,7 @@ class FedAL(Federation):
         for n, client in enumerate(self.clients):
             reply = self.wire.send("server", client.name, "reply", replies[n])
             anchor_logits = frozen_logits(anchors[n], batches[n][1]) if self.use_lf else None
-            loss, p = global_loss(logits[n], reply, self.num_clients, self.cfg.kd_temperature,
-                                  anchor_logits)
+            loss, p = global_loss(logits[n], reply, self.num_clients, self.cfg, anchor_logits)
             client.step(loss)
             for k, v in p.items():
                 parts.setdefault(k, []).append(v)
@@ -138,6 +146,9 @@ class FedAL(Federation):
     def global_stage(self) -> dict:
         anchors = [c.snapshot("glo") for c in self.clients] if self.use_lf else [None] * self.num_clients
         self._anchors0["glo"] = anchors[0]
+        if self.cfg.adam_state == "per_stage":
+            for client in self.clients:
+                client.reset_optimizer()
         parts: dict[str, list[float]] = {}
         for _ in range(self.cfg.tau):
             for k, v in self.global_iteration(anchors).items():

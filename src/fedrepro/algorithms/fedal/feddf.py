@@ -66,7 +66,8 @@ class FedDF(Federation):
                                  "(the discriminator tells architecture groups apart)")
             a = adversarial or AdversarialConfig()
             self.adversary = AdversarialHelper(data.num_classes, len(self.groups), a.hidden, a.lr,
-                                               a.optimizer, a.temperature, device=device)
+                                               a.optimizer, a.temperature, device=device,
+                                               form=a.form, update=a.update)
         self.server_public = self.public_stream()
 
     def models(self) -> list[torch.nn.Module]:
@@ -103,15 +104,18 @@ class FedDF(Federation):
             grads = None
             if self.adversary is not None:
                 stacked = torch.stack([f.detach() for f in logits])
-                parts.setdefault("disc_loss", []).append(self.adversary.train_step(stacked))
-                grads, _ = self.adversary.grads(stacked)
+                grads, disc_loss = self.adversary.step_and_grads(stacked)
+                parts.setdefault("disc_loss", []).append(disc_loss)
             for g, (f, opt) in enumerate(zip(logits, opts)):
-                loss = kl_to_probs(teacher, f, self.cfg.kd_temperature)
-                parts.setdefault("kd", []).append(loss.detach())
+                w = self.cfg.weights
+                kd = kl_to_probs(teacher, f, self.cfg.kd_temperature)
+                parts.setdefault("kd", []).append(kd.detach())
+                loss = w["kd"] * kd
                 if grads is not None:
-                    loss = loss + surrogate_from_grad(f, grads[g])
+                    loss = loss + w["al"] * surrogate_from_grad(f, grads[g])
                 if anchors is not None:
-                    loss = loss + less_forgetting(frozen_logits(anchors[g], xb), f)
+                    loss = loss + w["lf"] * less_forgetting(frozen_logits(anchors[g], xb), f,
+                                                            self.cfg.lf_temperature)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()

@@ -14,7 +14,7 @@ DECISIONS (spec §8):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -48,8 +48,21 @@ class TrainConfig:
     lr: float = 1e-3
     batch_size: int = 32
     kd_temperature: float = 1.0
+    lf_temperature: float = 1.0          # spec §8 item 8
+    kd_target: str = "leave_one_out"     # item 4: leave_one_out | all
+    weights: dict = field(default_factory=lambda: {"kd": 1.0, "al": 1.0, "lf": 1.0})  # item 7
+    adam_state: str = "persistent"       # item 10: persistent | per_stage (FedAL family)
+    pretrain_iters: int = 0              # item 11
+    assignment: str = "random"           # item 23
     eval_batch_size: int = 1000
     record_messages: bool = False
+
+    def __post_init__(self):
+        choices = {"kd_target": ("leave_one_out", "all"), "adam_state": ("persistent", "per_stage")}
+        for key, allowed in choices.items():
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"train.{key} {getattr(self, key)!r} is not one of {', '.join(allowed)}")
+        self.weights = {"kd": 1.0, "al": 1.0, "lf": 1.0, **self.weights}
 
 
 class Federation:
@@ -68,8 +81,10 @@ class Federation:
         self.public_seed = seed + 7919  # shared by all clients (and servers that hold P)
         self.pool = list(pool)
         self.assignment = list(assignment) if assignment is not None else assign_architectures(
-            self.pool, data.num_clients, seed)
+            self.pool, data.num_clients, seed, cfg.assignment)
         self.clients = [self._make_client(n) for n in range(data.num_clients)]
+        for client in self.clients:
+            client.pretrain(cfg.pretrain_iters)
         self.wire = Wire(record=cfg.record_messages)
         self.iteration = 0
 

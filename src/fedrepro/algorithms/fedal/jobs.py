@@ -40,17 +40,32 @@ def load_setting(job, device: torch.device) -> FedData:
 
 def train_config(spec: dict) -> TrainConfig:
     return TrainConfig(tau=int(spec["tau"]), lr=float(spec["lr"]), batch_size=int(spec["batch_size"]),
-                       kd_temperature=float(spec.get("kd_temperature", 1.0)))
+                       kd_temperature=float(spec.get("kd_temperature", 1.0)),
+                       lf_temperature=float(spec.get("lf_temperature", 1.0)),
+                       kd_target=spec.get("kd_target", "leave_one_out"),
+                       weights=dict(spec.get("weights", {})),
+                       adam_state=spec.get("adam_state", "persistent"),
+                       pretrain_iters=int(spec.get("pretrain_iters", 0)),
+                       assignment=spec.get("assignment", "random"))
 
 
 def adversarial_config(spec: dict) -> AdversarialConfig:
     d = spec["discriminator"]
     return AdversarialConfig(hidden=tuple(d["hidden"]), lr=float(d["lr"]), optimizer=d["optimizer"],
-                             temperature=float(d["temperature"]))
+                             temperature=float(d["temperature"]), form=d.get("form", "saturating"),
+                             update=d.get("update", "before_grad"))
 
 
-def rounds_for(iterations: int, tau: int) -> int:
-    """Rounds that spend `iterations` (spec §8 item 3: a round spends tau iterations)."""
+UNITS = ("step", "round")
+
+
+def rounds_for(iterations: int, tau: int, unit: str = "step") -> int:
+    """Rounds that spend `iterations` (spec §8 item 3): with unit `step` a round
+    spends tau iterations; with `round` the budget counts rounds."""
+    if unit not in UNITS:
+        raise ValueError(f"train.iteration_unit {unit!r} is not one of {', '.join(UNITS)}")
+    if unit == "round":
+        return iterations
     if iterations < tau:
         raise ValueError(f"iterations={iterations} is smaller than tau={tau}: not even one round")
     return math.ceil(iterations / tau)
@@ -66,7 +81,7 @@ def run(job, build: Builder) -> None:
     device = pick_device(spec.get("device", "auto"))
     data = load_setting(job, device)
     cfg = train_config(spec)
-    rounds = rounds_for(int(spec["iterations"]), cfg.tau)
+    rounds = rounds_for(int(spec["iterations"]), cfg.tau, spec.get("iteration_unit", "step"))
     eval_every = max(1, rounds // max(1, int(spec.get("evals", 10))))
     run_seeds(job, lambda seed: build(data, list(spec["pool"]), cfg, seed, spec), rounds,
               eval_every=eval_every, checkpoint_every=int(spec.get("checkpoint_every", 1)))

@@ -12,7 +12,9 @@ DECISIONS (spec §8):
   (adam | sgd; default adam, lr `disc_lr` = 1e-4); the D-loss is averaged over
   clients (line 18 read as the gradient of the mean payoff).
 - item 9: D is updated first, on the logits just received, then the payoffs'
-  gradients are computed with the updated D.
+  gradients are computed with the updated D (`update: before_grad`; the
+  alternative `after_grad` computes them with w^{t,i} and then steps).
+- item 6: `form` (saturating | non_saturating), see discriminator.payoff_grads.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from fedrepro.algorithms.fedal.discriminator import (Discriminator, discriminato
 from fedrepro.algorithms.fedal.kd import tempered_softmax
 
 OPTIMIZERS = ("adam", "sgd")
+UPDATES = ("before_grad", "after_grad")
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
@@ -40,10 +43,21 @@ class AdversarialHelper:
     """The discriminator and its optimiser; shared by FedAL's server and FedDF-AL's."""
 
     def __init__(self, num_classes: int, num_players: int, hidden: Sequence[int], lr: float,
-                 optimizer: str, temperature: float, device: torch.device | str = "cpu"):
+                 optimizer: str, temperature: float, device: torch.device | str = "cpu",
+                 form: str = "saturating", update: str = "before_grad"):
+        if update not in UPDATES:
+            raise ValueError(f"discriminator update {update!r} is not one of {', '.join(UPDATES)}")
         self.disc = Discriminator(num_classes, num_players, hidden).to(device)
         self.opt = make_optimizer(optimizer, self.disc.parameters(), lr)
-        self.temperature = temperature
+        self.temperature, self.form, self.update = temperature, form, update
+
+    def step_and_grads(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One D step and the clients' gradients, in the configured order; (grads, D loss)."""
+        if self.update == "after_grad":
+            grads, _ = self.grads(logits)
+            return grads, self.train_step(logits)
+        loss = self.train_step(logits)
+        return self.grads(logits)[0], loss
 
     def train_step(self, logits: torch.Tensor) -> torch.Tensor:
         """One ascent step on the mean payoff (= descent on the "which player" CE)."""
@@ -55,7 +69,7 @@ class AdversarialHelper:
 
     def grads(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(dU_n/df_n per sample (N, B, K), U (N, B)) with the current discriminator."""
-        return payoff_grads(self.disc, logits, self.temperature)
+        return payoff_grads(self.disc, logits, self.temperature, self.form)
 
     def state_dict(self) -> dict:
         return {"disc": self.disc.state_dict(), "opt": self.opt.state_dict()}
@@ -83,8 +97,7 @@ class LogitServer:
         mean = stacked.mean(dim=0)
         replies = [{"mean_logits": mean} for _ in range(self.num_clients)]
         if self.adversary is not None:
-            self.last_disc_loss = self.adversary.train_step(stacked)
-            grads, _ = self.adversary.grads(stacked)
+            grads, self.last_disc_loss = self.adversary.step_and_grads(stacked)
             for n, reply in enumerate(replies):
                 reply["grad_u"] = grads[n]
         return replies

@@ -23,17 +23,21 @@ from fedrepro.algorithms.fedsc.loss import normclip
 @torch.no_grad()
 def clipped_correlation(encode: Callable[[Tensor], Tensor], x: Tensor,
                         view: Callable[[Tensor], Tensor], mu: float | None,
-                        passes: int = 5, views_per_pass: int = 2, batch_size: int = 512) -> Tensor:
-    """The noiseless part of DP-CalR: mean over samples and views of z z^T, z clipped."""
+                        passes: int = 5, views_per_pass: int = 2, batch_size: int = 1024) -> Tensor:
+    """The noiseless part of DP-CalR: mean over samples and views of z z^T, z clipped.
+
+    Each pass encodes the `views_per_pass` views of a chunk of `batch_size` samples in one forward.
+    """
     if passes < 1 or views_per_pass < 1:
         raise ValueError(f"passes and views_per_pass must be >= 1, got {passes}, {views_per_pass}")
     n = x.shape[0]
     if n == 0:
         raise ValueError("DP-CalR needs a non-empty local dataset")
     total = None
-    for _ in range(passes * views_per_pass):
+    for _ in range(passes):
         for start in range(0, n, batch_size):
-            z = normclip(encode(view(x[start:start + batch_size])), mu)
+            chunk = x[start:start + batch_size]
+            z = normclip(encode(torch.cat([view(chunk) for _ in range(views_per_pass)])), mu)
             part = z.T @ z
             total = part if total is None else total + part
     return total / (n * passes * views_per_pass)
@@ -41,7 +45,7 @@ def clipped_correlation(encode: Callable[[Tensor], Tensor], x: Tensor,
 
 def dp_calr(encode: Callable[[Tensor], Tensor], x: Tensor, view: Callable[[Tensor], Tensor],
             mu: float | None, sigma: float, gen: torch.Generator, passes: int = 5,
-            views_per_pass: int = 2, batch_size: int = 512, symmetrize_noise: bool = False) -> Tensor:
+            views_per_pass: int = 2, batch_size: int = 1024, symmetrize_noise: bool = False) -> Tensor:
     """Algorithm 2: clipped correlation plus i.i.d. Gaussian noise of std `sigma` on every entry."""
     if sigma < 0:
         raise ValueError(f"sigma must be >= 0, got {sigma}")

@@ -124,7 +124,8 @@ class FedSC(FedSSL):
         if self.sharing is not None and self.num_clients < 2:
             raise ValueError("sharing correlation matrices needs at least two clients; set sharing: null")
         self.q = uniform_or_size_weights(data.sizes, spec.get("client_weights", "uniform"))
-        self.dpcalr = {"passes": 5, "views_per_pass": 2, "symmetrize_noise": False, **spec.get("dpcalr", {})}
+        self.dpcalr = {"passes": 5, "views_per_pass": 2, "symmetrize_noise": False, "batch_size": 1024,
+                       **spec.get("dpcalr", {})}
         self.sigma = noise_sigma(spec, data.sizes, self.per_round) if self.sharing else 0.0
         self.server = CorrelationServer(self.q)
         self.own: dict[int, torch.Tensor] = {}       # client side: its last uploaded R~_j
@@ -159,7 +160,7 @@ class FedSC(FedSSL):
         cfg = self.dpcalr
         return dp_calr(self.work, self.data.client_x(j), lambda b: augment(b, self.aug_cfg, self.gen),
                        self.mu, self.sigma, self.gen, cfg["passes"], cfg["views_per_pass"],
-                       self.train_cfg.batch_size, cfg["symmetrize_noise"])
+                       cfg["batch_size"], cfg["symmetrize_noise"])
 
     def client_update(self, j, weights, t, lr):
         self.work.load_state_dict(weights)

@@ -37,29 +37,34 @@ def steffle_noise(eps, delta: float, rounds: int, silo_sizes: list[int], rho: fl
     sig_w = [thm.sigma_w(eps, delta, rounds, n_j, rho) for n_j in silo_sizes]
     sig_t = [thm.sigma_theta(eps, delta, rounds, n_j, rho, clip, radius) for n_j in silo_sizes]
     checks = [thm.check_preconditions(eps, delta, rounds, n_j, batch) for n_j in silo_sizes]
-    library = []
+    library = {}
     for n_j, st, sw in zip(silo_sizes, sig_t, sig_w):
+        if n_j in library:  # silos of equal size have equal noise
+            continue
         st_mean = st / batch if compat_refcode else st
         mechs = [accountant.steffle_theta_mechanism(st_mean, clip, batch, n_j, rounds),
                  accountant.steffle_w_mechanism(sw, batch, n_j, rounds, rho)]
-        library.append(accountant.combined_epsilon(mechs, delta))
+        library[n_j] = accountant.combined_epsilon(mechs, delta)
     return {"eps": eps, "sigma_theta": sig_t, "sigma_w": sig_w,
             "preconditions_hold": all(c.all_hold for c in checks),
             "precondition_messages": sorted({m for c in checks for m in c.messages}),
-            "library_epsilon": max(library)}
+            "library_epsilon": max(library.values())}
 
 
 def calibrate_multiplier(eps: float, delta: float, compositions, low: float = 0.05, high: float = 200.0,
-                         tol: float = 1e-3) -> float:
-    """Smallest noise multiplier z with library eps(z) <= eps (bisection; eps decreases in z).
+                         tol: float = 0.01) -> float:
+    """Smallest noise multiplier z (to a relative `tol`) with library eps(z) <= eps.
+
+    Bisection on log z (eps decreases in z); returns the upper end, so the
+    guarantee holds.
 
     `compositions(z)` returns the list of `accountant.GaussianComposition` the
     mechanism releases with multiplier z.
     """
     if not accountant.combined_epsilon(compositions(high), delta) <= eps:
         raise ValueError(f"even noise multiplier {high} does not reach eps = {eps}")
-    while high - low > tol * high:
-        mid = 0.5 * (low + high)
+    while high / low > 1.0 + tol:
+        mid = math.sqrt(low * high)
         if accountant.combined_epsilon(compositions(mid), delta) <= eps:
             high = mid
         else:

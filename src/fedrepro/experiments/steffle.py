@@ -1,0 +1,177 @@
+"""Planner of the SteFFLe paper (spec fairfl.md §3-4): config section -> runs and report targets.
+
+One training job covers one (data set, method, fairness notion, N, h) family and
+trains every seed, epsilon and lambda of it as one vectorised program. Central
+methods (dp_fermi, fermi, erm, tran2021) do not depend on N or h, so one job per
+(data set, fairness) serves every panel. A job's spec holds only what it reads:
+the method's hyper-parameters, its epsilon list (the union over the panels that
+use the family) and the lambda grid.
+
+Figures (section `figures`): fig1 / fig3 / fig4 / fig5 are method-comparison grids
+(eps x h panels, one curve per method); fig2 is SteFFLe's ablation over h and N.
+fig4 (Retired Adult) is built only when `enabled` (the file must be downloadable
+or pre-staged); otherwise the claims table says it was not produced. The
+`eta_w_check` runs SteFFLe with the paper's eta_w (1e-5) beside the tuned value
+(spec §6 A4), reported in the eta_w table.
+"""
+
+from __future__ import annotations
+
+from fedrepro.data.partition import make_tag
+from fedrepro.experiments import Run, number_tag
+
+PAPER = "steffle"
+METHODS = ("steffle", "steffle_nonprivate", "dp_fermi", "fermi", "tran2021", "ling2024", "fedavg", "erm")
+FEDERATED = ("steffle", "steffle_nonprivate", "ling2024", "fedavg")
+PRIVATE = ("steffle", "dp_fermi", "tran2021", "ling2024")
+SGDA_METHODS = ("steffle", "steffle_nonprivate", "dp_fermi", "fermi", "fedavg", "erm")
+COMPARISON_FIGURES = ("fig1", "fig3", "fig4", "fig5")
+TABLES = ("points", "headline", "claims", "privacy", "eta_w")
+
+
+def partition_tag(section: dict, num_silos: int, h: float) -> str:
+    return make_tag("age", clients=num_silos, h=float(h), seed=section["partition_seed"])
+
+
+NON_FAIR = ("fedavg", "erm")
+
+
+def setting_tag(fairness: str, method: str, num_silos: int, h: float, variant: str = "") -> str:
+    """e.g. dp_N3_h0.75, eo_central; non-fair methods do not depend on the notion: N3_h0, central."""
+    silos = f"N{num_silos}_h{number_tag(h)}" if method in FEDERATED else "central"
+    base = silos if method in NON_FAIR else f"{fairness}_{silos}"
+    return base + (f"_{variant}" if variant else "")
+
+
+def _train_spec(section: dict, method: str, overrides: dict | None = None) -> dict:
+    if method in SGDA_METHODS:
+        spec = dict(section["train"])
+    else:
+        shared = {k: section["train"][k] for k in ("batch", "epochs", "eta_theta", "lr_decay", "decay_every",
+                                                   "iterate", "eval_every", "with_replacement")
+                  if k in section["train"]}
+        spec = {**shared, **section["baselines"][method]}
+    return {**spec, **(overrides or {})}
+
+
+def _panels(section: dict) -> list[dict]:
+    """Every (figure, dataset, fairness, method, N, h, eps) the figures plot, as flat dicts."""
+    out = []
+    figures = section["figures"]
+    for name in COMPARISON_FIGURES:
+        fig = figures.get(name)
+        if not fig or not fig.get("enabled", True):
+            continue
+        for method in fig.get("methods", section["methods"]):
+            for h in fig["h"]:
+                for eps in fig["epsilons"]:
+                    out.append({"figure": name, "dataset": fig["dataset"], "fairness": fig["fairness"],
+                                "method": method, "num_silos": fig["num_silos"], "h": h, "eps": eps})
+    fig2 = figures.get("fig2")
+    if fig2 and fig2.get("enabled", True):
+        for panel in fig2["panels"]:
+            for n in panel["num_silos"]:
+                for h in panel["h"]:
+                    out.append({"figure": "fig2", "dataset": fig2["dataset"], "fairness": fig2["fairness"],
+                                "method": "steffle", "num_silos": n, "h": h, "eps": panel["eps"]})
+    return out
+
+
+def _family_key(p: dict) -> tuple:
+    n, h = (p["num_silos"], p["h"]) if p["method"] in FEDERATED else (1, 0.0)
+    h = 0.0 if n == 1 else h            # one silo holds all the data whatever h is
+    fairness = "dp" if p["method"] in NON_FAIR else p["fairness"]
+    return (p["dataset"], p["method"], fairness, n, float(h))
+
+
+def runs(config: dict) -> list[Run]:
+    section = config[PAPER]
+    families: dict[tuple, set] = {}
+    for p in _panels(section):
+        families.setdefault(_family_key(p), set()).add(p["eps"])
+    out = []
+    for (dataset, method, fairness, n, h), eps_set in families.items():
+        out.append(_run(section, config, dataset, method, fairness, n, h, eps_set))
+    check = section.get("eta_w_check")
+    if check and check.get("enabled", True):
+        for h in check["h"]:
+            out.append(_run(section, config, check["dataset"], "steffle", check["fairness"], check["num_silos"], h,
+                            set(check["epsilons"]), variant="wpaper", overrides={"eta_w": section["eta_w_paper"]}))
+    return out
+
+
+def _eps_sorted(values) -> list:
+    return sorted(values, key=lambda e: float("inf") if e == "inf" else float(e))
+
+
+def _run(section, config, dataset, method, fairness, n, h, eps_set, variant="", overrides=None) -> Run:
+    spec = {"method": method, "fairness": fairness, "num_silos": n, "h": float(h),
+            "epsilons": _eps_sorted(eps_set) if method in PRIVATE else ["inf"],
+            "lambdas": [0.0] if method in ("fedavg", "erm") else [float(v) for v in section["lambdas"]],
+            "train": _train_spec(section, method, overrides),
+            "checkpoint_every": section.get("checkpoint_every", 10)}
+    partition = partition_tag(section, n, h) if method in FEDERATED else None
+    return Run(dataset, method, setting_tag(fairness, method, n, h, variant), spec, partition)
+
+
+def figure_runs(config: dict) -> dict[str, list[Run]]:
+    """Runs each figure reads (for its input list)."""
+    section = config[PAPER]
+    by_family = {_family_key({**r.spec, "dataset": r.dataset}): r for r in runs(config)
+                 if not r.setting.endswith("_wpaper")}
+    out: dict[str, list[Run]] = {}
+    for p in _panels(section):
+        run = by_family[_family_key(p)]
+        out.setdefault(p["figure"], [])
+        if run not in out[p["figure"]]:
+            out[p["figure"]].append(run)
+    return out
+
+
+def figure_spec(config: dict, name: str) -> dict:
+    """What a figure's report job needs: its panel layout and the scale."""
+    section = config[PAPER]
+    fig = dict(section["figures"][name])
+    fig.setdefault("methods", list(section["methods"]))
+    return {"figure": name, "layout": fig, "scale": config["scale"], "decimals": config["report"]["decimals"]}
+
+
+def figures(config: dict) -> list[str]:
+    section = config[PAPER]["figures"]
+    return [name for name in ("fig1", "fig2", "fig3", "fig4", "fig5")
+            if name in section and section[name].get("enabled", True)]
+
+
+def report_spec(config: dict) -> dict:
+    section = config[PAPER]
+    return {"scale": config["scale"], "decimals": config["report"]["decimals"],
+            "figures": {name: figure_spec(config, name)["layout"] for name in figures(config)},
+            "disabled_figures": [n for n in ("fig1", "fig2", "fig3", "fig4", "fig5") if n not in figures(config)],
+            "eta_w": {"tuned": section["train"]["eta_w"], "paper": section["eta_w_paper"]}}
+
+
+def check(config: dict) -> list[str]:
+    """Cross-field errors the schema cannot express."""
+    section = config[PAPER]
+    errors = []
+    for name, fig in section["figures"].items():
+        for method in fig.get("methods", []):
+            if method not in section["methods"]:
+                errors.append(f"config key '{PAPER}.figures.{name}.methods': {method!r} is not in "
+                              f"{PAPER}.methods {section['methods']}")
+    for method in section["methods"]:
+        if method not in SGDA_METHODS and method not in section["baselines"]:
+            errors.append(f"config key '{PAPER}.baselines': missing the settings of {method!r}")
+    return errors
+
+
+def eta_w_runs(config: dict) -> list[Run]:
+    """The eta_w check: the paper-value runs and the tuned runs of the same family."""
+    section = config[PAPER]
+    check = section.get("eta_w_check")
+    if not check or not check.get("enabled", True):
+        return []
+    all_runs = runs(config)
+    wanted = {setting_tag(check["fairness"], "steffle", check["num_silos"], h) for h in check["h"]}
+    wanted |= {s + "_wpaper" for s in wanted}
+    return [r for r in all_runs if r.dataset == check["dataset"] and r.method == "steffle" and r.setting in wanted]

@@ -1,0 +1,154 @@
+"""Planner and a tiny end-to-end job (pretrain -> probe -> tables) without Snakemake."""
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from fedrepro.experiments import fedsc as plan
+from fedrepro.experiments import index
+from fedrepro.pipeline import make_job
+from tests.fedsc.conftest import digits_arrays, tiny_spec
+
+QUICK = Path(__file__).resolve().parents[2] / "configs" / "parts" / "fedsc.quick.yaml"
+
+
+def _config():
+    config = yaml.safe_load(QUICK.read_text())
+    config.update(results="results", device="cpu", checkpoint_every=1)
+    return config
+
+
+def test_planner_runs_settings_and_dedup():
+    config = _config()
+    runs = plan.runs(config)
+    index(runs)  # no duplicate keys
+    keys = {r.key for r in runs}
+    assert ("digits", "centralized_sc", "central") in keys
+    assert ("digits", "fedx", "partial") in keys
+    assert ("digits", "fedsc", "partial_eps8_d0.0001") in keys
+    fedsc = {r.setting: r for r in runs if r.method == "fedsc"}
+    assert fedsc["full_epsinf"].spec["sharing"] == {"after": 0.0, "every": 1}
+    assert fedsc["partial_eps3_d0.01"].spec["participation"] == 2
+    # specs hold only what the method reads
+    byol = next(r for r in runs if r.method == "fedavg_byol")
+    assert "mu" not in byol.spec and "byol" in byol.spec and "sharing" not in byol.spec
+    assert "fedx" not in byol.spec
+    # two levels with the same explicit sigma and schedule share one run reporting both deltas
+    shared = copy.deepcopy(config)
+    levels = shared["fedsc"]["datasets"]["digits"]["privacy"]
+    levels[1]["sigma"] = levels[4]["sigma"] = 0.01          # (6, 1e-2) and (8, 1e-4)
+    levels[4]["sharing"] = levels[1]["sharing"]
+    settings = plan.fedsc_settings(shared["fedsc"]["datasets"]["digits"])
+    assert settings[("partial", 8, 1e-4)] == settings[("partial", 6, 1e-2)] == "partial_eps6_d0.01"
+    run = index(plan.runs(shared))[("digits", "fedsc", "partial_eps6_d0.01")]
+    assert run.spec["privacy"]["deltas"] == [1e-2, 1e-4]
+    assert ("digits", "fedsc", "partial_eps8_d0.0001") not in index(plan.runs(shared))
+
+
+def test_planner_cells_and_checks():
+    config = _config()
+    t2 = plan.table2_cells(config)
+    assert {c["column"] for c in t2} == {"digits 10/10", "digits 2/10"}
+    assert {c["row"] for c in t2} == set(plan.ROW_NAMES.values())
+    t5 = plan.dp_table_cells(config, "table5")
+    assert {c["row"] for c in t5} == {"FedAvg+SC", "ε=3", "ε=8", "ε=∞"} and {c["column"] for c in t5} == {"digits 2/10"}
+    assert all(c["path"].endswith("probe.json") for c in t5)
+    assert plan.check(config) == []
+    bad = copy.deepcopy(config)
+    bad["fedsc"]["tables"]["table3"]["eps"] = [5]
+    assert any("no privacy level eps=5" in e for e in plan.check(bad))
+
+
+def _prepare(tmp_path):
+    xt, yt, xe, ye = digits_arrays(per_class=10, test_per_class=3)
+    folder = tmp_path / "data" / "digits"
+    folder.mkdir(parents=True)
+    np.savez(folder / "arrays.npz", x_train=xt, y_train=yt, x_test=xe, y_test=ye)
+    (folder / "meta.json").write_text(json.dumps({"num_classes": 10, "kind": "image"}))
+    from fedrepro.data.partition import make_partition, save_partition
+
+    save_partition(make_partition("classes", {"y_train": yt}, clients=5), tmp_path / "part.npz")
+    return folder / "arrays.npz", tmp_path / "part.npz"
+
+
+def test_end_to_end_job_probe_and_tables(tmp_path):
+    from fedrepro.algorithms.fedsc import METHODS, PROBE
+    from fedrepro.registry import resolve
+    from fedrepro.report import fedsc as report
+
+    data, part = _prepare(tmp_path)
+    spec = tiny_spec(rounds=2, sharing={"after": 0.0, "every": 1}, device="cpu",
+                     privacy={"eps": 3, "delta": 1e-2, "sigma": None, "deltas": [1e-2]})
+    run_dir = tmp_path / "results" / "fedsc" / "runs" / "digits" / "fedsc" / "full_eps3" / "s0_1"
+    out = {k: str(run_dir / f) for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"),
+                                             ("model", "model.pt"))}
+    job = make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0, 1],
+                   results_root=str(tmp_path / "results"))
+    resolve(METHODS["fedsc"])(job)
+    metrics = pd.read_parquet(out["metrics"])
+    assert sorted(metrics["seed"].unique()) == [0, 1] and metrics["knn_acc"].notna().all()
+    summary = json.loads(Path(out["summary"]).read_text())
+    eps_rows = summary["seeds"]["0"]["privacy"]["epsilons"]
+    assert {r["T_j"] for r in eps_rows} == {2} and len(eps_rows) == 5
+
+    probe_out = str(run_dir / "probe.json")
+    pjob = make_job({"encoder": spec["encoder"], "probe": {"epochs": 3, "batch_size": 32}, "device": "cpu"},
+                    {"probe": probe_out}, {"data": str(data), "model": out["model"]})
+    resolve(PROBE)(pjob)
+    probe = json.loads(Path(probe_out).read_text())
+    assert set(probe["seeds"]) == {"0", "1"} and 0 <= probe["seeds"]["0"]["final_acc"] <= 1
+
+    cells = [{"path": probe_out, "row": "FedSC (Proposed)", "column": "digits 5/5"}]
+    tjob = make_job({"table": "table2", "cells": cells, "scale": "quick", "decimals": 2},
+                    {k: str(tmp_path / f"t2.{k}") for k in ("md", "csv", "tex")})
+    report.probe_table(tjob)
+    text = (tmp_path / "t2.md").read_text()
+    assert "NOT the paper's setting" in text and "91.78" in text
+    pcells = [{"path": out["summary"], "row": "full_eps3", "column": "digits"}]
+    privacy = report.privacy_frame(pcells)
+    assert privacy["eps_sqrt2_max"].iloc[0] == pytest.approx(3.0, rel=1e-6)
+    fcells = [{"path": out["metrics"], "row": "FedSC", "column": "digits"}]
+    fjob = make_job({"cells": fcells, "scale": "quick"}, {"png": str(tmp_path / "f2.png"), "pdf": str(tmp_path / "f2.pdf")})
+    report.figure2(fjob)
+    assert (tmp_path / "f2.png").stat().st_size > 0
+
+
+def test_resume_from_checkpoint_gives_same_numbers(tmp_path):
+    """A job killed after some rounds resumes bit-exactly (through fedrepro.fl.runner)."""
+    from fedrepro.algorithms.fedsc.entries import fedavg_byol
+    from fedrepro.fl import loop
+
+    data, part = _prepare(tmp_path)
+    spec = tiny_spec(rounds=3, device="cpu", sharing=None, byol={"ema": 0.99}, method="fedavg_byol")
+    spec.pop("sharing")
+
+    def job_at(name):
+        d = tmp_path / name / "fedsc" / "runs" / "digits" / "fedavg_byol" / "full" / "s0"
+        out = {k: str(d / f) for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"), ("model", "model.pt"))}
+        return make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0],
+                        results_root=str(tmp_path / name)), out
+
+    full_job, full_out = job_at("a")
+    fedavg_byol(full_job)
+    crash_job, crash_out = job_at("b")
+    original = loop.run_rounds
+
+    def crash_after_two(algorithm, num_rounds, *args, **kwargs):
+        original(algorithm, 2, *args, **kwargs)
+        raise RuntimeError("killed")
+
+    loop_mod = __import__("fedrepro.fl.runner", fromlist=["run_rounds"])
+    loop_mod.run_rounds = crash_after_two
+    try:
+        with pytest.raises(RuntimeError, match="killed"):
+            fedavg_byol(crash_job)
+    finally:
+        loop_mod.run_rounds = original
+    fedavg_byol(crash_job)
+    a, b = pd.read_parquet(full_out["metrics"]), pd.read_parquet(crash_out["metrics"])
+    pd.testing.assert_frame_equal(a, b)

@@ -1,0 +1,118 @@
+"""Planner (pure Python), one tiny end-to-end job per method family, and the report helpers."""
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from fedrepro.experiments import steffle as plan
+from fedrepro.report import steffle as report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config():
+    cfg = yaml.safe_load((ROOT / "configs/parts/steffle.quick.yaml").read_text())
+    cfg.update({"scale": "quick", "report": {"decimals": 2}})
+    return cfg
+
+
+def test_plan_families_and_specs():
+    cfg = _config()
+    runs = plan.runs(cfg)
+    keys = [r.key for r in runs]
+    assert len(keys) == len(set(keys))
+    by_key = {r.key: r for r in runs}
+    st = by_key[("adult", "steffle", "dp_N3_h0")]
+    assert st.spec["epsilons"] == [1, 3, 9] and st.partition == "age-c3-h0-s100"
+    assert by_key[("credit", "fermi", "dp_central")].spec["epsilons"] == ["inf"]
+    assert by_key[("credit", "erm", "central")].spec["lambdas"] == [0.0]
+    assert "clip_primal" in by_key[("credit", "tran2021", "dp_central")].spec["train"]
+    assert "clip_primal" not in st.spec["train"]
+    # the paper-eta_w variant differs only in eta_w
+    paper = by_key[("credit", "steffle", "dp_N3_h0_wpaper")]
+    tuned = by_key[("credit", "steffle", "dp_N3_h0")]
+    assert paper.spec["train"]["eta_w"] == 1e-5
+    assert {k: v for k, v in paper.spec["train"].items() if k != "eta_w"} == \
+        {k: v for k, v in tuned.spec["train"].items() if k != "eta_w"}
+    # N = 1 runs share one family whatever h is (fig 2 panels c, d)
+    assert ("credit", "steffle", "dp_N1_h0") in by_key and ("credit", "steffle", "dp_N1_h0.75") not in by_key
+
+
+def test_changing_a_baseline_setting_touches_only_its_runs():
+    cfg = _config()
+    before = {r.key: r.spec for r in plan.runs(cfg)}
+    cfg2 = copy.deepcopy(cfg)
+    cfg2["steffle"]["baselines"]["ling2024"]["clip_fair"] = 3.0
+    after = {r.key: r.spec for r in plan.runs(cfg2)}
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed and all(k[1] == "ling2024" for k in changed)
+
+
+def test_figures_and_checks():
+    cfg = _config()
+    assert plan.figures(cfg) == ["fig1", "fig2", "fig3", "fig5"]            # fig4 disabled offline
+    assert "fig4" in plan.report_spec(cfg)["disabled_figures"]
+    assert plan.check(cfg) == []
+    bad = copy.deepcopy(cfg)
+    bad["steffle"]["figures"]["fig1"]["methods"] = ["steffle", "nope"]
+    assert any("nope" in e for e in plan.check(bad))
+
+
+def test_envelope_reduction_by_hand():
+    ours = (np.array([0.2, 0.3]), np.array([0.05, 0.01]))
+    base = (np.array([0.2, 0.3]), np.array([0.10, 0.04]))
+    grid = report.common_grid(ours, base)
+    assert grid[0] == pytest.approx(0.2) and grid[-1] == pytest.approx(0.3)
+    # envelope: 0.05 until error 0.3, then 0.01 (same shape for the baseline)
+    expected = 1 - (49 * 0.05 + 0.01) / (49 * 0.10 + 0.04)
+    assert report.reduction(ours, base) == pytest.approx(expected)
+    assert report.reduction(base, base) == pytest.approx(0.0)
+
+
+def _prepared(tmp_path):
+    from fedrepro.data.partition import age_partition, save_partition
+    from fedrepro.data.prepare import prepare_dataset
+    from fedrepro.data.arrays import load_prepared
+
+    folder = prepare_dataset("synthetic_tabular", tmp_path / "data", tmp_path / "raw", {"n": 1200})
+    prepared = load_prepared(folder)
+    part = tmp_path / "part.npz"
+    save_partition(age_partition(prepared.extras["age_train"], 3, 0.75), part)
+    return folder / "arrays.npz", part
+
+
+@pytest.mark.parametrize("method", ["steffle", "tran2021", "ling2024", "fedavg"])
+def test_job_end_to_end(tmp_path, method):
+    from fedrepro.algorithms.steffle import jobs
+    from fedrepro.pipeline import make_job
+
+    data, part = _prepared(tmp_path)
+    train = {"batch": 64, "epochs": 2, "eval_every": 1}
+    if method in ("steffle", "fedavg"):
+        train.update({"eta_w": 1.0, "clip": 2.0, "radius": 2.0})
+    spec = {"method": method, "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": [1, 3],
+            "lambdas": [0.0, 1.0], "train": train, "checkpoint_every": 1}
+    out = tmp_path / "run"
+    job = make_job(spec, {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+                   {"data": str(data), "partition": str(part)}, seeds=[0, 1])
+    jobs.run_job(job)
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    final = metrics[metrics["kind"] == "final"]
+    settings = 1 if method == "fedavg" else 4
+    assert len(final) == 2 * settings and final["error"].between(0, 1).all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rounds"] > 0 and summary["spec"] == spec
+    per_eps = summary["privacy"]["per_eps"]
+    if method == "fedavg":
+        assert list(per_eps) == ["inf"]
+    else:
+        assert set(per_eps) == {"1", "3"} and 0 < per_eps["1"]["library_epsilon"] != "inf"
+    assert (out / ".checkpoint" / "state.pt").exists()
+    # the report reads it back
+    points = report.load_points([str(out / "metrics.parquet")])
+    assert set(points["method"]) == {"run"} or len(points) == len(final)

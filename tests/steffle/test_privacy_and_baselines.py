@@ -1,0 +1,110 @@
+"""Noise (Theorem 3.3 reference row, preconditions, library epsilon) and the two baselines."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedrepro.algorithms.steffle import accounting
+from fedrepro.algorithms.steffle.baselines import BaselineConfig, LingTrainer, TranTrainer
+from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
+from fedrepro.fl.transport import Wire
+from fedrepro.privacy import accountant
+
+from .helpers import synthetic
+
+CREDIT = dict(delta=1 / 22500 ** 2, rounds=1200, silo_sizes=[7500] * 3, rho=0.396, batch=256)
+
+
+def test_theorem_33_reference_row_and_scaling():
+    rec = accounting.steffle_noise(1, clip=5, radius=5, **CREDIT)
+    assert rec["sigma_w"][0] == pytest.approx(0.1314, abs=1e-4)          # spec §2.4, Credit N=3 eps=1
+    assert rec["sigma_theta"][0] == pytest.approx(25 * rec["sigma_w"][0])
+    assert rec["preconditions_hold"]
+    three = accounting.steffle_noise(3, clip=5, radius=5, **CREDIT)
+    assert three["sigma_w"][0] == pytest.approx(rec["sigma_w"][0] / 3)
+    nine = accounting.steffle_noise(9, clip=5, radius=5, **CREDIT)
+    assert not nine["preconditions_hold"] and "T = 1200" in nine["precondition_messages"][0]
+    assert accounting.steffle_noise("inf", clip=5, radius=5, **CREDIT)["sigma_w"] == [0.0] * 3
+    assert 0 < rec["library_epsilon"] < math.inf
+
+
+def test_central_noise_is_dp_fermi():
+    """N = 1 with n~ = n: the SteFFLe formula is DP-FERMI's central noise (spec §5 item 11)."""
+    central = accounting.steffle_noise(1, 1 / 22500 ** 2, 3520, [22500], 0.396, 1.0, 1.0, 256)
+    assert central["sigma_w"][0] == pytest.approx(0.0750, abs=1e-4)
+
+
+def test_calibrated_multiplier_meets_target():
+    comp = lambda z: [accountant.GaussianComposition(z, 300, 0.05, "a"), accountant.GaussianComposition(z, 10, 1.0, "b")]
+    z = accounting.calibrate_multiplier(2.0, 1e-5, comp)
+    assert accountant.combined_epsilon(comp(z), 1e-5) <= 2.0
+    assert accountant.combined_epsilon(comp(0.97 * z), 1e-5) > 2.0
+
+
+def _sgd(data, lam=0.0):
+    cfg = SGDAConfig(batch=32, epochs=2, eval_every=1)
+    G, N = 1, data.num_silos
+    return SteffleTrainer(data, cfg, [3], [lam], np.zeros((G, N)), np.zeros((G, N))).run()
+
+
+def test_baselines_reduce_to_sgd_without_fairness_and_noise():
+    data = synthetic()
+    cfg = BaselineConfig(batch=32, epochs=2, eval_every=1, clip_loss=1e9)
+    ling = LingTrainer(data, cfg, [3], lam=[0.0], multiplier=[0.0]).run()
+    assert torch.allclose(ling.theta, _sgd(data).theta, atol=1e-5)
+    tran = TranTrainer(data.centralised(), cfg, [3], dual_lr=[0.0], multiplier=[0.0]).run()
+    assert torch.allclose(tran.theta, _sgd(data.centralised()).theta, atol=1e-5)
+
+
+def _rates_objective(data, theta, fairness):
+    """Full-data soft group rates r_{za}, r_z as autograd functions of theta."""
+    p = torch.sigmoid(data.x @ theta)
+    z = data.y if fairness == "eo" else torch.zeros_like(data.y)
+    Z = 2 if fairness == "eo" else 1
+    r = torch.stack([torch.stack([p[(z == a) & (data.s == b)].mean() for b in (0, 1)]) for a in range(Z)])
+    rz = torch.stack([p[z == a].mean() for a in range(Z)])[:, None]
+    return p, r, rz
+
+
+@pytest.mark.parametrize("fairness", ["dp", "eo"])
+def test_cell_coefficients_give_the_penalty_gradients(fairness):
+    data = synthetic(n=400).centralised()
+    trainer = LingTrainer(data, BaselineConfig(fairness=fairness), [0], lam=[1.0], multiplier=[0.0])
+    theta = torch.randn(data.x.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 0.3
+    x64 = data.x.double()
+    data.x = x64
+    th = theta.clone().requires_grad_(True)
+    p, r, rz = _rates_objective(data, th, fairness)
+    cells = trainer.cells_of
+    for A_fn, obj_fn in (
+        (lambda r, rz: 2 * (r - rz), lambda r, rz: ((r - rz) ** 2).sum()),                  # Ling (FedFair-style)
+        (lambda r, rz: 0.7 * torch.sign(r - rz), lambda r, rz: (0.7 * (r - rz).abs()).sum()),  # Tran (Lagrangian)
+    ):
+        (auto,) = torch.autograd.grad(obj_fn(r, rz), th, retain_graph=True)
+        kappa = trainer.cell_coef(A_fn(r.detach(), rz.detach()).float()).double()
+        pd_ = p.detach()
+        manual = ((kappa[cells] * pd_ * (1 - pd_))[:, None] * x64).mean(0)
+        assert torch.allclose(auto, manual, atol=1e-5)
+
+
+def test_ling_messages_and_fairness_effect():
+    data = synthetic(n=2000)
+    wire = Wire()
+    cfg = BaselineConfig(batch=32, epochs=6, eval_every=3)
+    res = LingTrainer(data, cfg, [0, 1], lam=[0.0, 20.0], multiplier=[0.3, 0.3], wire=wire).run()
+    assert wire.kinds("server") == {"model_update", "fair_stats"}
+    dp = res.final["dp_violation"].mean(0)
+    assert dp[1] < dp[0]
+
+
+def test_tran_dual_ascent_raises_multipliers_and_lowers_violation():
+    data = synthetic(n=2000).centralised()
+    cfg = BaselineConfig(batch=32, epochs=6, eval_every=3)
+    res = TranTrainer(data, cfg, [0, 1], dual_lr=[0.0, 1.0], multiplier=[0.3, 0.3]).run()
+    assert (res.extra["mu"][:, 0] == 0).all() and (res.extra["mu"][:, 1] > 0).any()
+    dp = res.final["dp_violation"].mean(0)
+    assert dp[1] < dp[0]
+    with pytest.raises(ValueError, match="central"):
+        TranTrainer(synthetic(), cfg, [0], dual_lr=[0.0], multiplier=[0.0])

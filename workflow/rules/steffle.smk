@@ -1,0 +1,161 @@
+# SteFFLe (private and fair FL): training families, Figures 1-5 and the tables.
+from fedrepro.algorithms import methods
+from fedrepro.experiments import index
+from fedrepro.experiments import steffle as steffle_plan
+
+STEFFLE_RUNS = steffle_plan.runs(config)
+STEFFLE = index(STEFFLE_RUNS)
+STEFFLE_OUT = f"{RESULTS}/steffle"
+STEFFLE_RUN = "{dataset}/{method}/{setting}/{seeds}"
+STEFFLE_FIGURES = steffle_plan.figures(config)
+STEFFLE_FIGURE_RUNS = steffle_plan.figure_runs(config)
+STEFFLE_REPORT = steffle_plan.report_spec(config)
+STEFFLE_ALL = run_folders("steffle", STEFFLE_RUNS)
+
+
+rule steffle_train:
+    input:
+        data=lambda w: prepared(w.dataset),
+        partition=lambda w: (
+            partition_file(w.dataset, planned_run(STEFFLE, w).partition)
+            if planned_run(STEFFLE, w).partition
+            else []
+        ),
+        code=code_files("algorithms/steffle"),
+    output:
+        metrics=f"{STEFFLE_OUT}/runs/{STEFFLE_RUN}/metrics.parquet",
+        summary=f"{STEFFLE_OUT}/runs/{STEFFLE_RUN}/summary.json",
+    log:
+        f"{RESULTS}/logs/steffle/{STEFFLE_RUN}.log",
+    params:
+        entry=lambda w: methods("steffle")[w.method],
+        spec=lambda w: planned_run(STEFFLE, w).spec,
+    threads: config["resources"]["train"]["threads"]
+    resources:
+        **train_resources(),
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule steffle_figure:
+    input:
+        metrics=lambda w: [
+            f"{folder}/metrics.parquet"
+            for folder in run_folders("steffle", STEFFLE_FIGURE_RUNS[w.figure])
+        ],
+        summaries=lambda w: [
+            f"{folder}/summary.json" for folder in run_folders("steffle", STEFFLE_FIGURE_RUNS[w.figure])
+        ],
+    output:
+        png=report(f"{STEFFLE_OUT}/figures/{{figure}}.png", category="SteFFLe"),
+        pdf=f"{STEFFLE_OUT}/figures/{{figure}}.pdf",
+    log:
+        f"{RESULTS}/logs/steffle/{{figure}}.log",
+    wildcard_constraints:
+        figure="fig[1-5]",
+    params:
+        entry="fedrepro.report.steffle:figure",
+        spec=lambda w: steffle_plan.figure_spec(config, w.figure),
+    resources:
+        **cpu_resources(),
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+rule steffle_tables:
+    input:
+        metrics=[f"{folder}/metrics.parquet" for folder in STEFFLE_ALL],
+        summaries=[f"{folder}/summary.json" for folder in STEFFLE_ALL],
+    output:
+        **{
+            f"{name}_{ext}": f"{STEFFLE_OUT}/tables/{name}.{ext}"
+            for name in steffle_plan.TABLES
+            for ext in ("csv", "md", "tex")
+        },
+    log:
+        f"{RESULTS}/logs/steffle/tables.log",
+    params:
+        entry="fedrepro.report.steffle:tables",
+        spec=STEFFLE_REPORT,
+    resources:
+        **cpu_resources(),
+    conda:
+        CONDA_ENV
+    script:
+        ENTRY
+
+
+PAPER_TARGETS["steffle"] = [
+    *[f"{STEFFLE_OUT}/figures/{name}.{ext}" for name in STEFFLE_FIGURES for ext in ("png", "pdf")],
+    *rules.steffle_tables.output,
+]
+
+
+rule steffle:
+    localrule: True
+    input:
+        PAPER_TARGETS["steffle"],
+
+
+rule steffle_fig1:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/figures/fig1.png",
+
+
+rule steffle_fig2:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/figures/fig2.png",
+
+
+rule steffle_fig3:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/figures/fig3.png",
+
+
+rule steffle_fig4:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/figures/fig4.png",
+
+
+rule steffle_fig5:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/figures/fig5.png",
+
+
+rule steffle_headline:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/tables/headline.md",
+
+
+rule steffle_points:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/tables/points.md",
+
+
+rule steffle_claims:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/tables/claims.md",
+
+
+rule steffle_privacy:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/tables/privacy.md",
+
+
+rule steffle_eta_w:
+    localrule: True
+    input:
+        f"{STEFFLE_OUT}/tables/eta_w.md",
