@@ -15,7 +15,7 @@
 # There is no accounting daemon (slurmdbd): sacct cannot answer, so clients must ask squeue
 # (MinJobAge keeps finished jobs visible to squeue for 10 minutes).
 #
-# Exit status 3: SLURM cannot be installed here (not root, no apt-get, or apt-get failed).
+# Exit status 3: SLURM cannot be set up here (not root, no apt-get, or apt-get failed).
 set -euo pipefail
 
 CPU_PARTITION="${SLURM_CPU_PARTITION:-cpu}"
@@ -31,7 +31,7 @@ SLURMD_PID=/run/slurmd.pid
 MUNGE_PID=/run/munge/munged.pid
 FAKE_GPUS=/run/fedrepro-ci
 
-cannot_install() { echo "SLURM cannot be installed here: $*" >&2; exit 3; }
+unavailable() { echo "SLURM cannot be set up here: $*" >&2; exit 3; }
 
 # running PIDFILE: the pid in PIDFILE is alive and one of our daemons (slurmctld leaves its
 # pidfile behind on exit, and the pid may have been reused since).
@@ -67,12 +67,11 @@ install_packages() {
   local missing=0
   for cmd in slurmctld slurmd sbatch munged; do command -v "$cmd" >/dev/null || missing=1; done
   [ "$missing" = 0 ] && return
-  [ "$(id -u)" = 0 ] || cannot_install "not root"
-  command -v apt-get >/dev/null || cannot_install "no apt-get"
+  command -v apt-get >/dev/null || unavailable "no apt-get"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq || cannot_install "apt-get update failed"
+  apt-get update -qq || unavailable "apt-get update failed"
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null \
-    || cannot_install "apt-get install slurmctld slurmd slurm-client munge failed"
+    || unavailable "apt-get install slurmctld slurmd slurm-client munge failed"
 }
 
 start_munge() {
@@ -152,10 +151,11 @@ EOF
 }
 
 start() {
+  [ "$(id -u)" = 0 ] || unavailable "not root (it installs packages and writes /etc/slurm)"
   install_packages
   start_munge
   write_config
-  running "$CTLD_PID" || slurmctld -i       # -i: ignore state saved by an earlier cluster
+  running "$CTLD_PID" || slurmctld -i       # -i: start even if saved state is unreadable
   running "$SLURMD_PID" || slurmd
   for _ in $(seq 60); do node_ready && break; sleep 0.5; done
   if ! node_ready; then

@@ -35,7 +35,7 @@ def test_text_encoder_is_per_sample():
     x = torch.randint(1, 50, (4, 10))
     y = x.clone()
     y[3] = torch.randint(1, 50, (10,))
-    assert torch.equal(net(x)[:3], net(y)[:3])
+    assert torch.allclose(net(x)[:3], net(y)[:3], atol=1e-6)
 
 
 def test_pretrained_bert_needs_a_staged_directory(tmp_path):

@@ -164,7 +164,7 @@ def test_mlp_discriminator_at_equilibrium_reaches_log_n_and_uniform_posterior():
         loss.backward()
         opt.step()
     p = torch.softmax(torch.randn(256, k, generator=gen), -1)
-    final = float(discriminator_loss(disc, p.expand(n_players, 256, k)))
+    final = float(discriminator_loss(disc, p.expand(n_players, 256, k)).detach())
     assert final == pytest.approx(math.log(n_players), abs=1e-2)
     post = torch.softmax(disc(p), -1)
     torch.testing.assert_close(post, torch.full_like(post, 1 / n_players), atol=3e-2, rtol=0)
@@ -246,3 +246,25 @@ def test_dirichlet_partition_properties():
     skewed = dirichlet_partition(labels, alpha=0.1, clients=10, public=0, seed=3)
     assert mean_entropy(flat) > math.log(10) - 0.05
     assert mean_entropy(skewed) < mean_entropy(flat) - 0.5
+
+
+def test_plain_adam_matches_torch_adam():
+    from fedrepro.algorithms.fedal.optim import Adam
+
+    torch.manual_seed(0)
+    a = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
+    b = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
+    b.load_state_dict(a.state_dict())
+    ours, theirs = Adam(a.parameters(), lr=1e-2), torch.optim.Adam(b.parameters(), lr=1e-2)
+    x = torch.randn(20, 5, generator=torch.Generator().manual_seed(1))
+    for _ in range(30):
+        for model, opt in ((a, ours), (b, theirs)):
+            opt.zero_grad()
+            (model(x) ** 2).mean().backward()
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
+    state = ours.state_dict()
+    again = Adam(a.parameters(), lr=1e-2)
+    again.load_state_dict(state)
+    assert again.step_count == 30

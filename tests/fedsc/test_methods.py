@@ -9,7 +9,7 @@ from fedrepro.algorithms.fedsc.byol import FedBYOL, FedEMA, FedU
 from fedrepro.algorithms.fedsc.fedca import FedCA
 from fedrepro.algorithms.fedsc.fedx import FedX
 from fedrepro.algorithms.fedsc.sc import FedSC, noise_sigma, planned_shares, shares_at
-from tests.fedsc.conftest import tiny_spec
+from tests.fedsc.helpers import tiny_spec
 
 torch.set_num_threads(1)
 

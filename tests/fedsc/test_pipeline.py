@@ -12,7 +12,7 @@ import yaml
 from fedrepro.experiments import fedsc as plan
 from fedrepro.experiments import index
 from fedrepro.pipeline import make_job
-from tests.fedsc.conftest import digits_arrays, tiny_spec
+from tests.fedsc.helpers import digits_arrays, tiny_spec
 
 QUICK = Path(__file__).resolve().parents[2] / "configs" / "parts" / "fedsc.quick.yaml"
 
@@ -87,8 +87,7 @@ def test_end_to_end_job_probe_and_tables(tmp_path):
     run_dir = tmp_path / "results" / "fedsc" / "runs" / "digits" / "fedsc" / "full_eps3" / "s0_1"
     out = {k: str(run_dir / f) for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"),
                                              ("model", "model.pt"))}
-    job = make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0, 1],
-                   results_root=str(tmp_path / "results"))
+    job = make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0, 1])
     resolve(METHODS["fedsc"])(job)
     metrics = pd.read_parquet(out["metrics"])
     assert sorted(metrics["seed"].unique()) == [0, 1] and metrics["knn_acc"].notna().all()
@@ -118,7 +117,7 @@ def test_end_to_end_job_probe_and_tables(tmp_path):
     assert (tmp_path / "f2.png").stat().st_size > 0
 
 
-def test_resume_from_checkpoint_gives_same_numbers(tmp_path):
+def test_resume_from_checkpoint_gives_same_numbers(tmp_path, monkeypatch):
     """A job killed after some rounds resumes bit-exactly (through fedrepro.fl.runner)."""
     from fedrepro.algorithms.fedsc.entries import fedavg_byol
     from fedrepro.fl import loop
@@ -130,8 +129,7 @@ def test_resume_from_checkpoint_gives_same_numbers(tmp_path):
     def job_at(name):
         d = tmp_path / name / "fedsc" / "runs" / "digits" / "fedavg_byol" / "full" / "s0"
         out = {k: str(d / f) for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"), ("model", "model.pt"))}
-        return make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0],
-                        results_root=str(tmp_path / name)), out
+        return make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0]), out
 
     full_job, full_out = job_at("a")
     fedavg_byol(full_job)
@@ -142,13 +140,10 @@ def test_resume_from_checkpoint_gives_same_numbers(tmp_path):
         original(algorithm, 2, *args, **kwargs)
         raise RuntimeError("killed")
 
-    loop_mod = __import__("fedrepro.fl.runner", fromlist=["run_rounds"])
-    loop_mod.run_rounds = crash_after_two
-    try:
+    with monkeypatch.context() as patch:
+        patch.setattr("fedrepro.fl.runner.run_rounds", crash_after_two)
         with pytest.raises(RuntimeError, match="killed"):
             fedavg_byol(crash_job)
-    finally:
-        loop_mod.run_rounds = original
     fedavg_byol(crash_job)
     a, b = pd.read_parquet(full_out["metrics"]), pd.read_parquet(crash_out["metrics"])
     pd.testing.assert_frame_equal(a, b)

@@ -30,7 +30,6 @@ rule dpzv_train:
     params:
         entry=lambda w: dpzv_methods("dpzv")[w.method],
         spec=lambda w: planned_run(DPZV, w).spec,
-        results=RESULTS,
     threads: config["resources"]["train"]["threads"]
     resources:
         **train_resources(),

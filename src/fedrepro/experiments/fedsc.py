@@ -133,10 +133,16 @@ def _participation(ds: dict, participation: str):
     return "full" if participation == "full" else clients_per_round(ds, participation)
 
 
+def enabled_datasets(section: dict) -> list[str]:
+    """`run_datasets` names the datasets this scale runs (config merging cannot delete the others)."""
+    return list(section["run_datasets"])
+
+
 def runs(config: dict) -> list[Run]:
     section = config[PAPER]
     out = []
-    for dataset, ds in section["datasets"].items():
+    for dataset in enabled_datasets(section):
+        ds = section["datasets"][dataset]
         part_tag = partition_tag(ds)
         for method in section["methods"]:
             if method == "fedsc":
@@ -234,7 +240,8 @@ def privacy_cells(config: dict) -> list[dict]:
     """Summaries of every private FedSC run (realised T_j and epsilons)."""
     section = config[PAPER]
     cells = []
-    for dataset, ds in section["datasets"].items():
+    for dataset in enabled_datasets(section):
+        ds = section["datasets"][dataset]
         for tag in sorted(set(fedsc_settings(ds).values())):
             if not tag.endswith("epsinf"):
                 cells += _cells(config, dataset, "fedsc", tag, tag, dataset, "summary.json")
@@ -246,21 +253,26 @@ def check(config: dict) -> list[str]:
     from fedrepro.config import dataset_size_errors
 
     section = config[PAPER]
-    errors = []
-    for dataset, ds in section["datasets"].items():
+    errors = [f"{PAPER}.run_datasets: {d!r} has no entry in fedsc.datasets" for d in section["run_datasets"]
+              if d not in section["datasets"]]
+    if errors:
+        return errors
+    for dataset in enabled_datasets(section):
+        ds = section["datasets"][dataset]
         errors += dataset_size_errors(f"{PAPER}.datasets.{dataset}.clients", dataset, ds["clients"])
         for level in ds.get("privacy", []):
             if level.get("eps") == "inf":
                 errors.append(f"{PAPER}.datasets.{dataset}.privacy: eps 'inf' always runs; list only finite levels")
-    try:
-        for name in ("table3", "table4", "table5"):
-            if name in section["tables"]:
-                dp_table_cells(config, name)
-    except ValueError as err:
-        errors.append(str(err))
     for name in section["tables"]:
         for dataset in section["tables"][name].get("datasets", []):
-            if dataset not in section["datasets"]:
-                errors.append(f"{PAPER}.tables.{name}.datasets: {dataset!r} is not one of fedsc.datasets "
-                              f"({', '.join(section['datasets'])})")
+            if dataset not in section["run_datasets"]:
+                errors.append(f"{PAPER}.tables.{name}.datasets: {dataset!r} is not one of fedsc.run_datasets "
+                              f"({', '.join(section['run_datasets'])})")
+    if errors:
+        return errors
+    for name in ("table3", "table4", "table5"):
+        try:
+            dp_table_cells(config, name)
+        except ValueError as err:
+            errors.append(str(err))
     return errors

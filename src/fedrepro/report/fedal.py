@@ -42,7 +42,7 @@ AXIS_LABEL = {"alpha": lambda s: f"alpha={s['alpha']:g}", "clients": lambda s: f
 
 def _with_setting(frame: pd.DataFrame) -> pd.DataFrame:
     parsed = pd.DataFrame([parse_setting(s) for s in frame["setting"]], index=frame.index)
-    return pd.concat([frame, parsed], axis=1)
+    return pd.concat([frame.drop(columns=[c for c in parsed if c in frame]), parsed], axis=1)
 
 
 def _describe(frame: pd.DataFrame) -> str:

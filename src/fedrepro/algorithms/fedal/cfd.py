@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from fedrepro.algorithms.fedal.optim import Adam
+
 from fedrepro.algorithms.fedal.client import build_client_model, cross_entropy
 from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.kd import kl_to_logits
@@ -33,7 +35,7 @@ class ServerModelTrainer:
 
     def __init__(self, model: torch.nn.Module, lr: float, temperature: float):
         self.model = model
-        self.opt = torch.optim.Adam(model.parameters(), lr=lr)
+        self.opt = Adam(model.parameters(), lr=lr)
         self.temperature = temperature
 
     def respond(self, public_x: torch.Tensor, logits: Sequence[torch.Tensor]) -> tuple:

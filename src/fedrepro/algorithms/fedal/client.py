@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedrepro.algorithms.fedal.optim import Adam
 from fedrepro.data.tensors import ClientBatches
 from fedrepro.models import build_model
 
@@ -117,7 +118,7 @@ class Client:
         self.batch_size = batch_size
         self._slots: dict[str, ClientModel] = {}
         self.lr = lr
-        self.opt = torch.optim.Adam(model.parameters(), lr=lr)
+        self.opt = Adam(model.parameters(), lr=lr)
         self.local_stream = Stream(np.arange(len(y)), seed)
         self.public_stream = (Stream(np.arange(len(public_x)), public_seed)
                               if public_x is not None else None)
@@ -156,7 +157,7 @@ class Client:
 
     def reset_optimizer(self) -> None:
         """A fresh Adam (`adam_state: per_stage`, spec §8 item 10)."""
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.lr)
+        self.opt = Adam(self.model.parameters(), lr=self.lr)
 
     def pretrain(self, steps: int) -> None:
         """`steps` cross-entropy steps on private batches (`pretrain_iters`, spec §8 item 11)."""

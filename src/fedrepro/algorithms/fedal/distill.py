@@ -166,7 +166,12 @@ class FedAL(Federation):
         if self.diag_every and t % self.diag_every == 0:
             from fedrepro.algorithms.fedal.diagnostics import fedal_variances
 
+            # the measurement's train-mode forwards must not move BatchNorm statistics
+            buffers = [{k: b.clone() for k, b in c.model.named_buffers()} for c in self.clients]
             metrics.update(fedal_variances(self, self._anchors0, self.diag_batches, seed=self.seed + t))
+            for c, saved in zip(self.clients, buffers):
+                for k, b in c.model.named_buffers():
+                    b.copy_(saved[k])
         return metrics
 
     # ------------------------------------------------------------------ state

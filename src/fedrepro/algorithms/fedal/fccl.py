@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from fedrepro.algorithms.fedal.optim import Adam
 from fedrepro.algorithms.fedal.client import cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.kd import (cross_correlation_loss, kl_to_logits, non_target_kl,
@@ -61,7 +62,7 @@ class FCCL(Federation):
         model = client.snapshot()
         for p in model.parameters():
             p.requires_grad_(True)
-        opt = torch.optim.Adam(model.parameters(), lr=self.cfg.lr)
+        opt = Adam(model.parameters(), lr=self.cfg.lr)
         for _ in range(iters):
             x, y = client.local_batch()
             loss = cross_entropy(model(x), y)

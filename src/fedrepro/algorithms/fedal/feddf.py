@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from fedrepro.algorithms.fedal.optim import Adam
+
 from fedrepro.algorithms.fedal.client import build_client_model, frozen_logits
 from fedrepro.algorithms.fedal.distill import AdversarialConfig
 from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
@@ -90,7 +92,7 @@ class FedDF(Federation):
 
     def _distill(self) -> dict:
         students = [self.group_models[g] for g in self.groups]
-        opts = [torch.optim.Adam(s.parameters(), lr=self.server_lr) for s in students]
+        opts = [Adam(s.parameters(), lr=self.server_lr) for s in students]
         anchors = [_frozen_copy(s) for s in students] if self.use_lf else None
         parts: dict[str, list] = {}
         for _ in range(self.cfg.tau):

@@ -142,7 +142,7 @@ class Federation:
                        for c in range(k)]
         return {"architectures": [arch_key(self.pool[i]) for i in self.assignment],
                 "client_acc": acc.tolist(), "class_probs": class_probs,
-                "iterations": self.iteration}
+                "iterations_done": self.iteration}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 import torch
 
+from fedrepro.algorithms.fedal.optim import Adam
+
 from fedrepro.algorithms.fedal.discriminator import (Discriminator, discriminator_loss,
                                                      payoff_grads)
 from fedrepro.algorithms.fedal.kd import tempered_softmax
@@ -31,9 +33,9 @@ OPTIMIZERS = ("adam", "sgd")
 UPDATES = ("before_grad", "after_grad")
 
 
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params, lr: float):
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
+        return Adam(params, lr=lr)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
     raise ValueError(f"disc_optimizer {name!r} is not one of {', '.join(OPTIMIZERS)}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.common import FedSSL, build_net, local_sgd
 from fedrepro.algorithms.fedsc.fedx import nt_xent
 

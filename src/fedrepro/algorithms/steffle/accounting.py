@@ -51,22 +51,34 @@ def steffle_noise(eps, delta: float, rounds: int, silo_sizes: list[int], rho: fl
             "library_epsilon": max(library.values())}
 
 
-def calibrate_multiplier(eps: float, delta: float, compositions, low: float = 0.05, high: float = 200.0,
-                         tol: float = 0.01) -> float:
-    """Smallest noise multiplier z (to a relative `tol`) with library eps(z) <= eps.
+def rough_multiplier(eps: float, delta: float, steps: int, sampling_rate: float) -> float:
+    """Starting guess z ~ 2 q sqrt(2 T ln(1/delta)) / eps (small-q RDP of the subsampled Gaussian)."""
+    return max(0.3, 2.0 * sampling_rate * math.sqrt(2.0 * steps * math.log(1.0 / delta)) / eps)
 
-    Bisection on log z (eps decreases in z); returns the upper end, so the
-    guarantee holds.
 
-    `compositions(z)` returns the list of `accountant.GaussianComposition` the
-    mechanism releases with multiplier z.
+def calibrate_multiplier(eps: float, delta: float, compositions, z0: float = 1.0, tol: float = 0.01,
+                         max_evals: int = 30) -> tuple[float, float]:
+    """(z, library eps(z)): a noise multiplier with eps(z) <= eps, close to the smallest one.
+
+    `compositions(z)` returns the `accountant.GaussianComposition` list the mechanism
+    releases with multiplier z. log eps is close to linear in log z, so a secant
+    search on (log z, log eps) needs a handful of library calls (each costs up to
+    seconds); the result is then nudged up until the library confirms eps(z) <= eps.
     """
-    if not accountant.combined_epsilon(compositions(high), delta) <= eps:
-        raise ValueError(f"even noise multiplier {high} does not reach eps = {eps}")
-    while high / low > 1.0 + tol:
-        mid = math.sqrt(low * high)
-        if accountant.combined_epsilon(compositions(mid), delta) <= eps:
-            high = mid
-        else:
-            low = mid
-    return high
+    def log_eps(z):
+        return math.log(accountant.combined_epsilon(compositions(z), delta))
+
+    target = math.log(eps)
+    a, b = math.log(z0), math.log(1.5 * z0)
+    fa, fb = log_eps(math.exp(a)) - target, log_eps(math.exp(b)) - target
+    evals = 2
+    while abs(fb) > tol / 2 and evals < max_evals:
+        slope = (fb - fa) / (b - a) if fb != fa else -1.0
+        a, fa = b, fb
+        b = b - fb / min(slope, -1e-3)                    # eps decreases in z: keep the slope negative
+        fb = log_eps(math.exp(b)) - target
+        evals += 1
+    while fb > 0:                                         # the library must confirm eps(z) <= eps
+        b += tol / 2
+        fb = log_eps(math.exp(b)) - target
+    return math.exp(b), math.exp(fb + target)

@@ -101,12 +101,12 @@ def _build_steffle(spec, data, seeds, settings, epsilons):
     return trainer, {**ctx, "per_eps": noise}
 
 
-def _calibrated(eps, ctx, compositions) -> dict:
+def _calibrated(eps, ctx, compositions, steps: int, rate: float) -> dict:
     if not accounting.is_private(eps):
         return {"eps": "inf", "noise_multiplier": 0.0, "library_epsilon": math.inf}
-    z = accounting.calibrate_multiplier(float(eps), ctx["delta"], compositions)
-    return {"eps": float(eps), "noise_multiplier": z,
-            "library_epsilon": accountant.combined_epsilon(compositions(z), ctx["delta"])}
+    z0 = accounting.rough_multiplier(float(eps), ctx["delta"], steps, rate)
+    z, library = accounting.calibrate_multiplier(float(eps), ctx["delta"], compositions, z0=z0)
+    return {"eps": float(eps), "noise_multiplier": z, "library_epsilon": library}
 
 
 def _build_tran(spec, data, seeds, settings, epsilons):
@@ -118,7 +118,7 @@ def _build_tran(spec, data, seeds, settings, epsilons):
         return [accountant.GaussianComposition(z, ctx["rounds"], q, "PF-LD primal"),
                 accountant.GaussianComposition(z, cfg.epochs, 1.0, "PF-LD dual")]
 
-    noise = {str(e): _calibrated(e, ctx, compositions) for e in epsilons}
+    noise = {str(e): _calibrated(e, ctx, compositions, ctx["rounds"], q) for e in epsilons}
     mult = [noise[str(e)]["noise_multiplier"] for e, _ in settings]
     trainer = TranTrainer(data, cfg, seeds, [lam for _, lam in settings], mult)
     return trainer, {**ctx, "per_eps": noise}
@@ -129,11 +129,10 @@ def _build_ling(spec, data, seeds, settings, epsilons):
     ctx = _privacy_context(data, cfg.batch, cfg.epochs)
     q = min(1.0, cfg.batch / min(ctx["silo_sizes"]))            # smallest silo: conservative for all
 
-    def compositions(z):  # per silo: T gradient releases + T statistic releases, both at q = m/n_j
-        return [accountant.GaussianComposition(z, ctx["rounds"], q, "FedFDP gradient"),
-                accountant.GaussianComposition(z, ctx["rounds"], q, "FedFDP group statistics")]
+    def compositions(z):  # per silo: T gradient + T statistic releases, both at q = m/n_j, same z
+        return [accountant.GaussianComposition(z, 2 * ctx["rounds"], q, "FedFDP gradient and group statistics")]
 
-    noise = {str(e): _calibrated(e, ctx, compositions) for e in epsilons}
+    noise = {str(e): _calibrated(e, ctx, compositions, 2 * ctx["rounds"], q) for e in epsilons}
     mult = [noise[str(e)]["noise_multiplier"] for e, _ in settings]
     trainer = LingTrainer(data, cfg, seeds, [lam for _, lam in settings], mult)
     return trainer, {**ctx, "per_eps": noise}

@@ -47,7 +47,7 @@ import torch
 from fedrepro.fl.transport import Wire
 
 from . import fermi
-from .common import ITERATES, FairData, GridTrainer, TrainResult, clip_coef, strata  # noqa: F401
+from .common import ITERATES, FairData, GridTrainer, clip_coef, strata
 
 FAIRNESS = ("dp", "eo")
 

@@ -1,0 +1,172 @@
+"""The SLURM profile on a real one-node SLURM cluster (.ci/slurm.sh).
+
+The tiny FedAvg slice goes through `--profile profiles/slurm --profile profiles/slurm-ci`:
+every job must be submitted with sbatch to its partition (training, which asks for a GPU, to
+the GPU partition; data and reports, grouped, to the CPU partition), the results must equal a
+local run, and a job that fails must end the run with an error instead of a hang. The cluster
+tests skip, saying why, where SLURM cannot be installed (not root, no apt-get). The profile
+tests at the top need no cluster.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import yaml
+
+from .conftest import ROOT, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.pipeline
+
+SCRIPT = ROOT / ".ci/slurm.sh"
+PROFILES = ["--profile", ROOT / "profiles/slurm", "--profile", ROOT / "profiles/slurm-ci"]
+RUN_LIMIT = 240  # seconds; the slice takes about a minute on an idle 2-core machine
+
+
+def rule_bodies() -> dict[str, str]:
+    """Rule name -> its text, over every rule file."""
+    bodies = {}
+    for path in sorted((ROOT / "workflow/rules").glob("*.smk")):
+        parts = re.split(r"^rule (\w+):$", path.read_text(), flags=re.MULTILINE)
+        bodies.update(zip(parts[1::2], parts[2::2]))
+    return bodies
+
+
+def test_profile_groups_name_existing_short_rules():
+    profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
+    bodies = rule_bodies()
+    for rule, group in profile["groups"].items():
+        assert rule in bodies, f"profiles/slurm groups: rule {rule!r} does not exist"
+        assert "train_resources" not in bodies[rule], f"{rule} holds a GPU: do not group it"
+        assert group in profile["group-components"], f"group {group!r} has no group-components"
+
+
+def test_paper_scale_dry_run_routes_training_to_the_gpu_partition(tmp_path):
+    """No cluster needed: the profiles parse, and a paper-scale dry run shows each job's
+    resources as they would go to sbatch, with the short jobs in group jobs."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    result = snakemake("-n", "--configfile", ROOT / "config.yaml", ROOT / "configs/paper.yaml",
+                       *PROFILES, cwd=tmp_path, snakefile=ROOT / "Snakefile")
+    blocks = re.findall(r"rule (\w+):\n(?:\s+\w+: .*\n)*?\s+resources: (.*)", result.stdout)
+    cluster = config["cluster"]
+    for rule, resources in blocks:
+        if rule.endswith("_train"):
+            assert f"gpu=1, slurm_partition={cluster['gpu_partition']}" in resources, rule
+        elif rule in ("prepare", "partition"):
+            assert f"gpu=0, slurm_partition={cluster['cpu_partition']}" in resources, rule
+    assert any(rule.endswith("_train") for rule, _ in blocks)
+    assert "Group job data" in result.stdout and "Group job reports" in result.stdout
+
+
+def partitions_up(names) -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    result = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=20)
+    return result.returncode == 0 and set(names) <= set(result.stdout.split())
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The CPU and GPU partition names of a running cluster. Started here (and stopped at the
+    end of the test session) unless one with these partitions already answers; left running
+    during the session, because with the SLURM client installed and no controller every
+    Snakemake start waits about 10 s for `scontrol show config`."""
+    cluster = yaml.safe_load((ROOT / "config.yaml").read_text())["cluster"]
+    names = (cluster["cpu_partition"], cluster["gpu_partition"])
+    started = not partitions_up(names)
+    if started:
+        env = {"SLURM_CPU_PARTITION": names[0], "SLURM_GPU_PARTITION": names[1]}
+        result = subprocess.run(["bash", SCRIPT, "start"], capture_output=True, text=True,
+                                timeout=600, env={**os.environ, **env})
+        if result.returncode not in (0, 3):
+            stop_cluster()  # leave no half-started cluster behind
+        if result.returncode == 3:
+            pytest.skip(f"no SLURM cluster for this test: {result.stderr.strip()}")
+        assert result.returncode == 0, f".ci/slurm.sh failed:\n{result.stdout}\n{result.stderr}"
+    yield names
+    if started:
+        stop_cluster()
+
+
+def stop_cluster():
+    subprocess.run(["bash", SCRIPT, "stop"], capture_output=True, timeout=120)
+
+
+def slurm_jobs(run_id: str) -> list[dict]:
+    """SLURM's record of the jobs a Snakemake run submitted (their job name is its run id).
+    There is no accounting database: finished jobs stay with the controller (MinJobAge)."""
+    result = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True,
+                            timeout=30, check=True)
+    jobs = [dict(re.findall(r"(\w+)=(\S*)", line)) for line in result.stdout.splitlines()]
+    return [job for job in jobs if job.get("JobName") == run_id]
+
+
+def run_on_slurm(work: Path, config: Path, limit: int):
+    start = time.monotonic()
+    result = snakemake("--configfile", config, *PROFILES, cwd=work, snakefile=ROOT / "Snakefile",
+                       check=False, timeout=limit)
+    output = result.stdout + result.stderr
+    run_id = re.search(r"SLURM run ID: (\S+)", output)
+    jobs = slurm_jobs(run_id.group(1)) if run_id else []
+    return SimpleNamespace(rc=result.returncode, output=output, jobs=jobs,
+                           seconds=time.monotonic() - start)
+
+
+@pytest.fixture(scope="module")
+def slurm_slice(slurm_cluster, tmp_path_factory):
+    work = tmp_path_factory.mktemp("slurm_slice")
+    config = write_config(tiny_config(), work / "tiny.yaml")
+    run = run_on_slurm(work, config, RUN_LIMIT)
+    print(f"SLURM slice: {run.seconds:.0f} s, jobs "
+          f"{[(job['JobId'], job['Partition'], job['Comment']) for job in run.jobs]}")
+    assert run.rc == 0, f"the SLURM run failed (rc {run.rc}, 124: timed out):\n{run.output[-4000:]}"
+    return SimpleNamespace(work=work, partitions=slurm_cluster, **vars(run))
+
+
+def test_every_job_went_through_sbatch_to_its_partition(slurm_slice):
+    cpu, gpu = slurm_slice.partitions
+    jobs = slurm_slice.jobs
+    train = [job for job in jobs if job["Comment"].startswith("rule_fedavg_train")]
+    others = [job for job in jobs if job not in train]
+    assert len(train) == 2, "one SLURM job per training run"
+    assert all(job["Partition"] == gpu and job.get("TresPerJob") == "gres:gpu:1" for job in train)
+    # prepare + both partitions in one group job, the table and the figure in another
+    assert len(others) == 2 and all(job["Partition"] == cpu for job in others)
+    assert all("gpu" not in job.get("TresPerJob", "") for job in others)
+    assert {job["JobState"] for job in jobs} == {"COMPLETED"}
+    logs = slurm_slice.work / ".snakemake/slurm_logs"
+    for job in jobs:
+        assert list(logs.rglob(f"{job['JobId']}.log")), f"no plugin log of SLURM job {job['JobId']}"
+
+
+def test_outputs_equal_a_local_run(slurm_slice, local_slice):
+    local, _ = local_slice
+    runs = sorted((slurm_slice.work / "results/fedavg/runs").rglob("metrics.parquet"))
+    assert len(runs) == 2
+    for path in runs:
+        relative = path.relative_to(slurm_slice.work)
+        pd.testing.assert_frame_equal(pd.read_parquet(path), pd.read_parquet(local / relative))
+    table = "results/fedavg/tables/accuracy.csv"
+    pd.testing.assert_frame_equal(pd.read_csv(slurm_slice.work / table), pd.read_csv(local / table))
+
+
+def test_a_failing_job_fails_the_run_instead_of_hanging(slurm_slice, tmp_path):
+    """Training with a model that does not fit the data fails at run time in its SLURM job;
+    Snakemake must notice through squeue and stop with an error well within the limit."""
+    shutil.copytree(slurm_slice.work / "results/data", tmp_path / "results/data")
+    shutil.copytree(slurm_slice.work / "results/partitions", tmp_path / "results/partitions")
+    config = tiny_config()
+    config["fedavg"]["methods"]["fedavg"]["model_options"]["in_features"] = 65  # data has 64
+    limit = 150
+    run = run_on_slurm(tmp_path, write_config(config, tmp_path / "broken.yaml"), limit)
+    print(f"failing run: rc {run.rc}, {run.seconds:.0f} s")
+    assert run.rc not in (0, 124, 137) and run.seconds < limit - 5, run.output[-3000:]
+    assert re.search(r"SLURM-job '\d+' failed", run.output), run.output[-3000:]
+    assert {job["Partition"] for job in run.jobs} == {slurm_slice.partitions[1]}
+    assert not list((tmp_path / "results/fedavg").rglob("metrics.parquet"))

@@ -1,0 +1,178 @@
+"""FedAL's planner, one job end to end (make_job, tmp_path) and the report builders."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from fedrepro.experiments import fedal as plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def quick_config() -> dict:
+    part = yaml.safe_load((ROOT / "configs/parts/fedal.quick.yaml").read_text())
+    return {"scale": "quick", "device": "cpu", "checkpoint_every": 1, "report": {"decimals": 2},
+            "fedal": part["fedal"]}
+
+
+def test_quick_plan_covers_every_method_and_alpha():
+    config = quick_config()
+    runs = plan.runs(config)
+    assert {r.method for r in runs} == set(plan.METHODS)
+    blackbox = plan.experiment_runs(config, "blackbox")
+    assert {plan.parse_setting(r.setting)["alpha"] for r in blackbox} == {5.0, 2.0, 1.0}
+    assert len({r.key for r in runs}) == len(runs)
+    assert plan.check(config) == []
+
+
+def test_run_spec_holds_only_what_the_job_reads():
+    config = quick_config()
+    by_method = {r.method: r.spec for r in plan.experiment_runs(config, "blackbox")}
+    assert "discriminator" in by_method["fedal"] and "discriminator" in by_method["feddf_al"]
+    assert "discriminator" not in by_method["fedmd"]
+    assert "proto_weight" in by_method["fedproto"] and "proto_weight" not in by_method["fedal"]
+    # changing one method's setting changes only that method's specs
+    changed = copy.deepcopy(config)
+    changed["fedal"]["methods"]["fd"]["fd_weight"] = 2.0
+    before = {r.key: r.spec for r in plan.runs(config)}
+    after = {r.key: r.spec for r in plan.runs(changed)}
+    differ = {key[1] for key in before if before[key] != after[key]}
+    assert differ == {"fd"}
+
+
+def test_setting_tags_round_trip_and_outputs_filter():
+    config = quick_config()
+    for run in plan.runs(config):
+        s = plan.parse_setting(run.setting)
+        assert s["clients"] == 4 and s["iterations"] == 30
+    table8 = plan.output_runs(config, "table8")
+    assert {r.method for r in table8} == {"fedmd", "fedmd_lf", "fedal"}
+    assert {plan.parse_setting(r.setting)["alpha"] for r in table8} == {2.0}
+    with pytest.raises(ValueError, match="setting tag"):
+        plan.parse_setting("nonsense")
+
+
+def test_check_names_the_offending_keys():
+    config = quick_config()
+    config["fedal"]["experiments"]["homogeneous"]["pool"] = "digits_het"
+    config["fedal"]["experiments"]["blackbox"]["iterations"] = [10, 20]
+    config["fedal"]["outputs"]["fig8"]["experiment"] = "nope"
+    errors = "\n".join(plan.check(config))
+    assert "fedal.experiments.homogeneous.methods': fedavg needs a one-architecture pool" in errors
+    assert "fedal.experiments.blackbox.iterations'" in errors
+    assert "fedal.outputs.fig8.experiment'" in errors
+
+
+@pytest.fixture(scope="module")
+def digits_setting(tmp_path_factory):
+    """Prepared digits and one Dirichlet partition with a public set, written like the pipeline does."""
+    from fedrepro.data.partition import make_partition, save_partition
+    from fedrepro.data.prepare import prepare_dataset
+
+    root = tmp_path_factory.mktemp("fedal")
+    prepare_dataset("digits", root / "data/digits", root / "raw", {})
+    arrays = dict(np.load(root / "data/digits/arrays.npz"))
+    part = root / "partitions/digits/dirichlet-a1-c3-p100-s0.npz"
+    save_partition(make_partition("dirichlet", arrays, alpha=1.0, clients=3, public=100, seed=0), part)
+    return root, part
+
+
+def _spec(method: str, **extra) -> dict:
+    config = quick_config()
+    section = config["fedal"]
+    spec = {**section["train"], **section["methods"][method], "method": method,
+            "pool": section["pools"]["digits_hom" if method == "fedavg" else "digits_het"],
+            "iterations": 10, "device": "cpu", "checkpoint_every": 1, "evals": 2}
+    if method in ("fedal", "feddf_al"):
+        spec["discriminator"] = section["discriminator"]
+    spec.update(extra)
+    return spec
+
+
+def _run(root, part, method, spec, seeds=(0,)):
+    from fedrepro.algorithms import method_entry
+    from fedrepro.pipeline import make_job
+
+    folder = root / f"fedal/runs/digits/{method}/digits_het-a1-c3-p100-i10/s{'_'.join(map(str, seeds))}"
+    job = make_job(spec, {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")},
+                   {"data": str(root / "data/digits/arrays.npz"), "partition": str(part)}, seeds=list(seeds))
+    method_entry("fedal", method)(job)
+    return folder
+
+
+def test_fedal_job_end_to_end_and_report(digits_setting, tmp_path):
+    import pandas as pd
+
+    from fedrepro.pipeline import make_job
+    from fedrepro.report import fedal as report
+
+    root, part = digits_setting
+    spec = _spec("fedal", diagnostics={"every_rounds": 1, "batches": 3})
+    folder = _run(root, part, "fedal", spec, seeds=(0, 1))
+    metrics = pd.read_parquet(folder / "metrics.parquet")
+    assert set(metrics["seed"]) == {0, 1}
+    assert metrics["iteration"].dropna().max() == 10
+    assert {"var_sigma_u", "var_sigma_n", "var_sigma_rg"} <= set(metrics.columns)
+    summary = json.loads((folder / "summary.json").read_text())
+    per_seed = summary["seeds"]["0"]
+    assert len(per_seed["architectures"]) == 3 and len(per_seed["class_probs"]) == 10
+    assert 0.0 <= per_seed["final"]["acc"] <= 1.0
+    # a finished job reruns from its per-seed results without training again
+    _run(root, part, "fedal", spec, seeds=(0, 1))
+
+    fedmd = _run(root, part, "fedmd", _spec("fedmd"), seeds=(0, 1))
+    summaries = [str(folder / "summary.json"), str(fedmd / "summary.json")]
+    out = tmp_path / "tables/table6.md"
+    job = make_job({"name": "table6", "axis": "alpha", "methods": ["fedmd", "fedal"], "scale": "quick",
+                    "decimals": 2}, {"md": str(out)}, {"summaries": summaries})
+    report.table(job)
+    text = out.read_text()
+    assert "FedAL" in text and "0.78" in text and "alpha=1" in text   # published value beside ours
+    for name, extra in [("fig8", {}), ("fig2", {"class": 3}), ("fig6", {})]:
+        png = tmp_path / f"figures/{name}.png"
+        metrics_in = [str(folder / "metrics.parquet")] + ([] if name == "fig6" else [str(fedmd / "metrics.parquet")])
+        job = make_job({"name": name, "methods": ["fedmd", "fedal"], "scale": "quick", **extra},
+                       {"png": str(png), "pdf": str(png.with_suffix(".pdf"))},
+                       {"metrics": metrics_in, "summaries": summaries})
+        report.figure(job)
+        assert png.stat().st_size > 1000
+
+
+def test_fedavg_job_and_partition_figure(digits_setting, tmp_path):
+    from fedrepro.pipeline import make_job
+    from fedrepro.report import fedal as report
+
+    root, part = digits_setting
+    folder = _run(root, part, "fedavg", _spec("fedavg"))
+    final = json.loads((folder / "summary.json").read_text())["seeds"]["0"]["final"]
+    assert final["uplink_mb_per_client"] > 0
+    png = tmp_path / "fig4.png"
+    job = make_job({"name": "fig4", "dataset": "digits", "alphas": [1.0], "scale": "quick"},
+                   {"png": str(png), "pdf": str(tmp_path / "fig4.pdf")},
+                   {"data": [str(root / "data/digits/arrays.npz")], "partitions": [str(part)]})
+    report.partition_figure(job)
+    assert png.stat().st_size > 1000
+
+
+def test_schema_accepts_the_quick_section_and_names_bad_keys():
+    from fedrepro.config import ConfigError, check_config
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config = {k: v for k, v in config.items() if k not in ("fedavg", "fedsc", "dpzv", "steffle")}
+    config["papers"] = ["fedal"]
+    config["fedal"] = quick_config()["fedal"]
+    config.setdefault("datasets", {})["digits"] = {}
+    check_config(config, ROOT / "workflow/schemas")
+    bad = copy.deepcopy(config)
+    bad["fedal"]["discriminator"]["optimizer"] = "rmsprop"
+    bad["fedal"]["experiments"]["blackbox"]["methods"] = ["fedal", "fedx"]
+    with pytest.raises(ConfigError) as err:
+        check_config(bad, ROOT / "workflow/schemas")
+    assert "fedal.discriminator.optimizer" in str(err.value)
+    assert "fedal.experiments.blackbox.methods[1]" in str(err.value)
