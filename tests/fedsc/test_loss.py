@@ -104,7 +104,7 @@ def test_fedavg_gap_vanishes_for_identical_clients():
     weight, inputs = _toy(n_per_client=(6,))
     v = _encode(weight, inputs[0])
     views = [v, v.clone(), v.clone()]
-    assert float(L.fedavg_gap(views, [1 / 3] * 3)) == pytest.approx(0.0, abs=1e-14)
+    assert float(L.fedavg_gap(views, [1 / 3] * 3).detach()) == pytest.approx(0.0, abs=1e-14)
 
 
 def test_alpha_one_is_local_sc_and_ignores_r_minus():

@@ -63,7 +63,10 @@ def train_resources(kind="train"):
     res = config["resources"][kind]
     gpus = res.get("gpu", 0)
     partition = config["cluster"]["gpu_partition" if gpus else "cpu_partition"]
-    return dict(gpu=gpus, mem_mb=res["mem_mb"], runtime=res["runtime"], slurm_partition=partition)
+    resources = dict(gpu=gpus, mem_mb=res["mem_mb"], runtime=res["runtime"], slurm_partition=partition)
+    if gpus and config["cluster"].get("gpu_model"):
+        resources["gpu_model"] = config["cluster"]["gpu_model"]
+    return resources
 
 
 def cpu_resources():

@@ -48,6 +48,8 @@ rule fedavg_accuracy_table:
     params:
         entry="fedrepro.report.fedavg:accuracy_table",
         spec=FEDAVG_REPORT,
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -66,6 +68,8 @@ rule fedavg_accuracy_figure:
     params:
         entry="fedrepro.report.fedavg:accuracy_figure",
         spec=FEDAVG_REPORT,
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:

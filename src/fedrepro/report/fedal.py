@@ -49,7 +49,7 @@ def _describe(frame: pd.DataFrame) -> str:
     """The data set and settings the runs used (stated in every caption)."""
     datasets = ", ".join(sorted(frame["dataset"].unique()))
     iters = ", ".join(str(i) for i in sorted(frame["iterations"].unique()))
-    return f" [ours: {datasets}, {iters} iterations]"
+    return f"\n[ours: {datasets}, {iters} iterations]"
 
 
 # ---------------------------------------------------------------------------- tables
@@ -89,6 +89,7 @@ def curve_figure(job) -> None:
     """Accuracy against iterations (Figs 7-10) or uplink MB per client (Fig. 11); one panel per alpha."""
     spec = job.spec
     frame = _metrics(job)
+    title = TITLES[spec["name"]] + _describe(frame)
     x_kind = spec.get("x", "uplink" if spec["name"] == "fig11" else "iteration")
     if x_kind == "uplink":
         x = "uplink per client (MB)"
@@ -99,8 +100,7 @@ def curve_figure(job) -> None:
         frame[x] = (frame["iteration"] * model["seconds_per_iteration"]
                     + frame["uplink_mb_per_client"] * 8 / model["uplink_mbit_per_s"])
     else:
-        x = "iterations"
-        frame[x] = frame["iteration"]
+        x = "iteration"
     frame["accuracy"] = frame["acc"]
     panels = sorted(frame["setting"].unique(), key=lambda s: -(parse_setting(s)["alpha"] or 0))
     fig, axes = figures.new_figure(len(panels))
@@ -109,8 +109,8 @@ def curve_figure(job) -> None:
         s = parse_setting(setting)
         ax.set_title(f"alpha={s['alpha']:g}" if s["alpha"] is not None else f"N={s['clients']}")
         if x_kind == "uplink":
-            ax.set_xscale("symlog", linthresh=1e-3)
-    fig.suptitle(TITLES[spec["name"]] + _describe(frame), fontsize=8)
+            ax.set_xscale("log")
+    fig.suptitle(title, fontsize=8)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 

@@ -4,7 +4,8 @@ server discriminator and less-forgetting terms, its ablations and its baselines.
 Modules: kd (temperature softmax, KL/KD, less-forgetting and baseline loss terms),
 discriminator, server (sees only logits), client, federation (shared base),
 distill (FedAL / FedMD-LF / FedMD), fedproto, cfd, fccl (FCCL, FCCL+), fd,
-fedavg, feddf (FedDF, FedDF-AL), diagnostics (Fig. 6), jobs (pipeline plumbing).
+fedavg, feddf (FedDF, FedDF-AL), diagnostics (Fig. 6), optim (a plain Adam), jobs
+(pipeline plumbing).
 Nothing heavy is imported here.
 """
 

@@ -8,7 +8,9 @@
   (spec §3.3): SGD momentum 0.9, weight decay 5e-4, re-created every round (the
   momentum buffer is reset), gradient-norm clipping, shuffled batches with the
   last partial batch kept; the round's learning rate comes from the server's
-  cosine schedule lr_t = lr0 (1 + cos(pi (t-1)/T))/2 (spec DECISION 13).
+  cosine schedule lr_t = lr0 (1 + cos(pi (t-1)/T))/2 (spec DECISION 13). `local_epochs`
+  counts passes over the local data, as in the experiments (E = 5), not the local
+  steps of Theorem 6.10 (DECISION 19).
 * `FedSSL`: the round skeleton of Algorithm 1 that all methods share: sample
   J^t, send the global weights over the Wire, train each participant, average
   the returned weights with equal weights 1/|J^t| (DECISION 11; the full state
@@ -117,7 +119,7 @@ def local_sgd(net: nn.Module, x: Tensor, batch_loss, cfg: TrainConfig, lr: float
     net.train()
     n, losses = x.shape[0], []
     for _ in range(cfg.local_epochs):
-        order = torch.randperm(n, generator=gen).to(x.device)
+        order = torch.randperm(n, generator=gen, device=gen.device).to(x.device)
         for start in range(0, n, cfg.batch_size):
             batch = x[order[start:start + cfg.batch_size]]
             if batch.shape[0] < 2:  # a single image has no negatives (and breaks BatchNorm)
@@ -169,7 +171,7 @@ class FedSSL:
         self.per_round = clients_per_round(self.num_clients, spec.get("participation", "full"))
         self.net = build_net(spec, data.x_train.shape[1], self.uses_predictor).to(self.device)
         self.rng = np.random.default_rng(seed)
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)  # augmentations, batches, DP noise
         self.wire = Wire(record=spec.get("record_messages", True))
         knn = spec.get("knn", {})
         self.knn_k, self.knn_t = int(knn.get("k", 200)), float(knn.get("temperature", 0.1))
@@ -229,9 +231,6 @@ class FedSSL:
                            self.encode_eval(self.data.x_test), self.data.y_test,
                            self.data.num_classes, self.knn_k, self.knn_t)
         return {"knn_acc": acc}
-
-    def backbone_state(self) -> dict:
-        return {k: v.detach().cpu() for k, v in self.net.backbone.state_dict().items()}
 
     def state_dict(self) -> dict:
         return {"net": self.net.state_dict(), "rng": self.rng.bit_generator.state,

@@ -61,7 +61,7 @@ class FedX(FedSSL):
 
         def batch_loss(batch):
             n = batch.shape[0]
-            anchors = x_local[torch.randint(0, x_local.shape[0], (n,), generator=self.gen).to(x_local.device)]
+            anchors = x_local[torch.randint(0, x_local.shape[0], (n,), generator=self.gen, device=self.gen.device)]
             x = torch.cat([augment(batch, self.aug_cfg, self.gen), augment(batch, self.aug_cfg, self.gen),
                            augment(anchors, self.aug_cfg, self.gen)])
             proj = self.work(x)

@@ -24,7 +24,6 @@ from fedrepro.algorithms.fedsc.common import SSLData, channel_stats
 from fedrepro.data.arrays import load_prepared
 from fedrepro.data.partition import load_partition
 from fedrepro.fl.device import pick_device
-from fedrepro.fl.runner import run_seeds
 from fedrepro.models import build_model
 
 
@@ -51,6 +50,8 @@ def load_data(job, device, centralized: bool = False) -> SSLData:
 
 
 def pretrain(job, cls, centralized: bool = False) -> None:
+    from fedrepro.fl.runner import run_seeds  # pandas: not needed by the probe stage
+
     device = pick_device(job.spec.get("device", "auto"))
     data = load_data(job, device, centralized)
     run_seeds(job, lambda seed: cls(job.spec, data, seed, device), int(job.spec["rounds"]),

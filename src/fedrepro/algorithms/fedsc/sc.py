@@ -45,10 +45,8 @@ from fedrepro.algorithms.fedsc.common import FedSSL, build_net, local_sgd, unifo
 from fedrepro.algorithms.fedsc.dpcalr import dp_calr
 from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss, normclip
 from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out
-from fedrepro.privacy import accountant
-from fedrepro.privacy import fedsc as fedsc_privacy
 
-SENS_FACTORS = {"one": fedsc_privacy.PAPER_SENS_FACTOR, "sqrt2": fedsc_privacy.RIGOROUS_SENS_FACTOR}
+SENS_FACTORS = {"one": 1.0, "sqrt2": math.sqrt(2.0)}  # fedrepro.privacy.fedsc's PAPER_/RIGOROUS_SENS_FACTOR
 
 
 def shares_at(t: int, num_rounds: int, sharing: dict | None) -> bool:
@@ -72,6 +70,8 @@ def noise_sigma(spec: dict, sizes: list[int], per_round: int) -> float:
     eps = priv.get("eps", "inf")
     if eps in ("inf", math.inf):
         return 0.0
+    from fedrepro.privacy import fedsc as fedsc_privacy  # scipy: imported only by private runs
+
     if spec.get("mu") is None:
         raise ValueError("privacy.eps is finite but mu is null: DP-CalR needs NormClip (mu > 0) to bound the sensitivity")
     sigma = priv.get("sigma")
@@ -94,6 +94,9 @@ def sens_factor(priv: dict) -> float:
 
 def realised_epsilons(shares: list[int], sizes: list[int], mu: float, sigma: float, deltas: list[float]) -> list[dict]:
     """Per client: T_j and eps under the paper formula, the sqrt(2) sensitivity and the library accountant."""
+    from fedrepro.privacy import accountant
+    from fedrepro.privacy import fedsc as fedsc_privacy
+
     rows = []
     for j, (t_j, n_j) in enumerate(zip(shares, sizes)):
         for delta in deltas:
