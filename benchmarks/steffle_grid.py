@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -68,6 +69,7 @@ def run_one(args) -> dict:
 
     torch.set_num_threads(1)
     key, spec, seeds, data, part, out = args
+    shutil.rmtree(out, ignore_errors=True)          # no checkpoint to resume from: time a fresh run
     job = make_job(spec, {"metrics": f"{out}/metrics.parquet", "summary": f"{out}/summary.json"},
                    {"data": data, **({"partition": part} if part else {})}, seeds=seeds, threads=1)
     start = time.time()

@@ -22,7 +22,7 @@ class ConfigError(ValueError):
 
 
 def load_schema(schema_dir: str | Path, papers: list[str]) -> dict:
-    """The top-level schema with the section schema of every enabled paper plugged in."""
+    """The top-level schema with the section schemas of `papers` plugged in (and required)."""
     schema_dir = Path(schema_dir)
     from fedrepro.data.catalog import DATASETS
 
@@ -81,7 +81,8 @@ def enabled_papers(config: dict) -> list[str]:
 def check_config(config: dict, schema_dir: str | Path) -> None:
     """Raise ConfigError listing every problem; return silently for a good config."""
     papers = enabled_papers(config)
-    errors = schema_errors(config, load_schema(schema_dir, papers))
+    sections = sorted(set(papers) | {p for p in PAPER_SECTIONS if p in config})
+    errors = schema_errors(config, load_schema(schema_dir, sections))
     if not errors:
         errors = dataset_option_errors(config) + planner_errors(config, papers)
     if errors:

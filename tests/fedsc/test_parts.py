@@ -20,7 +20,7 @@ def test_fixup_resnet20_shapes_init_and_no_batchnorm():
     blocks = [m for m in net.modules() if m.__class__.__name__ == "FixupBasicBlock"]
     assert len(blocks) == 9
     assert all(float(b.conv2.weight.detach().abs().sum()) == 0 for b in blocks)   # residual branches start at zero
-    std = float(blocks[0].conv1.weight.std())
+    std = float(blocks[0].conv1.weight.detach().std())
     assert std == pytest.approx(math.sqrt(2 / (32 * 9)) / 3, rel=0.1)    # He init * L^-1/2, L = 9
     out = net(torch.randn(2, 3, 32, 32))
     assert out.shape == (2, 128)
@@ -96,3 +96,14 @@ def test_linear_probe_learns_separable_features():
     assert out["final_acc"] > 0.95 and len(out["curve"]) == 30
     again = linear_probe(f[:200], y[:200], f[200:], y[200:], 3, epochs=30, batch_size=64, seed=0)
     assert again["curve"] == out["curve"]
+
+
+def test_projector_and_predictor_sizes_of_the_paper():
+    """512-1024-512 heads; the predictor has 1,050,112 parameters and H x H = 262,144 (spec §1.8)."""
+    from fedrepro.algorithms.fedsc.common import SSLNet
+
+    backbone = torch.nn.Identity()
+    backbone.feature_dim = 512
+    net = SSLNet(backbone, 1024, 512, predictor=True)
+    assert sum(p.numel() for p in net.predictor.parameters()) == 1_050_112
+    assert net(torch.randn(3, 512)).shape == (3, 512)

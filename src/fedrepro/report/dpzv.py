@@ -203,7 +203,7 @@ def _claim_rows(best: pd.DataFrame, metrics: pd.DataFrame, memory: pd.DataFrame,
             others = [m for m in spec["methods"] if m != "dpzv"]
             ok = all(drop["dpzv"] <= drop[m] for m in others)
             add(f"{dataset}: DPZV loses the least accuracy from ε = {eps_label(grid[-1])} to {eps_label(grid[0])}",
-                ok, ", ".join(f"{LABELS[m]} −{100 * drop[m]:.1f} pts" for m in spec["methods"]))
+                ok, ", ".join(f"{LABELS[m]} loses {100 * drop[m]:.1f} pts" for m in spec["methods"]))
     for dataset in figs.get("fig4", {}).get("datasets", []):
         data = metrics[(metrics["dataset"] == dataset) & (metrics["method"] == "dpzv") & np.isinf(metrics["eps"])]
         loss = data.groupby(np.isinf(data["clip"]))["test_loss"].mean()

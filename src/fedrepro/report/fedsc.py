@@ -72,7 +72,9 @@ def table6_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def table6(job) -> None:
-    frame = table6_frame(job.spec["rows"]).round(3)
+    frame = table6_frame(job.spec["rows"])
+    eps_columns = [c for c in frame.columns if c.startswith("ε")]
+    frame[eps_columns] = frame[eps_columns].round(3)
     caption = ("FedSC Table 6 re-accounted: epsilon of each published noise configuration (full participation) "
                "under the paper's formula, the sqrt(2) sensitivity and the dp-accounting library "
                "(pure computation; independent of the experiment scale)")

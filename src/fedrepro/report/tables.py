@@ -44,8 +44,12 @@ def compare(ours: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.Dat
     if reference is None:
         return mine
     ref = reference.rename(columns={"mean": "published_mean", "std": "published_std"})
-    table = ref.merge(mine, on=["row", "column"], how="outer", sort=False)
+    table = ref.merge(mine, on=["row", "column"], how="outer")
     table["difference"] = table["ours_mean"] - table["published_mean"]
+    for key in ("row", "column"):  # published order first, then ours; never lexical
+        order = list(dict.fromkeys([*ref[key], *mine[key]]))
+        table[f"_{key}"] = table[key].map(order.index)
+    table = table.sort_values(["_row", "_column"]).reset_index(drop=True)
     return table[["row", "column", "published_mean", "published_std", "ours_mean", "ours_std", "seeds", "difference"]]
 
 

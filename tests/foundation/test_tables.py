@@ -1,0 +1,44 @@
+"""Paper-style tables: published beside ours, order kept, all three formats written."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedrepro.report import tables
+
+PUBLISHED = pd.DataFrame({"row": ["FedSC", "FedSC", "FedAvg"], "column": ["N=20", "N=100", "N=20"],
+                          "mean": [80.0, 70.0, 75.0], "std": [0.5, 0.4, np.nan]})
+
+
+def ours():
+    return pd.DataFrame({"row": ["FedAvg", "FedAvg", "FedSC", "FedSC", "FedSC", "FedSC", "Extra"],
+                         "column": ["N=20", "N=20", "N=20", "N=20", "N=100", "N=100", "N=20"],
+                         "seed": [0, 1, 0, 1, 0, 1, 0],
+                         "value": [74.0, 76.0, 79.0, 81.0, 69.0, 69.0, 50.0]})
+
+
+def test_compare_puts_mean_std_over_seeds_beside_published_with_difference():
+    table = tables.compare(ours(), PUBLISHED)
+    fedsc20 = table[(table.row == "FedSC") & (table.column == "N=20")].iloc[0]
+    assert fedsc20.published_mean == 80.0 and fedsc20.ours_mean == 80.0
+    assert fedsc20.ours_std == pytest.approx(np.std([79.0, 81.0], ddof=1))
+    assert fedsc20.seeds == 2 and fedsc20.difference == 0.0
+    extra = table[table.row == "Extra"].iloc[0]
+    assert np.isnan(extra.published_mean) and np.isnan(extra.ours_std)  # one seed: no std
+
+
+def test_published_order_is_kept_not_lexical():
+    table = tables.compare(ours(), PUBLISHED)
+    assert list(dict.fromkeys(table.row)) == ["FedSC", "FedAvg", "Extra"]
+    assert list(dict.fromkeys(table.column)) == ["N=20", "N=100"]
+    layout = tables.wide(table)
+    assert list(layout.columns[1:4]) == ["N=20 (published)", "N=20 (ours)", "N=20 (diff)"]
+    assert layout.loc[0, "N=20 (ours)"] == "80.00 ± 1.41"
+
+
+def test_write_table_writes_csv_markdown_latex_with_scale_note(tmp_path):
+    tables.write_table(tables.compare(ours(), PUBLISHED), tmp_path / "t", "Caption here", "quick")
+    assert pd.read_csv(tmp_path / "t.csv").shape[0] == 4
+    markdown = (tmp_path / "t.md").read_text()
+    assert "Caption here" in markdown and "NOT the paper's setting" in markdown and "| FedSC" in markdown
+    assert "\\begin{tabular}" in (tmp_path / "t.tex").read_text()
