@@ -102,7 +102,6 @@ def test_server_table_holds_midpoint_after_dpzv_round(tiny_data):
     client = algo.clients[1]
     ids = client.next_batch()
     msg, _ = algo.client_query(client, ids)
-    client.rng, client.order, client.position  # noqa: B018 (state untouched by a query)
     algo.server_answer(1, msg)
     assert torch.allclose(algo.server.table[torch.as_tensor(ids), 1], 0.5 * (msg["h_plus"] + msg["h_minus"]))
 
