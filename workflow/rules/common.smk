@@ -9,7 +9,10 @@ DATA_ROOT = config["data_root"]
 ENTRY = "../scripts/entry.py"
 CONDA_ENV = "../envs/fedrepro.yaml"
 SRC = Path(workflow.basedir) / "src" / "fedrepro"
-SHARED_CODE = ["fl", "models", "privacy", "eval", "data/tensors.py", "data/arrays.py"]
+# Code every training job runs; each paper's rules add their own modules to it.
+SHARED_CODE = ["fl", "pipeline.py", "registry.py", "data/tensors.py", "data/arrays.py", "data/partition.py",
+               "models/__init__.py", "models/small.py", "eval/classify.py", "privacy/mechanisms.py",
+               "privacy/accountant.py"]
 
 # Each paper's rule file registers the outputs its named target builds.
 PAPER_TARGETS = {}

@@ -16,7 +16,7 @@ rule dpzv_train:
     input:
         data=lambda w: prepared(w.dataset),
         partition=lambda w: partition_file(w.dataset, planned_run(DPZV, w).partition),
-        code=code_files("algorithms/dpzv", "models/vfl.py"),
+        code=code_files("algorithms/dpzv", "models/vfl.py", "privacy/gdp.py"),
     output:
         metrics=f"{DPZV_OUT}/runs/{DPZV_RUN}/metrics.parquet",
         summary=f"{DPZV_OUT}/runs/{DPZV_RUN}/summary.json",
@@ -43,7 +43,7 @@ rule dpzv_memory:
     input:
         data=lambda w: prepared(w.dataset),
         partition=lambda w: partition_file(w.dataset, dpzv_plan.partition_tag(config["dpzv"]["datasets"][w.dataset])),
-        code=code_files("algorithms/dpzv", "models/vfl.py"),
+        code=code_files("algorithms/dpzv", "models/vfl.py", "privacy/gdp.py"),
     output:
         table=f"{DPZV_OUT}/memory/{{dataset}}.csv",
         json=f"{DPZV_OUT}/memory/{{dataset}}.json",

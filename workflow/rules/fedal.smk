@@ -21,7 +21,13 @@ rule fedal_train:
     input:
         data=lambda w: prepared(w.dataset),
         partition=lambda w: partition_file(w.dataset, planned_run(FEDAL, w).partition),
-        code=code_files("algorithms/fedal"),
+        code=code_files(
+            "algorithms/fedal",
+            "models/lenet.py",
+            "models/wide_resnet.py",
+            "models/resnet_cifar.py",
+            "models/leaf_cnn.py",
+        ),
     output:
         metrics=f"{FEDAL_OUT}/runs/{FEDAL_RUN}/metrics.parquet",
         summary=f"{FEDAL_OUT}/runs/{FEDAL_RUN}/summary.json",
