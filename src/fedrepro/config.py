@@ -45,7 +45,13 @@ def key_path(error: jsonschema.ValidationError) -> str:
 def schema_errors(config: dict, schema: dict) -> list[str]:
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    return [f"config key '{key_path(e)}': {e.message}" for e in errors]
+    return [f"config key '{key_path(e)}': {e.message}{_allowed(e)}" for e in errors]
+
+
+def _allowed(error: jsonschema.ValidationError) -> str:
+    """For 'not valid under any of the given schemas', say what is valid."""
+    description = error.schema.get("description") if isinstance(error.schema, dict) else None
+    return f" (allowed: {description})" if error.validator in ("oneOf", "anyOf") and description else ""
 
 
 def dataset_option_errors(config: dict) -> list[str]:

@@ -55,6 +55,22 @@ def test_schema_errors_name_the_key_and_what_is_allowed(config, mutate, key, wor
     assert words in message
 
 
+@pytest.mark.parametrize("mutate, key, words", [
+    (lambda c: c["dpzv"]["eps_grid"].__setitem__(0, 0), "dpzv.eps_grid[0]", "inf"),
+    (lambda c: c["dpzv"]["eps_grid"].__setitem__(1, -2), "dpzv.eps_grid[1]", "inf"),
+    (lambda c: c["dpzv"].__setitem__("delta", 1.0), "dpzv.delta", "maximum"),
+    (lambda c: c["dpzv"].__setitem__("delta", 0), "dpzv.delta", "minimum"),
+    (lambda c: c["dpzv"]["methods"].append("dp_sgd"), "dpzv.methods[4]", "vfl_czofo"),
+    (lambda c: c["dpzv"]["shared"].__setitem__("clip_mode", "both"), "dpzv.shared.clip_mode", "one_sided"),
+])
+def test_privacy_and_method_errors_name_the_key(config, mutate, key, words):
+    if "dpzv" not in config:
+        pytest.skip("no dpzv section in config.yaml")
+    mutate(config)
+    message = error_of(config)
+    assert f"config key '{key}'" in message and words in message
+
+
 def test_more_clients_than_samples_is_rejected(config):
     config["fedavg"]["partition"]["num_clients"] = 5000
     message = error_of(config)
