@@ -249,7 +249,7 @@ def test_dirichlet_partition_properties():
 
 
 def test_plain_adam_matches_torch_adam():
-    from fedrepro.algorithms.fedal.optim import Adam
+    from fedrepro.fl.optim import Adam
 
     torch.manual_seed(0)
     a = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedrepro.algorithms.fedsc.augment import AugmentConfig, augment, plain
-from fedrepro.algorithms.fedsc.optim import SGD, Adam
+from fedrepro.fl.optim import SGD, Adam
 from fedrepro.eval.knn import knn_accuracy, knn_predict
 from fedrepro.eval.probe import linear_probe
 from fedrepro.models import build_model

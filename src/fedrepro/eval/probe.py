@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedrepro.algorithms.fedsc.optim import Adam
+from fedrepro.fl.optim import Adam
 
 
 @torch.no_grad()

@@ -42,7 +42,7 @@ def local_sgd(loss: Callable, params: Params, batches: Callable[[int], tuple[tor
               steps: int, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> tuple[Params, torch.Tensor]:
     """`steps` SGD steps for every client at once; `batches(step)` returns stacked (x, y).
 
-    Matches torch.optim.SGD (momentum and weight decay included) created fresh at
+    Matches SGD (fedrepro.fl.optim / torch.optim; momentum and weight decay included) created fresh at
     the start of local training. Returns the new parameters and the mean loss per client.
     """
     value_and_grad = vmap(grad_and_value(loss))

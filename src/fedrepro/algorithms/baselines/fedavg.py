@@ -25,6 +25,7 @@ from fedrepro.eval.classify import evaluate_classifier
 from fedrepro.fl import batched
 from fedrepro.fl.aggregate import weighted_average
 from fedrepro.fl.device import pick_device
+from fedrepro.fl.optim import SGD
 from fedrepro.fl.runner import run_seeds
 from fedrepro.fl.sampling import clients_per_round, sample_clients
 from fedrepro.fl.transport import Wire
@@ -77,9 +78,8 @@ class FedAvg:
         for k, (client, params) in enumerate(zip(chosen, received)):
             model = build_model(self.spec["model"], **self.spec.get("model_options", {})).to(self.device)
             model.load_state_dict(params, strict=False)
-            optimiser = torch.optim.SGD(model.parameters(), lr=self.spec["lr"],
-                                        momentum=self.spec.get("momentum", 0.0),
-                                        weight_decay=self.spec.get("weight_decay", 0.0))
+            optimiser = SGD(model.parameters(), lr=self.spec["lr"], momentum=self.spec.get("momentum", 0.0),
+                            weight_decay=self.spec.get("weight_decay", 0.0))
             total = 0.0
             for step in range(steps):
                 batch = torch.as_tensor(indices[step][k], device=self.device)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedrepro.fl.optim import SGD
 from fedrepro.fl.transport import Wire
 from fedrepro.models import build_model
 
@@ -248,9 +249,9 @@ class Server:
             self.updater.load_state_dict(state["updater"])
 
 
-def sgd(params, lr: float, momentum: float) -> torch.optim.Optimizer:
-    """torch.optim.SGD with Table 3's momentum (spec 1.5 DECISION: every first-order part)."""
-    return torch.optim.SGD(params, lr=lr, momentum=momentum)
+def sgd(params, lr: float, momentum: float) -> SGD:
+    """SGD with Table 3's momentum (spec 1.5 DECISION: every first-order part)."""
+    return SGD(params, lr=lr, momentum=momentum)
 
 
 # ------------------------------------------------------------------------------------ the loop

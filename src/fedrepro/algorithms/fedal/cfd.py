@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedrepro.algorithms.fedal.optim import Adam
+from fedrepro.fl.optim import Adam
 
 from fedrepro.algorithms.fedal.client import build_client_model, cross_entropy
 from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of

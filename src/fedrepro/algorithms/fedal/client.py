@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedrepro.algorithms.fedal.optim import Adam
+from fedrepro.fl.optim import Adam
 from fedrepro.data.tensors import ClientBatches
 from fedrepro.models import build_model
 

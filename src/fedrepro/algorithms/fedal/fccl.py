@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.fedal.optim import Adam
+from fedrepro.fl.optim import Adam
 from fedrepro.algorithms.fedal.client import cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.kd import (cross_correlation_loss, kl_to_logits, non_target_kl,

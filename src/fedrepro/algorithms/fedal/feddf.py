@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedrepro.algorithms.fedal.optim import Adam
+from fedrepro.fl.optim import Adam
 
 from fedrepro.algorithms.fedal.client import build_client_model, frozen_logits
 from fedrepro.algorithms.fedal.distill import AdversarialConfig

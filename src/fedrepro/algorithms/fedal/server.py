@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from fedrepro.algorithms.fedal.optim import Adam
+from fedrepro.fl.optim import SGD, Adam
 
 from fedrepro.algorithms.fedal.discriminator import (Discriminator, discriminator_loss,
                                                      payoff_grads)
@@ -37,7 +37,7 @@ def make_optimizer(name: str, params, lr: float):
     if name == "adam":
         return Adam(params, lr=lr)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
+        return SGD(params, lr=lr)
     raise ValueError(f"disc_optimizer {name!r} is not one of {', '.join(OPTIMIZERS)}")
 
 

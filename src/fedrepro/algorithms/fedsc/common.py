@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from fedrepro.algorithms.fedsc.augment import AugmentConfig, augment, plain
-from fedrepro.algorithms.fedsc.optim import SGD
+from fedrepro.fl.optim import SGD
 from fedrepro.eval.knn import knn_accuracy
 from fedrepro.fl.aggregate import weighted_average
 from fedrepro.fl.sampling import sample_clients
