@@ -65,13 +65,15 @@ rule dpzv_fig2:
     input:
         metrics=[f"{f}/metrics.parquet" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["fig2"])],
     output:
-        png=f"{DPZV_OUT}/figures/fig2_accuracy_curves.png",
+        png=report(f"{DPZV_OUT}/figures/fig2_accuracy_curves.png", caption="../report/dpzv.rst", category="DPZV"),
         pdf=f"{DPZV_OUT}/figures/fig2_accuracy_curves.pdf",
     log:
         f"{RESULTS}/logs/dpzv/fig2.log",
     params:
         entry="fedrepro.report.dpzv:figure2",
         spec=DPZV_REPORT,
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -82,7 +84,7 @@ rule dpzv_fig3:
     input:
         summaries=[f"{f}/summary.json" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["fig3"])],
     output:
-        png=f"{DPZV_OUT}/figures/fig3_privacy_tradeoff.png",
+        png=report(f"{DPZV_OUT}/figures/fig3_privacy_tradeoff.png", caption="../report/dpzv.rst", category="DPZV"),
         pdf=f"{DPZV_OUT}/figures/fig3_privacy_tradeoff.pdf",
         md=f"{DPZV_OUT}/tables/fig3_accuracy.md",
         csv=f"{DPZV_OUT}/tables/fig3_accuracy.csv",
@@ -92,6 +94,8 @@ rule dpzv_fig3:
     params:
         entry="fedrepro.report.dpzv:figure3",
         spec=DPZV_REPORT,
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -102,13 +106,15 @@ rule dpzv_fig4:
     input:
         metrics=[f"{f}/metrics.parquet" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["fig4"])],
     output:
-        png=f"{DPZV_OUT}/figures/fig4_clipping.png",
+        png=report(f"{DPZV_OUT}/figures/fig4_clipping.png", caption="../report/dpzv.rst", category="DPZV"),
         pdf=f"{DPZV_OUT}/figures/fig4_clipping.pdf",
     log:
         f"{RESULTS}/logs/dpzv/fig4.log",
     params:
         entry="fedrepro.report.dpzv:figure4",
         spec=DPZV_REPORT,
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -119,13 +125,15 @@ rule dpzv_fig5:
     input:
         metrics=[f"{f}/metrics.parquet" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["fig5"])],
     output:
-        png=f"{DPZV_OUT}/figures/fig5_clip_threshold.png",
+        png=report(f"{DPZV_OUT}/figures/fig5_clip_threshold.png", caption="../report/dpzv.rst", category="DPZV"),
         pdf=f"{DPZV_OUT}/figures/fig5_clip_threshold.pdf",
     log:
         f"{RESULTS}/logs/dpzv/fig5.log",
     params:
         entry="fedrepro.report.dpzv:figure5",
         spec=DPZV_REPORT,
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -136,7 +144,7 @@ rule dpzv_fig6:
     input:
         tables=expand(f"{DPZV_OUT}/memory/{{dataset}}.csv", dataset=DPZV_MEMORY),
     output:
-        png=f"{DPZV_OUT}/figures/fig6_memory.png",
+        png=report(f"{DPZV_OUT}/figures/fig6_memory.png", caption="../report/dpzv.rst", category="DPZV"),
         pdf=f"{DPZV_OUT}/figures/fig6_memory.pdf",
         md=f"{DPZV_OUT}/tables/fig6_memory.md",
         csv=f"{DPZV_OUT}/tables/fig6_memory.csv",
@@ -146,6 +154,8 @@ rule dpzv_fig6:
     params:
         entry="fedrepro.report.dpzv:figure6",
         spec=DPZV_REPORT,
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -169,6 +179,8 @@ rule dpzv_claims:
     params:
         entry="fedrepro.report.dpzv:claims",
         spec=DPZV_REPORT,
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:

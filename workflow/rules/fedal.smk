@@ -72,7 +72,7 @@ rule fedal_run_figure:
         metrics=lambda w: [f"{folder}/metrics.parquet" for folder in FEDAL_INPUTS[w.name]],
         summaries=lambda w: [f"{folder}/summary.json" for folder in FEDAL_INPUTS[w.name]],
     output:
-        png=f"{FEDAL_OUT}/figures/{{name}}.png",
+        png=report(f"{FEDAL_OUT}/figures/{{name}}.png", caption="../report/fedal.rst", category="FedAL"),
         pdf=f"{FEDAL_OUT}/figures/{{name}}.pdf",
     wildcard_constraints:
         name=FEDAL_RUN_FIGURES,
@@ -94,7 +94,7 @@ rule fedal_fig4:
         data=[prepared(dataset) for dataset, _ in FEDAL_FIG4],
         partitions=[partition_file(dataset, tag) for dataset, tag in FEDAL_FIG4],
     output:
-        png=f"{FEDAL_OUT}/figures/fig4.png",
+        png=report(f"{FEDAL_OUT}/figures/fig4.png", caption="../report/fedal.rst", category="FedAL"),
         pdf=f"{FEDAL_OUT}/figures/fig4.pdf",
     log:
         f"{RESULTS}/logs/fedal/fig4.log",

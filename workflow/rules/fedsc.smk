@@ -80,6 +80,8 @@ rule fedsc_table2:
     params:
         entry="fedrepro.report.fedsc:probe_table",
         spec={**FEDSC_REPORT, "table": "table2", "cells": FEDSC_CELLS["table2"]},
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -98,6 +100,8 @@ rule fedsc_table3:
     params:
         entry="fedrepro.report.fedsc:probe_table",
         spec={**FEDSC_REPORT, "table": "table3", "cells": FEDSC_CELLS["table3"]},
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -116,6 +120,8 @@ rule fedsc_table4:
     params:
         entry="fedrepro.report.fedsc:probe_table",
         spec={**FEDSC_REPORT, "table": "table4", "cells": FEDSC_CELLS["table4"]},
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -134,6 +140,8 @@ rule fedsc_table5:
     params:
         entry="fedrepro.report.fedsc:probe_table",
         spec={**FEDSC_REPORT, "table": "table5", "cells": FEDSC_CELLS["table5"]},
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -150,6 +158,8 @@ rule fedsc_table6:
     params:
         entry="fedrepro.report.fedsc:table6",
         spec={**FEDSC_REPORT, "rows": config["fedsc"]["table6"]},
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -168,6 +178,8 @@ rule fedsc_privacy:
     params:
         entry="fedrepro.report.fedsc:privacy_table",
         spec={**FEDSC_REPORT, "cells": FEDSC_CELLS["privacy"]},
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:
@@ -178,13 +190,15 @@ rule fedsc_figure2:
     input:
         metrics=[cell["path"] for cell in FEDSC_CELLS["figure2"]],
     output:
-        png=f"{FEDSC_OUT}/figures/figure2.png",
+        png=report(f"{FEDSC_OUT}/figures/figure2.png", caption="../report/fedsc.rst", category="FedSC"),
         pdf=f"{FEDSC_OUT}/figures/figure2.pdf",
     log:
         f"{RESULTS}/logs/fedsc/figure2.log",
     params:
         entry="fedrepro.report.fedsc:figure2",
         spec={**FEDSC_REPORT, "cells": FEDSC_CELLS["figure2"]},
+    resources:
+        **cpu_resources(),
     conda:
         CONDA_ENV
     script:

@@ -49,7 +49,7 @@ rule steffle_figure:
             f"{folder}/summary.json" for folder in run_folders("steffle", STEFFLE_FIGURE_RUNS[w.figure])
         ],
     output:
-        png=report(f"{STEFFLE_OUT}/figures/{{figure}}.png", category="SteFFLe"),
+        png=report(f"{STEFFLE_OUT}/figures/{{figure}}.png", caption="../report/steffle.rst", category="SteFFLe"),
         pdf=f"{STEFFLE_OUT}/figures/{{figure}}.pdf",
     log:
         f"{RESULTS}/logs/steffle/{{figure}}.log",
