@@ -25,7 +25,7 @@ import torch
 
 from fedrepro.fl.optim import Adam
 
-from fedrepro.algorithms.fedal.client import build_client_model, cross_entropy
+from fedrepro.algorithms.fedal.client import build_client_model
 from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.kd import kl_to_logits
 
@@ -70,19 +70,13 @@ class CFD(Federation):
 
     def round(self, t: int) -> dict:
         self.wire.round = t
-        ce = []
-        for client in self.clients:
-            for _ in range(self.cfg.tau):
-                x, y = client.local_batch()
-                loss = cross_entropy(client.model(x), y)
-                client.step(loss)
-                ce.append(loss.detach())
+        ce = self.local_supervised_stage()
         kd, server_kd = [], []
         for _ in range(self.cfg.tau):
             k, s = self._global_iteration()
             kd.append(k)
             server_kd.append(s)
-        return {"ce": mean_of(ce), "kd": mean_of(kd), "server_kd": mean_of(server_kd)}
+        return {"ce": ce, "kd": mean_of(kd), "server_kd": mean_of(server_kd)}
 
     def _global_iteration(self):
         logits, uploads = [], []

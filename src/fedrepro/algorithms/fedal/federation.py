@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedrepro.algorithms.fedal.client import (Client, Stream, arch_key, assign_architectures,
+from fedrepro.algorithms.fedal.client import (Client, Stream, arch_key, assign_architectures, cross_entropy,
                                               build_client_model)
 from fedrepro.fl.transport import Wire
 
@@ -161,6 +161,17 @@ class Federation:
 
     def load_extra_state(self, state: dict) -> None:
         pass
+
+    def local_supervised_stage(self) -> float:
+        """tau cross-entropy steps on every client's private data; the mean loss."""
+        losses = []
+        for client in self.clients:
+            for _ in range(self.cfg.tau):
+                x, y = client.local_batch()
+                loss = cross_entropy(client.model(x), y)
+                client.step(loss)
+                losses.append(loss.detach())
+        return mean_of(losses)
 
     def round(self, t: int) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError

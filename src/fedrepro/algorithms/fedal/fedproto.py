@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.fedal.client import cross_entropy
 from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.kd import leave_one_out
 
@@ -50,17 +49,11 @@ class FedProto(Federation):
 
     def round(self, t: int) -> dict:
         self.wire.round = t
-        ce = []
-        for client in self.clients:
-            for _ in range(self.cfg.tau):
-                x, y = client.local_batch()
-                loss = cross_entropy(client.model(x), y)
-                client.step(loss)
-                ce.append(loss.detach())
+        ce = self.local_supervised_stage()
         mse = []
         for _ in range(self.cfg.tau):
             mse.append(self._global_iteration())
-        return {"ce": mean_of(ce), "proto_mse": mean_of(mse)}
+        return {"ce": ce, "proto_mse": mean_of(mse)}
 
     def _global_iteration(self) -> torch.Tensor:
         feats, uploads = [], []
