@@ -56,35 +56,16 @@ import torch
 from fedrepro.fl.transport import Wire
 
 from . import fermi
-from .common import ITERATES, FairData, GridTrainer, clip_coef, strata
-
-FAIRNESS = ("dp", "eo")
-
+from .common import FairData, GridTrainer, ScheduleConfig, clip_coef, strata
 
 @dataclass
-class BaselineConfig:
-    batch: int = 256
-    epochs: int = 40
-    eta_theta: float = 0.25
-    lr_decay: float = 0.8
-    decay_every: int = 10
-    fairness: str = "dp"
+class BaselineConfig(ScheduleConfig):
     clip_primal: float = 10.0   # Tran: C_p
     alpha: float = 0.0          # Tran: constraint slack
     clip_loss: float = 1.0      # Ling: C1
     clip_fair: float = 1.0      # Ling: C2
-    iterate: str = "final"
-    eval_every: int = 10
-    with_replacement: bool = False
 
-    def __post_init__(self):
-        if self.fairness not in FAIRNESS:
-            raise ValueError(f"fairness must be one of {FAIRNESS}, got {self.fairness!r}")
-        if self.iterate not in ITERATES:
-            raise ValueError(f"iterate must be one of {ITERATES}, got {self.iterate!r}")
-        for key in ("eta_theta", "clip_primal", "clip_loss", "clip_fair"):
-            if not getattr(self, key) > 0:
-                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+    positive = ("eta_theta", "clip_primal", "clip_loss", "clip_fair")
 
 
 class _CellMixin:

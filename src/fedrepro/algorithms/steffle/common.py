@@ -147,6 +147,37 @@ def strata(data: FairData, fairness: str) -> tuple[int, torch.Tensor]:
 
 
 ITERATES = ("final", "random", "refcode_avg")
+FAIRNESS = ("dp", "eo")
+
+
+@dataclass
+class ScheduleConfig:
+    """Settings every SteFFLe-family trainer shares; subclasses add their own and name
+    which of them must be positive in `positive`."""
+
+    batch: int = 256
+    epochs: int = 40
+    eta_theta: float = 0.25
+    lr_decay: float = 0.8
+    decay_every: int = 10
+    fairness: str = "dp"
+    iterate: str = "final"
+    eval_every: int = 10       # epochs between test evaluations
+    with_replacement: bool = False
+
+    positive = ("eta_theta",)
+
+    def __post_init__(self):
+        if self.fairness not in FAIRNESS:
+            raise ValueError(f"fairness must be one of {FAIRNESS}, got {self.fairness!r}")
+        if self.iterate not in ITERATES:
+            raise ValueError(f"iterate must be one of {ITERATES}, got {self.iterate!r}")
+        for key in ("batch", "epochs", "eval_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        for key in self.positive:
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
 
 
 def final_metrics(history, iterate: str, epochs: int, random_metrics=None) -> dict[str, np.ndarray]:

@@ -47,38 +47,19 @@ import torch
 from fedrepro.fl.transport import Wire
 
 from . import fermi
-from .common import ITERATES, FairData, GridTrainer, clip_coef, strata
-
-FAIRNESS = ("dp", "eo")
-
+from .common import FairData, GridTrainer, ScheduleConfig, clip_coef, strata
 
 @dataclass
-class SGDAConfig:
-    batch: int = 256
-    epochs: int = 40
-    eta_theta: float = 0.25
-    lr_decay: float = 0.8
-    decay_every: int = 10
+class SGDAConfig(ScheduleConfig):
     eta_w: float = 1e-5
     clip: float = 1.0          # L_theta: per-sample clip of the sensitive theta-gradient
     radius: float = 1.0        # D: Frobenius radius of the W ball
-    fairness: str = "dp"
     compat_refcode: bool = False
-    iterate: str = "final"
-    eval_every: int = 10       # epochs between test evaluations
-    with_replacement: bool = False
+
+    positive = ("eta_theta", "clip", "radius")
 
     def __post_init__(self):
-        if self.fairness not in FAIRNESS:
-            raise ValueError(f"fairness must be one of {FAIRNESS}, got {self.fairness!r}")
-        if self.iterate not in ITERATES:
-            raise ValueError(f"iterate must be one of {ITERATES}, got {self.iterate!r}")
-        for key in ("batch", "epochs", "eval_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        for key in ("eta_theta", "clip", "radius"):
-            if not getattr(self, key) > 0:
-                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+        super().__post_init__()
         if self.eta_w < 0:
             raise ValueError(f"eta_w must be >= 0, got {self.eta_w}")
 
