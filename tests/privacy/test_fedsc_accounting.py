@@ -26,8 +26,9 @@ TABLE6 = [
 @pytest.mark.parametrize("row", TABLE6, ids=[f"{r[0]}-eps{r[1]}-d{r[2]:g}" for r in TABLE6])
 def test_table6_both_columns(row):
     _, _, delta, mu, sigma, t, n, eps_paper, eps_sqrt2 = row
-    assert fedsc.epsilon(t, mu, sigma, n, delta, sens_factor=1.0) == pytest.approx(eps_paper, abs=0.01)
-    assert fedsc.epsilon(t, mu, sigma, n, delta) == pytest.approx(eps_sqrt2, abs=0.01)
+    assert fedsc.epsilon(t, mu, sigma, n, delta, sens_factor=1.0) == pytest.approx(eps_paper, abs=0.006)
+    assert fedsc.epsilon(t, mu, sigma, n, delta) == pytest.approx(eps_sqrt2, abs=0.006)
+    assert fedsc.epsilon_numeric(t, mu, sigma, n, delta) == pytest.approx(fedsc.epsilon(t, mu, sigma, n, delta), rel=1e-6)
     # sqrt(2) sensitivity is the same as doubling T_j
     assert fedsc.epsilon(t, mu, sigma, n, delta) == pytest.approx(
         fedsc.epsilon(2 * t, mu, sigma, n, delta, sens_factor=1.0), rel=1e-12)
