@@ -204,15 +204,12 @@ class GridTrainer:
 
     Subclasses set `noise_shapes` (per-round standard-normal draws per seed, keyed by
     name), implement `step(t, local, weight, noise)` and may extend `end_epoch`,
-    `extra_state`/`load_extra_state`. `cfg` needs batch, epochs, eta_theta,
-    lr_decay, decay_every, iterate, eval_every, with_replacement.
+    `extra_state`/`load_extra_state`. `cfg` is a validated ScheduleConfig.
     """
 
     noise_shapes: dict[str, tuple[int, ...]] = {}
 
-    def __init__(self, data: FairData, cfg, seeds: list[int], groups: int):
-        if cfg.iterate not in ITERATES:
-            raise ValueError(f"iterate must be one of {ITERATES}, got {cfg.iterate!r}")
+    def __init__(self, data: FairData, cfg: ScheduleConfig, seeds: list[int], groups: int):
         self.data, self.cfg, self.seeds = data, cfg, list(seeds)
         self.schedule = BatchSchedule(data.silo_sizes, cfg.batch, cfg.with_replacement)
         self.silo_index = padded_silo_index(data)
