@@ -30,13 +30,9 @@ METHOD_KEYS = {
 FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6")
 
 
-def _eps(value) -> float:
-    return math.inf if value == "inf" else float(value)
-
-
 def _eps_value(value):
     """eps for a spec: a number, or the string "inf" (JSON has no infinity)."""
-    return "inf" if _eps(value) == math.inf else float(value)
+    return "inf" if math.isinf(float(value)) else float(value)
 
 
 def partition_tag(dataset_cfg: dict) -> str:
@@ -70,14 +66,14 @@ def method_spec(config: dict, dataset: str, method: str) -> dict:
 
 
 def _variant(method: str, eps, clip) -> tuple:
-    return (_eps(eps), float(clip) if method == "dpzv" else None)
+    return (float(eps), float(clip) if method == "dpzv" else None)
 
 
 def variants_needed(config: dict, dataset: str, method: str) -> list[tuple]:
     """(eps, clip) pairs of one data set and method over every figure, sorted."""
     section = config[PAPER]
     figs = section["figures"]
-    clip = _eps(section["shared"]["clip"])
+    clip = float(section["shared"]["clip"])
     wanted = set()
     if dataset in figs.get("fig3", []):
         grid = section["datasets"][dataset].get("eps_grid", section["eps_grid"])
@@ -90,7 +86,7 @@ def variants_needed(config: dict, dataset: str, method: str) -> list[tuple]:
             wanted |= {(math.inf, clip), (math.inf, math.inf)}
         fig5 = figs.get("fig5", {})
         if dataset in fig5.get("datasets", []):
-            wanted |= {(_eps(fig5["eps"]), float(c)) for c in fig5["clips"]}
+            wanted |= {(float(fig5["eps"]), float(c)) for c in fig5["clips"]}
     return sorted(wanted, key=lambda v: (v[0], v[1] if v[1] is not None else 0.0))
 
 
@@ -142,9 +138,9 @@ def runs_for(all_runs: list[Run], datasets, methods=METHODS, eps=None, clip=None
             continue
         variants = run.spec["variants"]
         if eps is not None:
-            variants = [v for v in variants if _eps(v["eps"]) == _eps(eps)]
+            variants = [v for v in variants if float(v["eps"]) == float(eps)]
         if clip is not None and run.method == "dpzv":
-            variants = [v for v in variants if _eps(v["clip"]) == _eps(clip)]
+            variants = [v for v in variants if float(v["clip"]) == float(clip)]
         if variants:
             chosen.append(run)
     return chosen
@@ -217,6 +213,6 @@ def check(config: dict) -> list[str]:
         missing = [m for m in section["methods"] if m not in section["datasets"][dataset]["lr"]]
         if missing:
             errors.append(f"dpzv.datasets.{dataset}.lr lacks {', '.join(missing)}")
-    if _eps(section["shared"]["clip"]) == math.inf:
+    if float(section["shared"]["clip"]) == math.inf:
         errors.append("dpzv.shared.clip must be finite (the DP sensitivity is 2C/B); Figure 4 adds the unclipped run")
     return errors

@@ -101,7 +101,7 @@ def runs(config: dict) -> list[Run]:
 
 
 def _eps_sorted(values) -> list:
-    return sorted(values, key=lambda e: float("inf") if e == "inf" else float(e))
+    return sorted(values, key=float)  # float("inf") is inf
 
 
 def _run(section, config, dataset, method, fairness, n, h, eps_set, variant="", overrides=None) -> Run:

@@ -23,9 +23,6 @@ LABELS = {"dpzv": "DPZV", "vafl": "VAFL", "zoo_vfl": "ZOO-VFL", "vfl_czofo": "VF
 PRIVACY_FIELDS = ("sigma", "noise_multiplier", "gdp_mu", "mu_clt", "eps_clt", "eps_library", "releases")
 
 
-def _eps(value) -> float:
-    return math.inf if value in ("inf", "Infinity") else float(value)
-
 
 def eps_label(eps: float) -> str:
     return "∞" if math.isinf(eps) else f"{eps:g}"
@@ -39,7 +36,7 @@ def load_best(paths: list[str]) -> pd.DataFrame:
         for tag, variant in summary["variants"].items():
             for seed, per_seed in variant["seeds"].items():
                 best, priv = per_seed.get("best", {}), per_seed.get("privacy", {})
-                rows.append({**identity(path), "variant": tag, "eps": _eps(variant["eps"]),
+                rows.append({**identity(path), "variant": tag, "eps": float(variant["eps"]),
                              "clip": float(variant["clip"]), "seed": int(seed),
                              "best_test_acc": best.get("test_acc", np.nan), "best_val_acc": best.get("val_acc", np.nan),
                              "best_epoch": best.get("epoch", np.nan),
@@ -54,7 +51,7 @@ def _select(frame: pd.DataFrame, dataset: str, eps=None, clip=None) -> pd.DataFr
     """Rows of `dataset` (at `eps`); DPZV rows only at clip `clip` (its default C)."""
     out = frame[frame["dataset"] == dataset]
     if eps is not None:
-        out = out[out["eps"] == _eps(eps)]
+        out = out[out["eps"] == float(eps)]
     if clip is not None:
         out = out[(out["method"] != "dpzv") | (out["clip"] == float(clip))]
     return out
@@ -75,7 +72,7 @@ def figure2(job) -> None:
     for ax, (dataset, eps) in zip(axes, panels.items()):
         data = _select(frame, dataset, eps, spec["clip"]).assign(acc=lambda d: 100 * d["test_acc"])
         figures.lines_with_band(data, "epoch", "acc", "label", ax)
-        ax.set(title=f"{dataset}, ε = {eps_label(_eps(eps))}, δ = {spec['delta']:g}", xlabel="epoch",
+        ax.set(title=f"{dataset}, ε = {eps_label(float(eps))}, δ = {spec['delta']:g}", xlabel="epoch",
                ylabel="test accuracy (%)")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
@@ -125,13 +122,13 @@ def figure5(job) -> None:
     spec = job.spec
     fig5 = spec["figures"]["fig5"]
     frame = _metrics(job.input["metrics"])
-    frame = frame[(frame["method"] == "dpzv") & (frame["eps"] == _eps(fig5["eps"]))
+    frame = frame[(frame["method"] == "dpzv") & (frame["eps"] == float(fig5["eps"]))
                   & frame["clip"].isin([float(c) for c in fig5["clips"]])]
     frame = frame.assign(C=frame["clip"].map(lambda c: f"C = {c:g}"), acc=100 * frame["test_acc"])
     fig, axes = figures.new_figure(len(fig5["datasets"]))
     for ax, dataset in zip(axes, fig5["datasets"]):
         figures.lines_with_band(frame[frame["dataset"] == dataset], "epoch", "acc", "C", ax)
-        ax.set(title=f"{dataset}: DPZV, ε = {eps_label(_eps(fig5['eps']))}", xlabel="epoch",
+        ax.set(title=f"{dataset}: DPZV, ε = {eps_label(float(fig5['eps']))}", xlabel="epoch",
                ylabel="test accuracy (%)")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
@@ -212,7 +209,7 @@ def _claim_rows(best: pd.DataFrame, metrics: pd.DataFrame, memory: pd.DataFrame,
             f"with C: {loss.get(False, np.nan):.3f}, without: {loss.get(True, np.nan):.3f}")
     fig5 = figs.get("fig5", {})
     for dataset in fig5.get("datasets", []):
-        accs = {c: _mean_acc(best, dataset, "dpzv", _eps(fig5["eps"]), c) for c in fig5["clips"]}
+        accs = {c: _mean_acc(best, dataset, "dpzv", float(fig5["eps"]), c) for c in fig5["clips"]}
         low, high = min(accs), max(accs)
         add(f"{dataset}: small C at least as good as large C (DPZV, ε = {fig5['eps']})", accs[low] >= accs[high],
             ", ".join(f"C={c:g}: {100 * a:.1f}" for c, a in accs.items()))

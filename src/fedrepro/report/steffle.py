@@ -59,7 +59,7 @@ def load_points(metric_paths: list[str]) -> pd.DataFrame:
         frame["fairness"] = spec["fairness"]
         frame["num_silos"] = int(spec["num_silos"])
         frame["h"] = float(spec["h"])
-        frame["eps_value"] = frame["eps"].map(lambda e: math.inf if e == "inf" else float(e))
+        frame["eps_value"] = frame["eps"].map(float)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
 

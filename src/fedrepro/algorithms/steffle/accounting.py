@@ -18,7 +18,7 @@ from fedrepro.privacy import steffle as thm
 
 
 def is_private(eps) -> bool:
-    return not (eps == "inf" or (isinstance(eps, float) and math.isinf(eps)))
+    return not math.isinf(float(eps))
 
 
 def steffle_noise(eps, delta: float, rounds: int, silo_sizes: list[int], rho: float, clip: float,
