@@ -13,10 +13,12 @@ import seaborn as sns  # noqa: E402
 from fedrepro.report.tables import SCALE_NOTE  # noqa: E402
 
 
-def new_figure(panels: int = 1, width: float = 4.2, height: float = 3.2):
+def new_figure(panels: int = 1, width: float = 4.2, height: float = 3.2, rows: int = 1):
+    """A figure of `panels` axes on `rows` rows (row-major), in the house seaborn theme."""
     sns.set_theme(style="whitegrid", context="paper")
-    fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), squeeze=False)
-    return fig, list(axes[0])
+    cols = -(-panels // rows)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    return fig, list(axes.ravel())
 
 
 def lines_with_band(data, x: str, y: str, hue: str, ax, **kwargs) -> None:

@@ -139,21 +139,12 @@ def _draw(ax, curve: pd.DataFrame, label: str, **kw) -> None:
                 label=label, **kw)
 
 
-def grid_figure(rows: int, cols: int, width: float = 3.6, height: float = 3.0):
-    """A rows x cols panel grid (figures.new_figure makes one row only), flattened row-major."""
-    figures.new_figure(1)                                  # seaborn theme; its figure is not used
-    plt = figures.plt
-    plt.close("all")
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
-    return fig, list(axes.ravel())
-
-
 def comparison_figure(job, points: pd.DataFrame) -> None:
     spec = job.spec
     fig_cfg = spec["layout"]
     hide = set(fig_cfg.get("hide", []))
     eps_list, h_list = fig_cfg["epsilons"], fig_cfg["h"]
-    fig, axes = grid_figure(len(eps_list), len(h_list))
+    fig, axes = figures.new_figure(len(eps_list) * len(h_list), 3.6, 3.0, rows=len(eps_list))
     notion = "Demographic parity" if fig_cfg["fairness"] == "dp" else "Equalized odds"
     for ax, (eps, h) in zip(axes, [(e, h) for e in eps_list for h in h_list]):
         rows = panel_points(points, fig_cfg["dataset"], fig_cfg["fairness"], fig_cfg["num_silos"], h, eps,
@@ -174,7 +165,7 @@ def ablation_figure(job, points: pd.DataFrame) -> None:
     """Fig 2: SteFFLe's curve per heterogeneity h (N fixed) or per silo count N (h fixed)."""
     layout = job.spec["layout"]
     panels = layout["panels"]
-    fig, axes = grid_figure(math.ceil(len(panels) / 2), min(2, len(panels)))
+    fig, axes = figures.new_figure(len(panels), 3.6, 3.0, rows=math.ceil(len(panels) / 2))
     for ax, panel in zip(axes, panels):
         varying = "h" if len(panel["h"]) > 1 or len(panel["num_silos"]) == 1 else "N"
         for n in panel["num_silos"]:

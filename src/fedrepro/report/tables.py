@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 SCALE_NOTE = {
-    "quick": "Quick scale: offline stand-in data, few rounds and seeds. These numbers are NOT the paper's setting; "
+    "quick": "Quick scale: offline data (small stand-ins where the real set cannot ship), few rounds and seeds. "
+             "These numbers are NOT the paper's setting; "
              "they show the pipeline and the qualitative trends only.",
     "paper": "Paper scale: the paper's data sets, models and budgets.",
 }
