@@ -198,8 +198,7 @@ def report_spec(config: dict) -> dict:
     section = config[PAPER]
     figures = {**section["figures"], "fig2": fig2_panels(config)}
     return {"scale": config["scale"], "decimals": config["report"]["decimals"], "delta": section["delta"],
-            "figures": figures, "methods": section["methods"], "clip": section["shared"]["clip"],
-            "device": config.get("device", "auto")}
+            "figures": figures, "methods": section["methods"], "clip": section["shared"]["clip"]}
 
 
 def check(config: dict) -> list[str]:
