@@ -42,3 +42,17 @@ def test_write_table_writes_csv_markdown_latex_with_scale_note(tmp_path):
     markdown = (tmp_path / "t.md").read_text()
     assert "Caption here" in markdown and "NOT the paper's setting" in markdown and "| FedSC" in markdown
     assert "\\begin{tabular}" in (tmp_path / "t.tex").read_text()
+
+
+def test_report_modules_load_plotting_only_when_a_figure_is_drawn():
+    """Table-only report jobs skip the ~2 s seaborn/matplotlib import (a fresh process: pytest already has them)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import fedrepro.report.fedavg, fedrepro.report.fedsc, fedrepro.report.dpzv, "
+            "fedrepro.report.fedal, fedrepro.report.steffle, fedrepro.report.index\n"
+            "print(sorted(m for m in ('seaborn', 'matplotlib', 'torch') if m in sys.modules))\n"
+            "from fedrepro.report import figures; figures.new_figure()\n"
+            "print('seaborn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]" and out[1] == "True"

@@ -1,20 +1,30 @@
-"""Figures through seaborn, saved as PNG and PDF."""
+"""Figures through seaborn, saved as PNG and PDF.
+
+seaborn and matplotlib are imported on first use: they cost about 2 s per process,
+and the table-only report jobs of the pipeline never draw.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from fedrepro.report.tables import SCALE_NOTE
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import seaborn as sns  # noqa: E402
 
-from fedrepro.report.tables import SCALE_NOTE  # noqa: E402
+def _plotting():
+    """(pyplot, seaborn), with the file-only Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    return plt, sns
 
 
 def new_figure(panels: int = 1, width: float = 4.2, height: float = 3.2, rows: int = 1):
     """A figure of `panels` axes on `rows` rows (row-major), in the house seaborn theme."""
+    plt, sns = _plotting()
     sns.set_theme(style="whitegrid", context="paper")
     cols = -(-panels // rows)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
@@ -23,6 +33,7 @@ def new_figure(panels: int = 1, width: float = 4.2, height: float = 3.2, rows: i
 
 def lines_with_band(data, x: str, y: str, hue: str, ax, **kwargs) -> None:
     """Mean over seeds as a line, +- one standard deviation as a band."""
+    _, sns = _plotting()
     sns.lineplot(data=data, x=x, y=y, hue=hue, errorbar="sd", ax=ax, **kwargs)
 
 
@@ -36,4 +47,5 @@ def save_figure(fig, stem: str | Path, scale: str) -> None:
     fig.tight_layout(rect=(0, 0.04 if scale != "paper" else 0, 1, 1))
     for suffix in (".png", ".pdf"):
         fig.savefig(stem.with_suffix(suffix), dpi=150)
+    plt, _ = _plotting()
     plt.close(fig)
