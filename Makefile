@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install reproduce test
+.PHONY: install reproduce test bench
 
 install: $(VENV)/.installed
 
@@ -20,3 +20,7 @@ reproduce: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# Speed benchmarks (not tests): results/benchmarks/summary.md. About 25 min on 2 cores.
+bench: install
+	$(BIN)/python benchmarks/run.py

@@ -1,0 +1,49 @@
+"""Every speed benchmark, one command, one table: results/benchmarks/summary.{csv,md}.
+
+    .venv/bin/python benchmarks/run.py            # about 25 min on 2 cores (the default pipeline is 12 of them)
+    .venv/bin/python benchmarks/run.py --quick    # a smoke version, about 3 min
+    .venv/bin/python benchmarks/run.py --only fl_speed steffle_speed
+
+Each benchmark measures the project's code and a reference in the same process and reports
+their ratio (see each module's docstring): 1-2 `fl_speed`, 3 `dpzv_speed`, 4 `steffle_speed`,
+5 `pipeline_speed`. Each also writes its own table beside the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import time
+
+import torch
+from common import OUT, write
+
+BENCHMARKS = ["fl_speed", "dpzv_speed", "steffle_speed", "pipeline_speed"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short versions of every benchmark")
+    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, default=BENCHMARKS, metavar="NAME",
+                        help=f"run only these (allowed: {', '.join(BENCHMARKS)})")
+    options = parser.parse_args()
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+               f"{'quick' if options.quick else 'full'} mode")
+    rows, seconds = [], {}
+    for name in options.only:
+        start = time.perf_counter()
+        module_rows = importlib.import_module(name).run(options.quick)
+        write(module_rows, name)
+        rows += module_rows
+        seconds[name] = time.perf_counter() - start
+    table = write(rows, "summary")
+    timing = ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items())
+    (OUT / "summary.md").write_text(f"Machine: {machine}. Benchmark wall time: {timing}.\n\n"
+                                    + (OUT / "summary.md").read_text())
+    print((OUT / "summary.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
