@@ -9,8 +9,10 @@ with `make_job` and call the same functions without Snakemake.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,8 @@ from typing import Any
 from fedrepro.registry import resolve
 
 CHECKPOINT_DIR = ".checkpoint"
+FINGERPRINT = "fingerprint.json"
+log = logging.getLogger(__name__)
 
 
 def seed_tag(seeds: list[int]) -> str:
@@ -61,6 +65,43 @@ class Job:
 def scratch_for(output_path: str) -> Path:
     """Checkpoint folder of a job, beside its outputs but not one of them, so a failed job keeps it."""
     return Path(output_path).parent / CHECKPOINT_DIR
+
+
+def input_paths(job: Job) -> list[str]:
+    """Every input file of a job (named inputs may be one path or a list of paths)."""
+    paths = []
+    for value in job.input.values():
+        paths += [str(value)] if isinstance(value, (str, os.PathLike)) else [str(v) for v in value]
+    return sorted(paths)
+
+
+def fingerprint(job: Job) -> str:
+    """What a job's scratch results depend on: its spec, its seeds and the state (size, time) of
+    every input file, code included. A touched input changes it too: that only costs a recompute."""
+    files = {path: _file_state(path) for path in input_paths(job)}
+    return json.dumps({"spec": job.spec, "seeds": job.seeds, "inputs": files}, sort_keys=True, default=str)
+
+
+def _file_state(path: str) -> list[int] | None:
+    return [os.stat(path).st_size, os.stat(path).st_mtime_ns] if os.path.exists(path) else None
+
+
+def claim_scratch(job: Job) -> None:
+    """Keep the scratch folder (checkpoints, finished seeds) only if this very job wrote it.
+
+    Snakemake re-runs a job when its params, code or inputs changed, and deletes only its
+    outputs: finished seeds left in scratch by the old settings would otherwise be reused.
+    Every job that keeps state in its scratch folder calls this before reading it.
+    """
+    marker = job.scratch / FINGERPRINT
+    current = fingerprint(job)
+    if marker.exists() and marker.read_text() == current:
+        return
+    if job.scratch.exists():
+        log.info("%s was written for other settings or inputs: starting afresh", job.scratch)
+        shutil.rmtree(job.scratch)
+    job.scratch.mkdir(parents=True)
+    marker.write_text(current)
 
 
 def make_job(spec, output, input=None, seeds=None, **kwargs) -> Job:

@@ -11,7 +11,7 @@ from fedrepro.algorithms.baselines.fedavg import FedAvg
 from fedrepro.fl import seeding
 from fedrepro.fl.loop import Checkpoint, run_rounds
 from fedrepro.fl.runner import run_seeds
-from fedrepro.pipeline import make_job
+from fedrepro.pipeline import claim_scratch, make_job
 from tests.foundation.conftest import FEDAVG_SPEC
 
 
@@ -82,3 +82,37 @@ def test_run_seeds_writes_outputs_and_reuses_finished_seeds(tmp_path, blobs, cli
     again = run_seeds(job, counting_build, num_rounds=3)
     assert calls == [0, 1], "finished seeds must not be recomputed"
     pd.testing.assert_frame_equal(again, metrics)
+
+
+def fedavg_job(tmp_path, spec, inputs=None):
+    folder = tmp_path / "run"
+    return make_job(spec, {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")},
+                    input=inputs, seeds=[0])
+
+
+def run_fedavg(job, blobs, clients):
+    return run_seeds(job, lambda seed: FedAvg(job.spec, blobs, clients, seed, torch.device("cpu")), num_rounds=2)
+
+
+def test_a_changed_setting_recomputes_instead_of_reusing_finished_seeds(tmp_path, blobs, clients):
+    """Snakemake re-runs a job whose params changed but leaves its scratch folder: the seeds
+    finished under the old setting must not be served as results of the new one."""
+    run_fedavg(fedavg_job(tmp_path, FEDAVG_SPEC), blobs, clients)
+    changed = {**FEDAVG_SPEC, "lr": 0.01}
+    rerun = run_fedavg(fedavg_job(tmp_path, changed), blobs, clients)
+    fresh = run_fedavg(fedavg_job(tmp_path / "fresh", changed), blobs, clients)
+    pd.testing.assert_frame_equal(rerun, fresh)
+
+
+def test_scratch_is_kept_for_the_same_job_and_emptied_when_an_input_changes(tmp_path):
+    data = tmp_path / "arrays.npz"
+    data.write_bytes(b"old")
+    job = fedavg_job(tmp_path, FEDAVG_SPEC, inputs={"data": str(data), "code": [str(data)]})
+    claim_scratch(job)
+    (job.scratch / "seed0.pt").write_bytes(b"state")
+    claim_scratch(job)
+    assert (job.scratch / "seed0.pt").exists(), "a resumed job must keep its checkpoints"
+    data.write_bytes(b"new content")
+    claim_scratch(job)
+    assert not (job.scratch / "seed0.pt").exists(), "an upstream change must not resume old state"
+    assert (job.scratch / "fingerprint.json").exists()

@@ -2,7 +2,9 @@
 
 Each seed runs with its own checkpoint under `job.scratch`; a finished seed
 leaves its metrics there, so a killed job resumes at the seed and round where it
-stopped. The job's outputs are written only once every seed is done.
+stopped. The job's outputs are written only once every seed is done. A job whose
+settings or inputs changed since the scratch was written starts afresh
+(`fedrepro.pipeline.claim_scratch`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pandas as pd
 
 from fedrepro.fl import seeding
 from fedrepro.fl.loop import Checkpoint, FederatedAlgorithm, run_rounds
-from fedrepro.pipeline import Job
+from fedrepro.pipeline import Job, claim_scratch
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 def run_seeds(job: Job, build: Callable[[int], FederatedAlgorithm], num_rounds: int,
               eval_every: int = 1, checkpoint_every: int = 1) -> pd.DataFrame:
     """Run `build(seed)` for `num_rounds` per seed; write metrics (Parquet) and summary (JSON)."""
+    claim_scratch(job)
     frames, summaries = [], {}
     for seed in job.seeds:
         metrics, summary = _run_one_seed(job, build, seed, num_rounds, eval_every, checkpoint_every)

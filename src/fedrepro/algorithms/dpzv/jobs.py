@@ -25,7 +25,7 @@ from fedrepro.algorithms.dpzv.privacy import parse_clip, parse_eps
 from fedrepro.algorithms.dpzv.vfl import VFLData, VFLSettings, build_vfl_data
 from fedrepro.fl.device import pick_device
 from fedrepro.fl.runner import run_seeds
-from fedrepro.pipeline import Job
+from fedrepro.pipeline import Job, claim_scratch
 
 SETTING_KEYS = ("batch_size", "epochs", "evals_per_epoch", "client_model", "client_kwargs", "embed_dim",
                 "server_hidden", "lr_server", "lr_client", "momentum", "delta", "schedule", "client_weights",
@@ -70,6 +70,7 @@ def variant_tag(variant: dict) -> str:
 def run_vfl_job(job: Job, algorithm_class) -> None:
     """Run `algorithm_class` for every variant and seed of the job; write metrics and summary."""
     torch.set_num_threads(max(1, int(job.threads)))
+    claim_scratch(job)  # before the variants' sub-jobs reuse anything under it
     device = pick_device(job.spec.get("device", "auto"))
     data = load_job_data(job, device)
     variants = job.spec.get("variants") or [{"eps": "inf"}]

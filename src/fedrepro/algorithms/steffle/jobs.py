@@ -32,6 +32,7 @@ import torch
 from fedrepro.data.arrays import load_prepared
 from fedrepro.data.partition import load_partition
 from fedrepro.privacy import accountant
+from fedrepro.pipeline import claim_scratch
 from fedrepro.privacy import steffle as thm
 
 from . import accounting
@@ -186,6 +187,7 @@ def run_job(job) -> None:
     data = load_data(job)
     trainer, privacy, settings = build(job.spec, data, job.seeds)
     every = int(job.spec.get("checkpoint_every", 10))
+    claim_scratch(job)
     result = trainer.run(checkpoint=Path(job.scratch) / "state.pt", checkpoint_every=every)
     metrics_frame(result, job.seeds, settings).to_parquet(job.out("metrics"), index=False)
     summary = {"spec": job.spec, "rounds": result.rounds, "privacy": privacy, "seconds": time.time() - start,
