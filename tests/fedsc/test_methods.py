@@ -159,3 +159,18 @@ def test_fedsc_summary_records_epsilons_per_client(tiny_digits):
     assert max(r["eps_sqrt2"] for r in at_1e2) == pytest.approx(3.0)     # calibrated on the smallest client
     assert all(r["eps_paper"] < r["eps_sqrt2"] for r in rows)
     assert all(r["eps_accountant"] <= r["eps_sqrt2"] * 1.01 for r in rows)
+
+
+@pytest.mark.parametrize("method", ["fedsc", "fedavg_byol", "fedx"])
+def test_bf16_trains_the_networks_but_dp_calr_and_the_knn_monitor_stay_fp32(method, tiny_digits):
+    torch.manual_seed(0)
+    algo = CLASSES[method](_spec(method, rounds=1, precision="bf16", channels_last=True), tiny_digits, seed=0)
+    seen = []
+    record = lambda module, args, out: seen.append((module.training, out.dtype))  # noqa: E731
+    for net in {id(n): n for n in (algo.net, algo.work)}.values():
+        net.projector[0].register_forward_hook(record)
+    rows, ev = _run(algo, 1)
+    assert math.isfinite(rows[0]["loss"]) and 0.0 <= ev["knn_acc"] <= 1.0
+    assert {dtype for training, dtype in seen if training} == {torch.bfloat16}
+    assert {dtype for training, dtype in seen if not training} == {torch.float32}  # DP-CalR (eval mode), kNN
+    assert not algo.work.backbone.features[2].weight.is_contiguous()  # NHWC, not NCHW

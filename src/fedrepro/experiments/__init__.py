@@ -45,6 +45,16 @@ def index(runs: list[Run]) -> dict[tuple[str, str, str], Run]:
     return table
 
 
+# Config keys of fedrepro.fl.precision and their defaults (the papers' own setting).
+TRAINING_DEFAULTS = {"precision": "fp32", "channels_last": False}
+
+
+def training_options(config: dict) -> dict:
+    """`precision` and `channels_last` for the spec of a job that honours them: only values that
+    differ from the defaults, so adding these keys changed (and re-ran) no job that keeps fp32."""
+    return {key: config[key] for key, default in TRAINING_DEFAULTS.items() if config.get(key, default) != default}
+
+
 def number_tag(value: float) -> str:
     """A compact, filesystem-safe number for setting tags: 0.5 -> '0.5', 1e-05 -> '1e-05', inf -> 'inf'."""
     if value == float("inf") or value == "inf":

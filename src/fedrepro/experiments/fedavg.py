@@ -7,7 +7,7 @@ alpha and a figure of test accuracy against rounds.
 from __future__ import annotations
 
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, number_tag
+from fedrepro.experiments import Run, number_tag, training_options
 
 PAPER = "fedavg"
 
@@ -22,7 +22,7 @@ def runs(config: dict) -> list[Run]:
     out = []
     for method, settings in section["methods"].items():
         for alpha in section["partition"]["alphas"]:
-            spec = {**settings, "device": config.get("device", "auto"),
+            spec = {**settings, "device": config.get("device", "auto"), **training_options(config),
                     "checkpoint_every": config.get("checkpoint_every", 1)}
             out.append(Run(section["dataset"], method, f"a{number_tag(alpha)}", spec, partition_tag(section, alpha)))
     return out

@@ -20,7 +20,7 @@ the (row, column) of the paper's tables they fill.
 from __future__ import annotations
 
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, number_tag, seed_tags
+from fedrepro.experiments import Run, number_tag, training_options, seed_tags
 
 PAPER = "fedsc"
 METHOD_ORDER = ("fedavg_byol", "fedavg_sc", "fedu", "fedema", "fedx", "fedca", "fedsc", "centralized_sc")
@@ -58,7 +58,7 @@ def _base_spec(config: dict, section: dict, dataset: str, method: str) -> dict:
     train = {**section["train"], "batch_size": ds["batch_size"], **{k: m[k] for k in TRAIN_KEYS}}
     spec = {"method": method, "rounds": section["rounds"], "encoder": ds["encoder"], "projector": ds["projector"],
             "train": train, "augment": {**section.get("augment", {}), **ds.get("augment", {})},
-            "knn": section["knn"], "device": config.get("device", "auto"),
+            "knn": section["knn"], "device": config.get("device", "auto"), **training_options(config),
             "checkpoint_every": config.get("checkpoint_every", 1)}
     if "normalize" in ds:
         spec["normalize_mean"], spec["normalize_std"] = ds["normalize"]["mean"], ds["normalize"]["std"]

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 
+from fedrepro.fl.precision import Precision
+
 Params = dict[str, torch.Tensor]
 
 
@@ -28,12 +30,15 @@ def broadcast(params: Params, count: int) -> Params:
     return {name: p.unsqueeze(0).expand(count, *p.shape).clone() for name, p in params.items()}
 
 
-def cross_entropy_loss(model: torch.nn.Module) -> Callable:
-    """loss(params, x, y) of `model` evaluated functionally."""
+def cross_entropy_loss(model: torch.nn.Module, precision: Precision = Precision()) -> Callable:
+    """loss(params, x, y) of `model` evaluated functionally, its forward pass in `precision`."""
     buffers = dict(model.named_buffers())
 
+    def forward(params: Params) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda x: functional_call(model, (params, buffers), (x,))
+
     def loss(params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(functional_call(model, (params, buffers), (x,)), y)
+        return F.cross_entropy(precision.forward(forward(params), x), y)
 
     return loss
 

@@ -8,6 +8,7 @@ the server averages the returned weights, weighted by client data size
 Clients that share one architecture without trained buffers are trained as one
 batched program (`batched: true`, the default); `batched: false` runs the
 classic per-client loop, with identical maths (a test checks they agree).
+Config keys `precision` and `channels_last` (fedrepro.fl.precision) apply to both.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fedrepro.fl import batched
 from fedrepro.fl.aggregate import weighted_average
 from fedrepro.fl.device import pick_device
 from fedrepro.fl.optim import SGD
+from fedrepro.fl.precision import Precision
 from fedrepro.fl.runner import run_seeds
 from fedrepro.fl.sampling import clients_per_round, sample_clients
 from fedrepro.fl.transport import Wire
@@ -40,8 +42,13 @@ class FedAvg:
         self.per_round = clients_per_round(len(clients), spec["participation"])
         self.rng = np.random.default_rng(seed)
         self.batches = ClientBatches(clients, seed + 1)
-        self.model = build_model(spec["model"], **spec.get("model_options", {})).to(device)
+        self.precision = Precision.from_spec(spec)
+        self.model = self.new_model()
         self.wire = Wire(record=False)
+
+    def new_model(self) -> torch.nn.Module:
+        model = build_model(self.spec["model"], **self.spec.get("model_options", {})).to(self.device)
+        return self.precision.prepare(model)
 
     def round(self, t: int) -> dict:
         self.wire.round = t
@@ -66,7 +73,7 @@ class FedAvg:
         x, y = self.data.x_train, self.data.y_train
         params = batched.broadcast(start_params, len(chosen))
         params, losses = batched.local_sgd(
-            batched.cross_entropy_loss(self.model), params, lambda s: (x[index[s]], y[index[s]]),
+            batched.cross_entropy_loss(self.model, self.precision), params, lambda s: (x[index[s]], y[index[s]]),
             steps, self.spec["lr"], self.spec.get("momentum", 0.0), self.spec.get("weight_decay", 0.0))
         updates = [{name: p[i] for name, p in params.items()} for i in range(len(chosen))]
         return updates, losses.tolist()
@@ -76,14 +83,14 @@ class FedAvg:
         indices = [self.batches.stacked(chosen, size) for _ in range(steps)]
         updates, losses = [], []
         for k, (client, params) in enumerate(zip(chosen, received)):
-            model = build_model(self.spec["model"], **self.spec.get("model_options", {})).to(self.device)
+            model = self.new_model()
             model.load_state_dict(params, strict=False)
             optimiser = SGD(model.parameters(), lr=self.spec["lr"], momentum=self.spec.get("momentum", 0.0),
                             weight_decay=self.spec.get("weight_decay", 0.0))
             total = 0.0
             for step in range(steps):
                 batch = torch.as_tensor(indices[step][k], device=self.device)
-                loss = F.cross_entropy(model(self.data.x_train[batch]), self.data.y_train[batch])
+                loss = F.cross_entropy(self.precision.forward(model, self.data.x_train[batch]), self.data.y_train[batch])
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()

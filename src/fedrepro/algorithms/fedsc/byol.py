@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrepro.algorithms.fedsc.augment import augment
-from fedrepro.algorithms.fedsc.common import FedSSL, build_net, local_sgd
+from fedrepro.algorithms.fedsc.common import FedSSL, local_sgd
 
 CONVENTIONS = ("original", "code")
 
@@ -52,9 +52,8 @@ class FedBYOL(FedSSL):
 
     def __init__(self, spec, data, seed, device="cpu"):
         super().__init__(spec, data, seed, device)
-        in_ch = data.x_train.shape[1]
-        self.work = build_net(spec, in_ch, predictor=True).to(self.device)
-        self.target = build_net(spec, in_ch).to(self.device)
+        self.work = self.build_net(predictor=True)
+        self.target = self.build_net()
         self.beta = float(spec.get("byol", {}).get("ema", 0.99))
         self.local: dict[int, dict] = {}  # client side: {"online": state, "target": state}
 
@@ -81,9 +80,9 @@ class FedBYOL(FedSSL):
 
         def batch_loss(batch):
             x = torch.cat([augment(batch, self.aug_cfg, self.gen) for _ in range(2)])
-            p = self.work.predictor(self.work(x)).view(2, batch.shape[0], -1)
+            p = self.work.predictor(self.forward(self.work, x)).view(2, batch.shape[0], -1)
             with torch.no_grad():
-                zt = self.target(x).view(2, batch.shape[0], -1)
+                zt = self.forward(self.target, x).view(2, batch.shape[0], -1)
             return byol_loss(p[0], zt[1]) + byol_loss(p[1], zt[0])
 
         loss = local_sgd(self.work, self.data.client_x(j), batch_loss, self.train_cfg, lr, self.gen,

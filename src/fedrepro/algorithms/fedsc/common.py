@@ -16,6 +16,8 @@
   the returned weights with equal weights 1/|J^t| (DECISION 11; the full state
   dict, BN buffers included, as the code does), and the kNN monitor. Methods
   override `client_update` and the hooks `before_training` / `after_training`.
+  Training forward passes go through `FedSSL.forward` (config keys `precision`,
+  `channels_last`: fedrepro.fl.precision); DP-CalR and the kNN monitor stay fp32.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch import Tensor, nn
 
 from fedrepro.algorithms.fedsc.augment import AugmentConfig, augment, plain
 from fedrepro.fl.optim import SGD
+from fedrepro.fl.precision import Precision
 from fedrepro.eval.knn import knn_accuracy
 from fedrepro.fl.aggregate import weighted_average
 from fedrepro.fl.sampling import sample_clients
@@ -169,7 +172,8 @@ class FedSSL:
         self.train_cfg = TrainConfig.from_spec(spec["rounds"], spec.get("train", {}))
         self.aug_cfg = AugmentConfig.from_spec(spec.get("augment"), data.mean, data.std)
         self.per_round = clients_per_round(self.num_clients, spec.get("participation", "full"))
-        self.net = build_net(spec, data.x_train.shape[1], self.uses_predictor).to(self.device)
+        self.precision = Precision.from_spec(spec)  # config keys precision / channels_last (fl/precision.py)
+        self.net = self.build_net(self.uses_predictor)
         self.rng = np.random.default_rng(seed)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)  # augmentations, batches, DP noise
         self.wire = Wire(record=spec.get("record_messages", True))
@@ -177,11 +181,19 @@ class FedSSL:
         self.knn_k, self.knn_t = int(knn.get("k", 200)), float(knn.get("temperature", 0.1))
 
     # ---------------------------------------------------------------- helpers
+    def build_net(self, predictor: bool = False) -> SSLNet:
+        """A network of this run's architecture on its device (NHWC weights with channels_last)."""
+        return self.precision.prepare(build_net(self.spec, self.data.x_train.shape[1], predictor).to(self.device))
+
+    def forward(self, net: nn.Module, x: Tensor) -> Tensor:
+        """A training forward pass in the run's precision; fp32 out, so every loss stays fp32."""
+        return self.precision.forward(net, x)
+
     def views(self, net: nn.Module, batch: Tensor, count: int | None = None) -> Tensor:
         """Projector outputs of `count` (default 2V) augmented views, shape (2V, B, H)."""
         count = count or self.train_cfg.views
         x = torch.cat([augment(batch, self.aug_cfg, self.gen) for _ in range(count)])
-        return net(x).view(count, batch.shape[0], -1)
+        return self.forward(net, x).view(count, batch.shape[0], -1)
 
     def global_state(self) -> dict:
         return {k: v.detach().clone() for k, v in self.net.state_dict().items()}

@@ -15,14 +15,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.fedsc.common import FedSSL, build_net, local_sgd
+from fedrepro.algorithms.fedsc.common import FedSSL, local_sgd
 from fedrepro.algorithms.fedsc.fedx import nt_xent
 
 
 class FedCA(FedSSL):
     def __init__(self, spec, data, seed, device="cpu"):
         super().__init__(spec, data, seed, device)
-        self.work = build_net(spec, data.x_train.shape[1]).to(self.device)
+        self.work = self.build_net()
         cfg = spec.get("fedca", {})
         self.tau, self.dict_ema = float(cfg.get("tau", 0.1)), float(cfg.get("dict_ema", 0.5))
         self.own: dict[int, torch.Tensor] = {}          # client side: its dictionary

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrepro.algorithms.fedsc.augment import augment
-from fedrepro.algorithms.fedsc.common import FedSSL, build_net, local_sgd
+from fedrepro.algorithms.fedsc.common import FedSSL, local_sgd
 
 
 def nt_xent(a: torch.Tensor, b: torch.Tensor, tau: float, extra_negatives: torch.Tensor | None = None) -> torch.Tensor:
@@ -47,9 +47,8 @@ class FedX(FedSSL):
 
     def __init__(self, spec, data, seed, device="cpu"):
         super().__init__(spec, data, seed, device)
-        in_ch = data.x_train.shape[1]
-        self.work = build_net(spec, in_ch, predictor=True).to(self.device)
-        self.frozen = build_net(spec, in_ch).to(self.device)
+        self.work = self.build_net(predictor=True)
+        self.frozen = self.build_net()
         cfg = spec.get("fedx", {})
         self.tau, self.tau2 = float(cfg.get("tau", 0.1)), float(cfg.get("tau2", 0.01))
 
@@ -64,10 +63,10 @@ class FedX(FedSSL):
             anchors = x_local[torch.randint(0, x_local.shape[0], (n,), generator=self.gen, device=self.gen.device)]
             x = torch.cat([augment(batch, self.aug_cfg, self.gen), augment(batch, self.aug_cfg, self.gen),
                            augment(anchors, self.aug_cfg, self.gen)])
-            proj = self.work(x)
+            proj = self.forward(self.work, x)
             pred = self.work.predictor(proj)
             with torch.no_grad():
-                glob = self.frozen(x)
+                glob = self.forward(self.frozen, x)
             p_a, p_b, p_r = proj.split(n)
             q_a, q_b, _ = pred.split(n)
             _, g_b, g_r = glob.split(n)

@@ -41,7 +41,7 @@ import math
 import torch
 
 from fedrepro.algorithms.fedsc.augment import augment
-from fedrepro.algorithms.fedsc.common import FedSSL, build_net, local_sgd, uniform_or_size_weights
+from fedrepro.algorithms.fedsc.common import FedSSL, local_sgd, uniform_or_size_weights
 from fedrepro.algorithms.fedsc.dpcalr import dp_calr
 from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss, normclip
 from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out
@@ -118,7 +118,7 @@ class FedSC(FedSSL):
 
     def __init__(self, spec: dict, data, seed: int, device="cpu"):
         super().__init__(spec, data, seed, device)
-        self.work = build_net(spec, data.x_train.shape[1]).to(self.device)
+        self.work = self.build_net()
         self.mu = spec.get("mu")
         self.loss_scale = float(spec.get("loss_scale", 2.0))
         alpha = spec.get("alpha", {})

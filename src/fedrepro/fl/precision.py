@@ -1,0 +1,58 @@
+"""Mixed precision and channels-last convolutions for training on a GPU.
+
+Config keys `precision` (fp32 | bf16) and `channels_last` (true | false), beside `device`:
+
+* `bf16` runs the networks' forward passes in local training under `torch.autocast` with
+  bfloat16. Parameters, gradients, optimiser state and the losses stay fp32 (outputs are cast
+  back before any loss), and so does everything a paper's privacy or evaluation numbers rest
+  on: DP-CalR's correlation matrices and noise, clipping, zeroth-order differences, the kNN
+  monitor and the linear probe. fp16 is not offered: it needs loss scaling, while bf16 has
+  the exponent range of fp32.
+* `channels_last` stores convolution weights and image batches as NHWC, the layout of
+  cuDNN's tensor-core kernels.
+
+Both default off: the papers' numbers were produced in fp32, and on a CPU both are usually
+slower (benchmarks/precision_speed.py measures it on whatever device it runs on). Users
+of FedSC and FedAvg turn them on for GPU runs; DPZV (finite differences of losses) and SteFFLe
+(logistic regression) never use them.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from fedrepro.experiments import TRAINING_DEFAULTS
+
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str = "fp32"
+    channels_last: bool = False
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "Precision":
+        name = spec.get("precision", TRAINING_DEFAULTS["precision"])
+        if name not in PRECISIONS:
+            raise ValueError(f"config key 'precision': {name!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
+        return cls(name, bool(spec.get("channels_last", TRAINING_DEFAULTS["channels_last"])))
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """The model with NHWC convolution weights when channels_last is on (in place)."""
+        return model.to(memory_format=torch.channels_last) if self.channels_last else model
+
+    def forward(self, model, x: torch.Tensor) -> torch.Tensor:
+        """`model(x)` in this precision and layout; the output is fp32."""
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with self.autocast(x.device):
+            out = model(x)
+        return out.float()
+
+    def autocast(self, device: torch.device) -> AbstractContextManager:
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.name == "bf16")
