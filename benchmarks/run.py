@@ -6,7 +6,8 @@
 
 Each benchmark measures the project's code and a reference in the same process and reports
 their ratio (see each module's docstring): 1-2 `fl_speed`, 3 `dpzv_speed`, 4 `steffle_speed`,
-5 `pipeline_speed`. Each also writes its own table beside the summary.
+5 `pipeline_speed`, and the GPU options of fedrepro.fl.precision `precision_speed`. Each also
+writes its own table beside the summary.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 import torch
 from common import OUT, write
 
-BENCHMARKS = ["fl_speed", "dpzv_speed", "steffle_speed", "pipeline_speed"]
+BENCHMARKS = ["fl_speed", "dpzv_speed", "steffle_speed", "pipeline_speed", "precision_speed"]
 
 
 def main() -> None:
