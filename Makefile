@@ -21,6 +21,6 @@ reproduce: install
 test: install
 	$(BIN)/python -m pytest
 
-# Speed benchmarks (not tests): results/benchmarks/summary.md. About 25 min on 2 cores.
+# Speed benchmarks (not tests): results/benchmarks/summary.md. About 16 min on 2 cores; docs/benchmarks.md.
 bench: install
 	$(BIN)/python benchmarks/run.py

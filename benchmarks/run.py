@@ -1,6 +1,6 @@
 """Every speed benchmark, one command, one table: results/benchmarks/summary.{csv,md}.
 
-    .venv/bin/python benchmarks/run.py            # about 25 min on 2 cores (the default pipeline is 12 of them)
+    .venv/bin/python benchmarks/run.py            # about 16 min on 2 cores (the default pipeline is 10 of them)
     .venv/bin/python benchmarks/run.py --quick    # a smoke version, about 3 min
     .venv/bin/python benchmarks/run.py --only fl_speed steffle_speed
 
