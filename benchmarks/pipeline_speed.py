@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -35,18 +34,26 @@ CHANGE = {"full": {"fedal": {"methods": {"fd": {"fd_weight": 0.5}}}},
           "quick": {"fedavg": {"methods": {"fedavg": {"lr": 0.1}}}}}
 STARTUP = "import torch, pandas, snakemake.script, fedrepro.pipeline"
 TRAINING_RULES = ("_train", "_pretrain", "_probe", "_memory")  # the jobs that import torch
+GNU_TIME = Path("/usr/bin/time")  # Debian package `time`
 
 
-def snakemake(cores: int, extra: list[str]) -> tuple[float, Path]:
-    """Wall seconds of one `snakemake` call, and the log it wrote."""
+def snakemake(cores: int, extra: list[str]) -> tuple[float, Path, float]:
+    """Wall seconds of one `snakemake` call, the log it wrote, and its largest process in MB.
+
+    The peak comes from GNU time, a small parent: measured from this process, a child's peak
+    would count the pages it shares with this (possibly large) benchmark process at fork."""
+    if not GNU_TIME.exists():
+        raise SystemExit(f"benchmark 5 measures memory with GNU time: install Debian's `time` ({GNU_TIME})")
     logs = ROOT / ".snakemake" / "log"
     before = set(logs.glob("*.log")) if logs.exists() else set()
+    peak_file = ROOT / RESULTS / "peak_kb.txt"
+    peak_file.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "snakemake", f"-c{cores}", *extra], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([GNU_TIME, "-f", "%M", "-o", str(peak_file), sys.executable, "-m", "snakemake", f"-c{cores}",
+                    *extra], cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     new = sorted(set(logs.glob("*.log")) - before)
-    return seconds, new[-1]
+    return seconds, new[-1], int(peak_file.read_text().split()[-1]) / 1024
 
 
 def job_seconds(log: Path) -> pd.DataFrame:
@@ -84,10 +91,10 @@ def run(quick: bool, cores: int = 2) -> list[dict]:
     shutil.rmtree(ROOT / RESULTS, ignore_errors=True)
     common = ["--config", f"results={RESULTS}"] + (["papers=[fedavg]"] if quick else [])
     change = ROOT / RESULTS / "changed_setting.yaml"
-    full_s, full_log = snakemake(cores, common)
-    noop_s, noop_log = snakemake(cores, common)
+    full_s, full_log, peak_mb = snakemake(cores, common)
+    noop_s, noop_log, _ = snakemake(cores, common)
     change.write_text(yaml.safe_dump(CHANGE["quick" if quick else "full"]))
-    changed_s, changed_log = snakemake(cores, ["--configfile", "config.yaml", str(change), *common])
+    changed_s, changed_log, _ = snakemake(cores, ["--configfile", "config.yaml", str(change), *common])
     full, noop, changed = job_seconds(full_log), job_seconds(noop_log), job_seconds(changed_log)
     floor = startup_floor()
     rules = per_rule(full)
@@ -95,7 +102,6 @@ def run(quick: bool, cores: int = 2) -> list[dict]:
     rules.to_csv(OUT / "pipeline_rules.csv", index=False)
     (OUT / "pipeline_rules.md").write_text(rules.to_markdown(index=False, floatfmt=".3g") + "\n")
     what = "FedAvg slice" if quick else "default run"
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     training = full[full["rule"].str.endswith(TRAINING_RULES)]
     return [
         row("5 pipeline", f"{what}: {len(full)} jobs, {cores} cores", "s", full_s, full_s, "ours / reference"),

@@ -1,9 +1,11 @@
 """Mixed precision and channels-last (fedrepro.fl.precision): where they apply, and where not."""
 
+import numpy as np
 import pytest
 import torch
 
 from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.data.tensors import TensorData
 from fedrepro.experiments import fedavg as fedavg_plan
 from fedrepro.experiments import training_options
 from fedrepro.fl import seeding
@@ -72,3 +74,23 @@ def test_only_non_default_options_reach_a_job_spec():
     default_spec = fedavg_plan.runs({"fedavg": section})[0].spec
     assert "precision" not in default_spec
     assert fedavg_plan.runs({"fedavg": section, "precision": "bf16"})[0].spec["precision"] == "bf16"
+
+
+def test_channels_last_fedavg_matches_nchw_in_both_paths():
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = torch.tensor(x / 16, dtype=torch.float32).reshape(-1, 1, 8, 8)
+    data = TensorData(x[:400], torch.tensor(y[:400]), x[400:500], torch.tensor(y[400:500]), 10)
+    clients = [np.arange(i, 400, 4) for i in range(4)]
+    spec = {**FEDAVG_SPEC, "model": "small_cnn", "model_options": CNN, "participation": 1.0}
+    heads = {}
+    for batched in (True, False):
+        for channels_last in (False, True):
+            seeding.seed_everything(0)
+            algo = FedAvg({**spec, "batched": batched, "channels_last": channels_last}, data, clients, 0,
+                          torch.device("cpu"))
+            algo.round(1)
+            heads[batched, channels_last] = algo.model.head.weight.detach()
+    for key, head in heads.items():
+        torch.testing.assert_close(head, heads[False, False], rtol=1e-5, atol=1e-6, msg=str(key))

@@ -11,10 +11,11 @@ Config keys `precision` (fp32 | bf16) and `channels_last` (true | false), beside
 * `channels_last` stores convolution weights and image batches as NHWC, the layout of
   cuDNN's tensor-core kernels.
 
-Both default off: the papers' numbers were produced in fp32, and on a CPU both are usually
-slower (benchmarks/precision_speed.py measures it on whatever device it runs on). Users
-of FedSC and FedAvg turn them on for GPU runs; DPZV (finite differences of losses) and SteFFLe
-(logistic regression) never use them.
+Both default off: the papers' numbers were produced in fp32, and no run here has checked
+that bf16 reproduces them. benchmarks/precision_speed.py measures the speed on whatever
+device it runs on (docs/benchmarks.md: on the 2-core development CPU, bf16 made a FedSC step
+1.9x faster, channels-last 0.97x). FedSC and FedAvg honour them; DPZV (finite differences of
+losses) and SteFFLe (logistic regression) never use them.
 """
 
 from __future__ import annotations

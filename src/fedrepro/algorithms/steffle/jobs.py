@@ -31,8 +31,8 @@ import torch
 
 from fedrepro.data.arrays import load_prepared
 from fedrepro.data.partition import load_partition
-from fedrepro.privacy import accountant
 from fedrepro.pipeline import claim_scratch
+from fedrepro.privacy import accountant
 from fedrepro.privacy import steffle as thm
 
 from . import accounting
