@@ -83,7 +83,11 @@ def fingerprint(job: Job) -> str:
 
 
 def _file_state(path: str) -> list[int] | None:
-    return [os.stat(path).st_size, os.stat(path).st_mtime_ns] if os.path.exists(path) else None
+    try:
+        state = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [state.st_size, state.st_mtime_ns]
 
 
 def claim_scratch(job: Job) -> None:
