@@ -40,7 +40,7 @@ MODULES = {
     "privacy": ["tests/privacy", "tests/dpzv/test_privacy_dpzv.py", "tests/dpzv/test_mechanisms.py",
                 "tests/fedsc/test_accounting.py", "tests/fedsc/test_server_dp.py", "tests/fedsc/test_mechanisms.py",
                 "tests/steffle/test_privacy_and_baselines.py", "tests/steffle/test_privacy_mechanism.py"],
-    "eval": ["tests/foundation/test_health.py", "tests/foundation/test_tables.py",
+    "eval": ["tests/foundation/test_health.py", "tests/foundation/test_tables.py", "tests/foundation/test_eval_units.py",
              "tests/steffle/test_fairness_metrics.py", "tests/fedsc/test_parts.py"],
     "fl": ["tests/foundation"],
     "algorithms/baselines": ["tests/foundation"],
