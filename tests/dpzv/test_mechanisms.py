@@ -380,3 +380,62 @@ def test_memory_after_warmup_still_counts_lasting_state(tiny_data):
         return record["ratio"]
 
     assert ratio(0.9) - ratio(0.0) == pytest.approx(1.0, abs=0.05)
+
+
+# ------------------------------------------------------------------------------------------------ ZO server, frozen head
+
+def test_dpzv_zo_server_step_is_minus_lr_times_the_directional_derivative_along_u0(tiny_data):
+    """Algorithm 1's server step (eq. 3 with 2 lambda, momentum 0), real code path in float64:
+    theta_0 -> theta_0 - lr * [(L(theta+lambda u0) - L(theta-lambda u0)) / (2 lambda)] u0, and the
+    coefficient equals autograd's u0 . grad L (central difference, O(lambda^2) error)."""
+    lr = 0.1
+    algo = DPZV(tiny_data, tiny_settings(lr_server=lr, extra={"server_update": "zo", "zo_momentum": 0.0,
+                                                              "zo_lambda": 1e-4}), seed=0)
+    algo.server.head.double()
+    algo.server.table = algo.server.table.double()
+    seeds = []
+    new_seed = algo.server.new_seed
+    algo.server.new_seed = lambda: seeds.append(new_seed()) or seeds[-1]
+    ids = torch.as_tensor(algo.clients[0].next_batch())
+    before = flat(algo.server.params).detach().clone()
+    grad = flat(torch.autograd.grad(algo.server.losses(ids).mean(), algo.server.params))
+    algo.server_step(ids)
+    u0 = flat(Direction(algo.server.params, seeds[0], algo.direction).tensors())
+    expected = before - lr * float(grad @ u0) * u0
+    assert abs(float(grad @ u0)) > 0.05 * float(grad.norm())  # a direction with a real slope
+    assert torch.allclose(flat(algo.server.params), expected, rtol=0, atol=1e-4 * lr * float(grad.norm()))
+
+
+def train_loss_with_fresh_embeddings(algo) -> float:
+    """Mean training loss of the fixed head on every client's current embeddings (no table)."""
+    with torch.no_grad():
+        emb = torch.stack([c.model(c.x) for c in algo.clients], dim=1)
+        logits = algo.server.head(algo.server.input_scale * emb.reshape(emb.shape[0], -1))
+        return float(F.cross_entropy(logits, algo.server.y))
+
+
+def fit_head_on_start_embeddings(algo, steps: int = 200) -> None:
+    """Full-batch SGD of the head on the table (the clients' initial embeddings): a random head
+    barely depends on its inputs, so the clients' effect on the loss would be invisible."""
+    opt = torch.optim.SGD(algo.server.params, lr=0.5)
+    ids = torch.arange(len(algo.server.y))
+    for _ in range(steps):
+        opt.zero_grad()
+        algo.server.losses(ids).mean().backward()
+        opt.step()
+
+
+def test_dpzv_clients_alone_lower_the_loss_when_the_head_is_frozen(tiny_data):
+    """End to end (issue 17): the server head is fitted once and then never moves, so any fall of the
+    training loss comes from the clients' ZO steps (eq. 9) through the real round loop. With the
+    client step disabled the loss stays exactly where it started."""
+    algo = DPZV(tiny_data, tiny_settings(epochs=3, lr_client=5e-3,
+                                         extra={"server_update": "sgd", "zo_momentum": 0.0}), seed=0)
+    fit_head_on_start_embeddings(algo)
+    frozen(algo)
+    head = [p.detach().clone() for p in algo.server.params]
+    start = train_loss_with_fresh_embeddings(algo)
+    for t in range(1, algo.num_blocks + 1):
+        algo.round(t)
+    assert all(torch.equal(a, b) for a, b in zip(head, algo.server.params))
+    assert train_loss_with_fresh_embeddings(algo) < start - 0.05
