@@ -222,3 +222,22 @@ def test_restore_maps_every_tensor_to_the_cpu(tmp_path, blobs, clients, monkeypa
     monkeypatch.setattr(torch, "load", recording_load)
     assert checkpoint.restore(build(blobs, clients, 1))[0] == 2
     assert seen == ["cpu"]
+
+
+def test_a_wall_time_checkpoint_is_fsynced_file_and_folder_and_a_per_round_one_is_not(tmp_path, blobs, clients,
+                                                                                      monkeypatch):
+    """Paper scale (minutes set) writes rarely, so each write survives a node crash: the file's bytes and
+    the rename into its folder are both forced to disk. Quick scale (every round) skips the cost."""
+    synced = []
+    real_fsync = loop.os.fsync
+
+    def recording_fsync(fd):
+        synced.append(loop.os.path.isdir(f"/proc/self/fd/{fd}"))   # Linux: the folder or the file
+        real_fsync(fd)
+
+    monkeypatch.setattr(loop.os, "fsync", recording_fsync)
+    algo = build(blobs, clients, 1)
+    Checkpoint(tmp_path / "quick.pt", minutes=None).save(algo, 1, [])
+    assert synced == []
+    Checkpoint(tmp_path / "paper.pt", minutes=10).save(algo, 1, [])
+    assert sorted(synced) == [False, True], "one fsync of the file, one of the folder"

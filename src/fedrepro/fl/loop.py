@@ -5,9 +5,9 @@ Checkpoint policy (docs/architecture.md, "Checkpoints"): a checkpoint is due aft
 paper scale: 10) a due round is only written once at least that much wall time has passed since
 the last write; the last round is always written. A file holds exactly what exact resume needs:
 rounds done, the metric rows so far, every global RNG state and the algorithm's `state_dict()`.
-It is written to a temporary file in the same folder and renamed over the old one, so a kill at
-any moment leaves either the previous or the new checkpoint, never a torn one; under the wall-time
-policy the file and the rename are also fsynced, so a node crash cannot leave a torn file either
+It is written with `fedrepro.pipeline.atomic_write` (a temporary file in the same folder, renamed
+over the old one), so a kill at any moment leaves either the previous or the new checkpoint, never
+a torn one; under the wall-time policy the file and the rename are also fsynced, so a node crash cannot leave a torn file either
 (about 20 ms per write: skipped at quick scale, which writes every round). It is read
 back onto the CPU (`map_location="cpu"`), so a run checkpointed on a GPU node resumes on a CPU-only
 node and back: `nn.Module.load_state_dict` and the optimisers copy into the algorithm's own tensors
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fedrepro.fl import seeding
+from fedrepro.pipeline import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -103,25 +103,13 @@ class Checkpoint:
         return self.clock() - self._last >= 60.0 * self.minutes
 
     def save(self, algorithm: FederatedAlgorithm, rounds_done: int, rows: list[dict]) -> None:
-        folder = self.path.parent
-        folder.mkdir(parents=True, exist_ok=True)
         state = {"rounds_done": rounds_done, "rows": rows, "rng": seeding.rng_state(),
                  "algorithm": algorithm.state_dict()}
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as stream:
-                torch.save(state, stream)
-                stream.flush()
-                if self.minutes:       # durable against a node crash too (paper scale: rare, large writes)
-                    os.fsync(stream.fileno())
-                size = stream.tell()
-            os.replace(tmp, self.path)  # atomic: a kill before this line leaves the previous checkpoint
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        if self.minutes:
-            _fsync_folder(folder)      # make the rename itself durable
-        self.bytes_written += size
+        durable = bool(self.minutes)   # paper scale: rare, large writes, worth surviving a node crash
+        written = atomic_write(self.path, lambda tmp: _write_state(tmp, state, durable))
+        if durable:
+            _fsync_folder(written.parent)   # make the rename itself durable
+        self.bytes_written += written.stat().st_size
         self.saves += 1
         self._last = self.clock()
 
@@ -134,6 +122,14 @@ class Checkpoint:
         seeding.set_rng_state(state["rng"])
         log.info("resumed %s after round %d", self.path, state["rounds_done"])
         return state["rounds_done"], state["rows"]
+
+
+def _write_state(tmp: Path, state: dict, durable: bool) -> None:
+    with open(tmp, "wb") as stream:
+        torch.save(state, stream)
+        if durable:
+            stream.flush()
+            os.fsync(stream.fileno())
 
 
 def _fsync_folder(folder: Path) -> None:
