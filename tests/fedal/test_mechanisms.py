@@ -378,7 +378,7 @@ def _nt_kl_reference(teacher, student, y, t):
 @pytest.mark.parametrize("plus", [False, True], ids=["fccl", "fccl_plus"])
 def test_fccl_steps_match_the_collaborative_and_local_losses(plus):
     torch.manual_seed(0)
-    algo = FCCL(make_data(), POOL, config(tau=2), 0, plus=plus, pretrain_iters=4)
+    algo = FCCL(make_data(), POOL, config(tau=2, kd_temperature=2.0), 0, plus=plus, pretrain_iters=4)
     rec = Recorder(algo)
     intra = [copy.deepcopy(m) for m in algo.intra] if not plus else None
     log = []
@@ -430,7 +430,7 @@ def test_fccl_steps_match_the_collaborative_and_local_losses(plus):
                 else:
                     with torch.no_grad():
                         own = intra[n](x)
-                    loss = loss + kl(inter, f) + kl(own, f)
+                    loss = loss + kl(inter, f, 2.0) + kl(own, f, 2.0)   # dual-domain KD at E_kd
             assert_grads(grads, grads_of(loss, model), rtol=1e-6, atol=1e-9)
             checked += 1
     assert checked == 2 * 2 * 2 * algo.num_clients
