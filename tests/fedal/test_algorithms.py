@@ -183,6 +183,9 @@ def test_fedal_learns_the_synthetic_task():
     lambda d: CFD(d, POOL, config(), 0),
     lambda d: FD(d, POOL, config(), 0),
     lambda d: FedProto(d, POOL, config(), 0),
+    lambda d: FedProto(d, POOL, config(), 0, variant="public_features"),
+    lambda d: FCCL(d, POOL, config(), 0, plus=True),
+    lambda d: FedAvg(d, POOL[:1], config(), 0),
 ])
 def test_checkpoint_resume_is_exact(tmp_path, make):
     data = make_data()
