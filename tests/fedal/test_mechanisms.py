@@ -347,6 +347,86 @@ def test_feddf_distils_the_averaged_model_toward_the_mean_teacher_logits(monkeyp
         assert distance(wrong, grads) > 1e-6                 # averaging probabilities is a different target
 
 
+
+def test_feddf_al_students_add_their_own_payoff_under_the_updated_discriminator(monkeypatch):
+    """FedDF-AL (paper Fig. 10): each architecture group's student takes, besides FedDF's KL to
+    the mean teacher logits, the adversarial term U_g = log D_g(softmax(f_g / E_d)) of FedAL's
+    eq. (7) with the discriminator AFTER its step on the students' logits (players = groups)."""
+    monkeypatch.setattr(feddf_module, "Adam", RecordingAdam)
+    RecordingAdam.log = []
+    torch.manual_seed(0)
+    data = make_data(num_clients=4)
+    algo = FedDF(data, POOL, config(kd_temperature=2.0), 1, use_al=True, assignment=[0, 1, 0, 1],
+                 adversarial=AdversarialConfig(lr=5e-2))
+    batches, discs = [], []
+    nxt, step_and_grads = algo.server_public.next, algo.adversary.step_and_grads
+    algo.server_public.next = lambda b: batches.append(nxt(b)) or batches[-1]
+
+    def recorded(logits):
+        discs.append(copy.deepcopy(algo.adversary.disc))
+        out = step_and_grads(logits)
+        discs.append(copy.deepcopy(algo.adversary.disc))
+        return out
+
+    algo.adversary.step_and_grads = recorded
+    algo.round(1)
+    first = {}
+    for before, grads, opt in RecordingAdam.log:
+        first.setdefault(id(opt), (before, grads))
+    xb = data.public_x[torch.as_tensor(batches[0])]
+    with torch.no_grad():
+        mean_logits = torch.stack([copy.deepcopy(c.model).eval()(xb) for c in algo.clients]).mean(0)
+    disc_before, disc_after = discs[0], discs[1]
+    for g, ((before, grads), group) in enumerate(zip(first.values(), algo.groups)):
+        student = live(algo.group_models[group])
+        for p, b in zip(student.parameters(), before):
+            p.data.copy_(b)
+
+        def step_grads(disc, sign=1.0, al=True):
+            f = student(xb)
+            loss = kl(mean_logits, f, 2.0)
+            if al:
+                loss = loss + sign * torch.log_softmax(disc(torch.softmax(f / 2.0, -1)), -1)[:, g].mean()
+            return grads_of(loss, student)
+
+        right = step_grads(disc_after)
+        assert_grads(grads, right)
+        scale = distance(right, [torch.zeros_like(r) for r in right])
+        for wrong in (step_grads(disc_after, al=False), step_grads(disc_after, sign=-1.0),
+                      step_grads(disc_before)):
+            assert distance(wrong, right) > 1e-4 * scale + 1e-8
+
+
+def test_fedavg_clients_start_from_the_global_model_which_becomes_the_size_weighted_average(monkeypatch):
+    """FedAvg inside the FedAL comparison: every client starts the round from the global weights,
+    and the new global model is the data-size weighted mean of the uploaded client models."""
+    from fedrepro.algorithms.fedal import fedavg as fedavg_module
+    from fedrepro.algorithms.fedal.fedavg import FedAvg
+
+    torch.manual_seed(0)
+    algo = FedAvg(make_data(num_clients=4), POOL[:1], config(tau=3), 0)
+    starts = []
+    original = fedavg_module.local_update
+    monkeypatch.setattr(fedavg_module, "local_update",
+                        lambda client, start, steps, use_lf=False: starts.append(copy.deepcopy(start))
+                        or original(client, start, steps, use_lf))
+    for t in (1, 2):
+        before = copy.deepcopy(algo.global_state)
+        algo.round(t)
+        assert len(starts) == 4 * t
+        for start in starts[-4:]:
+            for key in before:
+                torch.testing.assert_close(start[key], before[key])
+        sizes = torch.tensor([float(c.num_samples) for c in algo.clients])
+        assert len(set(sizes.tolist())) > 1
+        weights = sizes / sizes.sum()
+        for key, value in algo.global_state.items():
+            stacked = torch.stack([c.model.state_dict()[key].detach() for c in algo.clients])
+            expected = (stacked * weights.reshape(-1, *[1] * (stacked.dim() - 1))).sum(0)
+            torch.testing.assert_close(value, expected)
+            assert float((stacked.mean(0) - expected).abs().max()) > 1e-9
+
+
 # ---------------------------------------------------------------------- FCCL / FCCL+
 def _cross_correlation_reference(a, b, weight=0.0051, fccl=True):
     """FCCL eq. (3), written with loops over the class pairs (float64)."""
