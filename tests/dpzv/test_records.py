@@ -1,0 +1,71 @@
+"""What each DPZV-family run records and which config keys reach it (cheap checks, no training)."""
+
+import math
+
+import pytest
+
+from fedrepro.algorithms.dpzv import privacy
+from fedrepro.algorithms.dpzv.dpzv import DPZV
+from fedrepro.algorithms.dpzv.jobs import DATA_KEYS, SETTING_KEYS, settings_for
+from fedrepro.algorithms.dpzv.vafl import VAFL
+from fedrepro.algorithms.dpzv.zo import fd_divisor
+from fedrepro.algorithms.dpzv.zoo_vfl import ZOOVFL
+from tests.dpzv.conftest import tiny_settings
+
+
+def test_non_private_records_still_name_the_releases_and_sampling_rate():
+    """eps = inf: no noise, but the record keeps T (or the baselines' release count) and q = B/D."""
+    dpzv = privacy.dpzv_noise(math.inf, 1e-3, 10.0, rounds=120, num_samples=640, batch_size=64)
+    assert (dpzv["releases"], dpzv["sampling_rate"], dpzv["sigma"]) == (120, 0.1, 0.0)
+    assert math.isinf(dpzv["gdp_mu"]) and math.isinf(dpzv["eps_pld"])
+    pair = privacy.embedding_noise(math.inf, 1e-3, 0.5, 120, 640, 64, embeddings_per_round=2,
+                                   pair_release="separate")
+    assert (pair["releases"], pair["sampling_rate"]) == (240, 0.1)
+    assert math.isinf(pair["gdp_mu"]) and pair["sigma"] == 0.0
+
+
+def test_dpzv_privacy_record_names_the_clip_mode(tiny_data):
+    for mode in ("symmetric", "one_sided"):
+        algo = DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd", "clip_mode": mode}), seed=0)
+        assert algo.privacy()["clip_mode"] == mode
+        assert algo.two_sided is (mode == "symmetric")
+
+
+def test_zero_smoothing_is_rejected():
+    with pytest.raises(ValueError, match="zo_lambda"):
+        fd_divisor(0.0, "lambda")
+
+
+def test_settings_for_keeps_setting_and_data_keys_out_of_the_method_options():
+    spec = {"batch_size": 8, "epochs": 2, "lr_server": 0.1, "val": "holdout", "val_fraction": 0.2,
+            "split_seed": 3, "device": "cpu", "variants": [], "checkpoint_every": 1, "dataset": "digits",
+            "method": "dpzv", "clip": 5}
+    settings = settings_for(spec, {"eps": 1, "clip": 50, "tag": "eps1-C50"})
+    assert settings.extra == {"clip": 50}
+    assert (settings.batch_size, settings.epochs, settings.lr_server, settings.eps) == (8, 2, 0.1, 1.0)
+    assert not set(settings.extra) & (set(SETTING_KEYS) | set(DATA_KEYS))
+
+
+def test_baselines_take_their_server_settings_from_the_config(tiny_data):
+    vafl = VAFL(tiny_data, tiny_settings(momentum=0.7), seed=0)
+    assert vafl.server.optimizer.momentum == 0.7
+    zoo = ZOOVFL(tiny_data, tiny_settings(extra={"direction": "gaussian", "zo_momentum": 0.3, "server_update": "zo"}),
+                 seed=0)
+    assert zoo.direction == "gaussian" and zoo.server.updater.momentum == 0.3
+
+
+def test_zoo_vfl_pair_release_key_sets_the_release_count(tiny_data):
+    counts = {}
+    for release in ("joint", "separate"):
+        algo = ZOOVFL(tiny_data, tiny_settings(extra={"embed_clip": 0.5, "zoo_noise": "independent",
+                                                               "zoo_pair_release": release}),
+                      seed=0)
+        counts[release] = algo.privacy()["releases"]
+    assert counts["separate"] == 2 * counts["joint"] > 0
+
+
+def test_summary_names_the_run_size(tiny_data):
+    algo = DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd"}), seed=0)
+    summary = algo.summary()
+    assert summary["total_rounds"] == algo.total_rounds == algo.rounds_per_epoch * algo.cfg.epochs
+    assert summary["num_train"] == tiny_data.num_train
