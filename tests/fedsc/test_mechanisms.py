@@ -278,9 +278,10 @@ def test_fedu_keep_or_replace_is_the_fedsc_codes_whole_model_rule(tiny_digits):
     algo = FedU(_one_step_spec(fedu={"rule": "keep_or_replace", "threshold": 0.2}), tiny_digits, seed=0)
     glob = algo.global_state()
     far = _perturbed(glob, ("backbone.",), 1.0, 0)        # d >= 1: 1 - min(1, d) = 0, not > 0.2: keep local
-    _fake_local(algo, 1, far)
+    own_target = _fake_local(algo, 1, far)
     algo.start_local(1, glob)
     assert all(torch.equal(v, far[k]) for k, v in algo.work.state_dict().items())
+    assert all(torch.equal(v, own_target[k]) for k, v in algo.target.state_dict().items())   # and its own target
     near = _perturbed(glob, ("backbone.",), 1e-4, 0)      # d ~ 0: replace by global
     _fake_local(algo, 1, near)
     algo.start_local(1, glob)

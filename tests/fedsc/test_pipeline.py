@@ -94,7 +94,7 @@ def test_end_to_end_job_probe_and_tables(tmp_path):
     from fedrepro.report import fedsc as report
 
     data, part = _prepare(tmp_path)
-    spec = tiny_spec(rounds=2, sharing={"after": 0.0, "every": 1}, device="cpu",
+    spec = tiny_spec(rounds=2, sharing={"after": 0.0, "every": 1}, device="cpu", knn={"k": 5, "every": 2},
                      privacy={"eps": 3, "delta": 1e-2, "sigma": None, "deltas": [1e-2]})
     run_dir = tmp_path / "results" / "fedsc" / "runs" / "digits" / "fedsc" / "full_eps3" / "s0_1"
     out = {k: str(run_dir / f) for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"),
@@ -102,7 +102,8 @@ def test_end_to_end_job_probe_and_tables(tmp_path):
     job = make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0, 1])
     resolve(METHODS["fedsc"])(job)
     metrics = pd.read_parquet(out["metrics"])
-    assert sorted(metrics["seed"].unique()) == [0, 1] and metrics["knn_acc"].notna().all()
+    assert sorted(metrics["seed"].unique()) == [0, 1]
+    assert list(metrics.loc[metrics["knn_acc"].notna(), "round"]) == [2, 2]     # the kNN monitor every knn.every rounds
     summary = json.loads(Path(out["summary"]).read_text())
     eps_rows = summary["seeds"]["0"]["privacy"]["epsilons"]
     assert {r["T_j"] for r in eps_rows} == {2} and len(eps_rows) == 5
@@ -114,6 +115,7 @@ def test_end_to_end_job_probe_and_tables(tmp_path):
     resolve(PROBE)(pjob)
     probe = json.loads(Path(probe_out).read_text())
     assert set(probe["seeds"]) == {"0", "1"} and 0 <= probe["seeds"]["0"]["final_acc"] <= 1
+    assert len(probe["seeds"]["0"]["curve"]) == 3                                # probe.epochs
 
     cells = [{"path": probe_out, "row": "FedSC (Proposed)", "column": "digits 5/5"}]
     tjob = make_job({"table": "table2", "cells": cells, "scale": "quick", "decimals": 2},
