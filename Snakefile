@@ -14,7 +14,7 @@ coerce_overrides(config, workflow.config_settings.config)
 report: "workflow/report/workflow.rst"
 
 
-check_config(config, f"{workflow.basedir}/workflow/schemas")
+check_config(config, f"{workflow.basedir}/workflow/schemas", fit_cache=".snakemake/fedrepro_fit.json")
 PAPERS = enabled_papers(config)
 
 

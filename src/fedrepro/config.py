@@ -217,13 +217,18 @@ def enabled_papers(config: dict) -> list[str]:
     return list(papers)
 
 
-def check_config(config: dict, schema_dir: str | Path) -> None:
-    """Raise ConfigError listing every problem; return silently for a good config."""
+def check_config(config: dict, schema_dir: str | Path, fit_cache: str | Path | None = None) -> None:
+    """Raise ConfigError listing every problem; return silently for a good config. `fit_cache`:
+    where the model/data fit check (fedrepro.experiments.fit) keeps its model runs."""
     papers = enabled_papers(config)
     sections = sorted(set(papers) | {p for p in PAPER_SECTIONS if p in config})
     errors = value_errors(config) + schema_errors(config, load_schema(schema_dir, sections))
     if not errors:
         errors = dataset_option_errors(config) + planner_errors(config, papers)
+    if not errors:
+        from fedrepro.experiments.fit import fit_errors
+
+        errors = fit_errors(config, papers, fit_cache)
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
 

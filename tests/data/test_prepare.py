@@ -226,3 +226,19 @@ def test_source_shipped_option_reads_the_shipped_copy_and_is_checked(tmp_path, m
         prepare_dataset("mnist", tmp_path / "m", tmp_path / "raw", {"source": "shipped"})
     with pytest.raises(ValueError, match="source must be one of"):
         prepare_dataset("adult", tmp_path / "a", tmp_path / "raw", {"source": "web"})
+
+
+@pytest.mark.parametrize("name, options", [
+    ("digits", {}),
+    ("synthetic_text", {"n_train": 40, "n_test": 10, "length": 24}),
+    ("synthetic_multiview", {"n_train": 40, "n_test": 10, "views": 4, "channels": 2, "size": 6}),
+])
+def test_the_fit_check_knows_the_prepared_sample_shape(tmp_path, name, options):
+    """fedrepro.experiments.fit checks models against `sample_shape`: it must be what preparing gives."""
+    from fedrepro.data.prepare import resolve_options
+    from fedrepro.experiments.fit import num_classes, sample_shape
+
+    p = load_prepared(prepare_dataset(name, tmp_path, tmp_path, options))
+    resolved = resolve_options(name, options)
+    assert p.x_train.shape[1:] == sample_shape(name, resolved)
+    assert int(p.meta["num_classes"]) == num_classes(name, resolved)

@@ -1,0 +1,247 @@
+"""Model/data fit of every paper, checked by the planner before any job runs.
+
+A model that does not fit its data (input shape, channels, classes, a vertical split that
+cannot cut the sample, a text encoder whose vocabulary or length is too small) otherwise
+fails inside a job, late and with a message such as `mat1 and mat2 shapes cannot be
+multiplied`. Here every model a config builds is built with the arguments its job passes,
+on PyTorch's meta device (no memory, no arithmetic), and run on one sample of the shape
+the data set's preparation produces (`sample_shape`, the catalog with the data set's own
+options). Each error names the config key and says what the data has.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+
+from fedrepro.data.catalog import DATASETS
+
+# Preparation options that change the shape of one sample, by data set (fedrepro.data.prepare).
+SAMPLE_SHAPES = {
+    "celeba": lambda o: (3, o["image_size"], o["image_size"]),
+    "modelnet40": lambda o: (12, o["channels"], o["resolution"], o["resolution"]),
+    "synthetic_multiview": lambda o: (o["views"], o["channels"], o["size"], o["size"]),
+    "synthetic_text": lambda o: (o["length"],),
+    "amazon_polarity": lambda o: (o["length"],),
+}
+
+
+def dataset_options(config: dict, dataset: str) -> dict:
+    from fedrepro.data.prepare import resolve_options
+
+    return resolve_options(dataset, config.get("datasets", {}).get(dataset, {}))
+
+
+def sample_shape(dataset: str, options: dict) -> tuple[int, ...]:
+    """Shape of one prepared sample of `dataset` under its resolved preparation `options`."""
+    shape = SAMPLE_SHAPES.get(dataset)
+    return tuple(int(s) for s in (shape(options) if shape else DATASETS[dataset].input_shape))
+
+
+def num_classes(dataset: str, options: dict) -> int:
+    return int(options.get("num_classes", DATASETS[dataset].num_classes))
+
+
+class Data:
+    """What a model must fit: one sample's shape, the classes, the token vocabulary (text)."""
+
+    def __init__(self, config: dict, dataset: str):
+        options = dataset_options(config, dataset)
+        self.name, self.kind = dataset, DATASETS[dataset].kind
+        self.shape, self.classes = sample_shape(dataset, options), num_classes(dataset, options)
+        self.vocab = options.get("vocab_size")
+
+    def describe(self) -> str:
+        return f"data set {self.name!r} (one sample {self.shape}, {self.classes} classes)"
+
+
+def _run_model(model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
+    """Build registered `model(**kwargs)` on the meta device and run it on one sample of `shape`:
+    {"out": output shape, "feature_dim": the model's feature_dim or None}, or {"error": why not}."""
+    import torch
+
+    from fedrepro.models import build_model
+
+    try:
+        with torch.device("meta"), torch.no_grad():
+            net = build_model(model, **kwargs).eval()
+            out = net(torch.zeros((1, *shape), dtype=torch.long if tokens else torch.float32))
+    except Exception as error:  # noqa: BLE001 (any failure to build or run it is the message)
+        text = str(error).strip().splitlines()
+        return {"error": f"{type(error).__name__}: {text[0] if text else ''}"}
+    width = getattr(net, "feature_dim", None)
+    return {"out": list(out.shape), "feature_dim": int(width) if width is not None else None}
+
+
+class Results:
+    """Results of `_run_model`, optionally kept in a JSON file between Snakemake parses (importing
+    torch costs seconds). A key holds the model's arguments, the sample shape and the hash of the
+    model code (fedrepro.models), so an edit there or another option computes afresh."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path else None
+        try:
+            self.saved = json.loads(self.path.read_text()) if self.path else {}
+        except (FileNotFoundError, ValueError):  # none yet, or a broken one: compute afresh
+            self.saved = {}
+        self.changed = False
+
+    @functools.cached_property
+    def code(self) -> str:
+        from fedrepro.codedeps import code_hash
+
+        models = sorted(p.stem for p in (Path(__file__).parents[1] / "models").glob("*.py"))
+        names = [f"fedrepro.models.{m}" if m != "__init__" else "fedrepro.models" for m in models]
+        return hashlib.sha256("".join(code_hash(n) for n in names).encode()).hexdigest()[:16]
+
+    def run(self, model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
+        key = json.dumps([self.code, model, kwargs, list(shape), tokens], sort_keys=True)
+        if key not in self.saved:
+            self.saved[key] = _run_model(model, kwargs, tuple(shape), tokens)
+            self.changed = True
+        return self.saved[key]
+
+    def save(self) -> None:
+        if self.path and self.changed:
+            from fedrepro.pipeline import atomic_write_text
+
+            atomic_write_text(self.path, json.dumps(self.saved, sort_keys=True))
+
+
+RESULTS = Results()
+
+
+def forward_errors(key: str, model: str, kwargs: dict, shape: tuple, want: int | None, data: Data,
+                   what: str, tokens: bool = False) -> list[str]:
+    """[] when `model(**kwargs)` maps one sample of `shape` to `want` outputs (None: the
+    model's own feature_dim), else why not."""
+    where = f"config key '{key}': model {model!r} does not fit {data.describe()}"
+    result = RESULTS.run(model, kwargs, shape, tokens)
+    if "error" in result:
+        return [f"{where}: {result['error']}"]
+    want = result["feature_dim"] if want is None else want
+    if result["out"] != [1, want]:
+        return [f"{where}: it gives {tuple(result['out'][1:])} outputs per sample, the job needs {want} ({what})"]
+    return []
+
+
+def extractor_errors(key: str, model: str, kwargs: dict, data: Data) -> list[str]:
+    """A feature extractor (num_classes=0) gives `feature_dim` outputs on one sample."""
+    return forward_errors(key, model, {**kwargs, "num_classes": 0}, data.shape, None, data, "its feature_dim")
+
+
+# ------------------------------------------------------------------------------ papers
+
+def fedavg_errors(config: dict) -> list[str]:
+    section = config["fedavg"]
+    data = Data(config, section["dataset"])
+    errors = []
+    for method, settings in section["methods"].items():
+        errors += forward_errors(f"fedavg.methods.{method}.model_options", settings["model"],
+                                 settings.get("model_options", {}), data.shape, data.classes, data,
+                                 "one logit per class")
+    return errors
+
+
+def fedsc_errors(config: dict) -> list[str]:
+    section = config["fedsc"]
+    errors = []
+    for dataset in section["run_datasets"]:
+        key, ds, data = f"fedsc.datasets.{dataset}", section["datasets"][dataset], Data(config, dataset)
+        if data.kind != "image":
+            errors.append(f"config key '{key}': FedSC trains image encoders; {data.describe()} is {data.kind}")
+            continue
+        encoder = ds["encoder"]
+        errors += extractor_errors(f"{key}.encoder", encoder["name"],
+                                   {"in_channels": data.shape[0], **encoder.get("kwargs", {})}, data)
+        if data.classes % ds["clients"]:
+            errors.append(f"config key '{key}.clients': {ds['clients']} clients cannot hold equal blocks of "
+                          f"consecutive classes of {data.describe()}; clients must divide {data.classes}")
+    return errors
+
+
+def _client_shapes(key: str, data: Data, partition: dict) -> tuple[list[tuple], list[str]]:
+    """Each DPZV client's input shape under the vertical split (several views become channels)."""
+    from fedrepro.data.partition import vertical_partition
+
+    try:
+        part = vertical_partition(data.shape, partition["split"], partition["clients"])
+    except ValueError as error:
+        return [], [f"config key '{key}': {error} ({data.describe()})"]
+    return [(s[0] * s[1], *s[2:]) if len(s) == 4 else tuple(s) for s in part.feature_shapes], []
+
+
+def vfl_client_errors(key: str, model: dict, data: Data, shapes: list[tuple]) -> list[str]:
+    """DPZV clients: each maps its slice to `embed_dim` outputs (fedrepro.algorithms.dpzv.vfl)."""
+    tokens = data.kind == "text"
+    errors = []
+    for shape in dict.fromkeys(shapes):
+        kwargs = {**model.get("options", {}), "embed_dim": model["embed_dim"]}
+        if kwargs.get("pretrained_dir"):
+            continue  # a pre-trained encoder's files are read by the job, not here
+        if tokens:
+            errors += _token_errors(f"{key}.options", kwargs, data, shape)
+        else:
+            kwargs.setdefault("in_channels", shape[0])
+        errors += forward_errors(key, model["client"], kwargs, shape, model["embed_dim"], data,
+                                 f"embed_dim of a client holding {shape}", tokens)
+    return errors
+
+
+def _token_errors(key: str, kwargs: dict, data: Data, shape: tuple) -> list[str]:
+    errors = []
+    if data.vocab is not None and kwargs.get("vocab_size", data.vocab) < data.vocab:
+        errors.append(f"config key '{key}.vocab_size': {kwargs['vocab_size']}, but {data.describe()} "
+                      f"has token ids up to {data.vocab - 1}")
+    if kwargs.get("max_len", shape[0]) < shape[0]:
+        errors.append(f"config key '{key}.max_len': {kwargs['max_len']}, but a client holds {shape[0]} tokens")
+    return errors
+
+
+def dpzv_errors(config: dict) -> list[str]:
+    from fedrepro.experiments.dpzv import memory_settings, training_datasets
+
+    section = config["dpzv"]
+    errors = []
+    memory = memory_settings(config)
+    for dataset in dict.fromkeys([*training_datasets(config), *memory]):
+        key, data_cfg, data = f"dpzv.datasets.{dataset}", section["datasets"][dataset], Data(config, dataset)
+        shapes, problems = _client_shapes(f"{key}.partition", data, data_cfg["partition"])
+        errors += problems
+        if problems:
+            continue
+        if dataset in training_datasets(config) or "model" not in memory.get(dataset, {}):
+            errors += vfl_client_errors(f"{key}.model", data_cfg["model"], data, shapes)
+        if "model" in memory.get(dataset, {}):
+            errors += vfl_client_errors(f"dpzv.figures.fig6.datasets[{list(memory).index(dataset)}].model",
+                                        memory[dataset]["model"], data, shapes)
+    return errors
+
+
+def fedal_errors(config: dict) -> list[str]:
+    section = config["fedal"]
+    errors = []
+    for name, exp in section["experiments"].items():
+        data = Data(config, exp["dataset"])
+        for i, entry in enumerate(section["pools"][exp["pool"]]):
+            errors += extractor_errors(f"fedal.pools.{exp['pool']}[{i}]", entry["name"],
+                                       dict(entry.get("options", {})), data)
+    return list(dict.fromkeys(errors))
+
+
+# SteFFLe builds no configured model: its logistic regression takes the width of the data, and its
+# schema admits only the tabular data sets with a sensitive attribute.
+CHECKS = {"fedavg": fedavg_errors, "fedsc": fedsc_errors, "dpzv": dpzv_errors, "fedal": fedal_errors}
+
+
+def fit_errors(config: dict, papers: list[str], cache: str | Path | None = None) -> list[str]:
+    """Every model/data mismatch of the enabled `papers`, each naming its config key; `cache`:
+    a JSON file that keeps the model runs between calls (the Snakefile's, in .snakemake/)."""
+    global RESULTS
+    if cache is not None and (RESULTS.path is None or RESULTS.path != Path(cache)):
+        RESULTS = Results(cache)
+    errors = [error for paper in papers if paper in CHECKS for error in CHECKS[paper](config)]
+    RESULTS.save()
+    return errors
