@@ -47,9 +47,10 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def _labels(rng, num_classes: int, n: int, balanced: bool) -> np.ndarray:
-    """Random labels, or every class in turn (so that class-per-client partitions find each class)."""
-    return rng.permutation(np.arange(n) % num_classes) if balanced else rng.integers(0, num_classes, n)
+def _labels(rng, num_classes: int, n: int, balanced: bool, start: int = 0) -> np.ndarray:
+    """Random labels, or every class in turn from class `start` on (so that class-per-client partitions
+    find each class, also when the cycle is spread over several batch files)."""
+    return rng.permutation((start + np.arange(n)) % num_classes) if balanced else rng.integers(0, num_classes, n)
 
 
 def make_cifar(path: Path, num_classes: int = 10, per_batch: int = 4, seed: int = 0, balanced: bool = False,
@@ -59,12 +60,13 @@ def make_cifar(path: Path, num_classes: int = 10, per_batch: int = 4, seed: int 
         top, train, test, key = "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels"
     else:
         top, train, test, key = "cifar-100-python", ["train"], ["test"], b"fine_labels"
-    out = {}
+    out, written = {}, 0   # training labels continue the class cycle across batch files
     with tarfile.open(path, "w:gz") as tar:
         for name in train + test:
             n = per_test if name in test and per_test else per_batch
             data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
-            labels = _labels(rng, num_classes, n, balanced).tolist()
+            labels = _labels(rng, num_classes, n, balanced, start=0 if name in test else written).tolist()
+            written += 0 if name in test else n
             _add_bytes(tar, f"{top}/{name}", pickle.dumps({b"data": data, key: labels}))
             out[name] = (data, labels)
         _add_bytes(tar, f"{top}/readme.html", b"<html></html>")

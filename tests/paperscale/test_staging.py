@@ -42,3 +42,15 @@ def test_every_paper_scale_data_set_prepares_from_its_generated_raw_files(staged
         prepare_dataset(dataset, tmp_path / dataset, root, options)
         with np.load(tmp_path / dataset / "arrays.npz") as arrays:
             assert len(arrays["x_train"]) > 0 and len(arrays["x_test"]) > 0, dataset
+
+
+def test_generated_cifar_has_every_class_when_a_batch_file_holds_fewer_images_than_classes(staged, tmp_path,
+                                                                                          monkeypatch):
+    """FedSC's CIFAR-10 split gives each of 10 clients one class: every class must be in the training set,
+    also at smoke sizes where one of the five batch files holds fewer than 10 images."""
+    root, path = staged
+    monkeypatch.setenv(sources.CHECKSUM_OVERRIDES_ENV, str(path))
+    for dataset, classes in (("cifar10", 10), ("cifar100", 100)):
+        prepare_dataset(dataset, tmp_path / dataset, root, {})
+        with np.load(tmp_path / dataset / "arrays.npz") as arrays:
+            assert sorted(set(arrays["y_train"].tolist())) == list(range(classes)), dataset
