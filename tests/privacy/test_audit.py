@@ -91,8 +91,19 @@ def dpzv_audit():
     return results
 
 
-def test_dpzv_audit_measures_the_scalar_noise_the_clients_receive(dpzv_audit):
+# One test reads the shared fixture: mutation testing reruns only the test that first called a function.
+def test_dpzv_audit_measures_the_scalar_noise_and_exposes_the_server_head_leak(dpzv_audit):
+    _check_rounds_and_scalar_noise(dpzv_audit)
+    _check_server_head_leak(dpzv_audit)
+
+
+def _check_rounds_and_scalar_noise(dpzv_audit):
+    from fedrepro.privacy import gdp
+
     for out, inn, info in dpzv_audit.values():
+        # the 32-sample data passed in, not the default: 1 epoch x 2 clients x 32/8 batches
+        assert info["rounds"] == gdp.total_rounds(1, 2, 32, 8) == 8
+        assert info["canary_rounds"] == 2  # once per client pass over the data
         assert info["sigma"] == pytest.approx(info["privacy"]["sigma"])
         assert info["noise_std"] == pytest.approx(info["sigma"], rel=0.3)  # 4 runs x 2 worlds x 8 rounds
         assert np.isfinite(out).all() and np.isfinite(inn).all()
@@ -100,7 +111,7 @@ def test_dpzv_audit_measures_the_scalar_noise_the_clients_receive(dpzv_audit):
         assert info["noise_distinct"] == 1.0  # and in every round
 
 
-def test_dpzv_audit_exposes_the_server_head_leak(dpzv_audit):
+def _check_server_head_leak(dpzv_audit):
     _, _, paper = dpzv_audit["paper"]
     out, inn, frozen = dpzv_audit["frozen"]
     two_c_over_b = 2 * 0.05 / 8
