@@ -1,6 +1,7 @@
 """The SteFFLe report names degenerate comparisons, flags unequal realised epsilon and bootstraps the headline."""
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -86,6 +87,17 @@ def test_refcode_table_reports_realised_epsilon_and_constant_predictors(tmp_path
     assert "predicted negative" in table.loc[2.0, "status_reason"]
     note = report._private_note({"train": {"compat_refcode": True}}, {"eps": 1.0, "realised_epsilon": 2600.0})
     assert note.startswith("NO") and "2.6e+03" in note
+
+
+def test_refcode_table_non_private_cells_cost_nothing_at_lambda_zero_and_inf_otherwise(tmp_path):
+    # eps = inf runs record no per-lambda epsilon; at lambda = 0 compat_refcode's sensitivities are 0
+    rows = [{"h": 0.0, "eps": "inf", "lam": lam, "seed": seed, "fairness": "dp", "error": 0.2, "dp_violation": 0.1,
+             "eo_violation": 0.0, "positive_rate": 0.3} for lam in (0.0, 1.0) for seed in range(2)]
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"spec": {"h": 0.0}, "privacy": {"per_eps": {"inf": {"eps": "inf"}}}}))
+    table = report.refcode_table(pd.DataFrame(rows), [str(summary)]).set_index("lam")
+    assert table.loc[0.0, "realised_epsilon_pld"] == 0.0
+    assert table.loc[1.0, "realised_epsilon_pld"] == math.inf
 
 
 def test_eta_w_table_shows_w_trajectory_beside_the_metrics():

@@ -170,7 +170,8 @@ def report_spec(config: dict) -> dict:
             "figures": {name: figure_spec(config, name)["layout"] for name in figures(config)},
             "disabled_figures": [n for n in ("fig1", "fig2", "fig3", "fig4", "fig5") if n not in figures(config)],
             "eta_w": {"tuned": section["train"]["eta_w"], "paper": section["eta_w_paper"],
-                      "w_step_tuned": section["train"].get("w_step", "capped")}}
+                      "w_step_tuned": section["train"].get("w_step", "capped")},
+            "refcode_epochs": section.get("refcode_grid", {}).get("train", {}).get("epochs")}
 
 
 def check(config: dict) -> list[str]:

@@ -508,6 +508,13 @@ def point_health(rows: pd.DataFrame) -> health.Health:
     return health.OK
 
 
+def _unrecorded_epsilon(eps: str, lam: float) -> float:
+    """Realised epsilon of a cell the summary has no per-lambda entry for (the non-private runs):
+    compat_refcode releases nothing that depends on the sensitive attribute at lambda = 0
+    (both sensitivities are 0), and without noise anything released at lambda != 0 costs inf."""
+    return math.inf if eps == "inf" and lam != 0 else 0.0
+
+
 def refcode_table(points: pd.DataFrame, summary_paths: list[str]) -> pd.DataFrame:
     """The authors' grid under compat_refcode: error and violation per (h, eps, lambda) cell, the
     realised epsilon of that cell (compat mode is not private) and the cell's health."""
@@ -521,7 +528,7 @@ def refcode_table(points: pd.DataFrame, summary_paths: list[str]) -> pd.DataFram
     for (h, eps, lam), rows in points.groupby(["h", "eps", "lam"], sort=True):
         state = point_health(rows)
         cell = {"h": h, "eps_label": eps, "lam": lam,
-                "realised_epsilon_pld": realised.get((h, eps, lam), math.inf if eps == "inf" else 0.0),
+                "realised_epsilon_pld": realised.get((h, eps, lam), _unrecorded_epsilon(eps, lam)),
                 "seeds": len(rows), "status": state.status, "status_reason": state.reason}
         for col in ("error", VIOLATION[rows["fairness"].iloc[0]]):
             cell[f"{col}_mean"] = float(rows[col].mean()) if state.status != "diverged" else np.nan
@@ -536,9 +543,12 @@ def refcode(job) -> None:
     spec = job.spec
     points = load_points(job.input["metrics"])
     table = refcode_table(points, [str(Path(p).parent / "summary.json") for p in job.input["metrics"]])
+    rates = [c for c in table if c.endswith(("_mean", "_std"))]
+    table = table.round({**{c: 4 for c in rates}, "realised_epsilon_pld": 2})
+    epochs = f", {spec['refcode_epochs']} epochs" if spec.get("refcode_epochs") else ""
     table_io.write_table(table, job.output["md"].removesuffix(".md"),
                          "SteFFLe under compat_refcode (the authors' code conventions: batch-sum noise, 1 x 1 W, "
-                         "per-silo group numbering), the authors' grid: error and violation per cell, mean and std "
+                         f"per-silo group numbering), the authors' grid{epochs}: error and violation per cell, mean and std "
                          "over seeds. NOT PRIVATE: realised_epsilon_pld is the accountant's epsilon for what ran "
                          "(0 at lambda = 0, where nothing sensitive is released); eps_label is only the label "
                          "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor.",
