@@ -157,11 +157,13 @@ def write_fingerprint(folder: str | Path, name: str, src: Path = SRC) -> Path:
     return path
 
 
-def code_inputs(entry: str, folder: str | Path, src: str | Path = SRC) -> list[str]:
-    """The fingerprint files (in `folder`) of every module `entry` may run, written or
+def code_inputs(entry: str | list[str], folder: str | Path, src: str | Path = SRC) -> list[str]:
+    """The fingerprint files (in `folder`) of every module `entry` (one "module:function" or
+    a list: a job that runs its entry and a function named in its spec) may run, written or
     refreshed now; `src` is the package folder of the workflow's own source tree."""
     src = Path(src)
-    return [str(write_fingerprint(str(folder), name, src)) for name in closure(entry, src)]
+    names = sorted({name for one in ([entry] if isinstance(entry, str) else entry) for name in closure(one, src)})
+    return [str(write_fingerprint(str(folder), name, src)) for name in names]
 
 
 def main(argv: list[str]) -> None:

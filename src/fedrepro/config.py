@@ -123,7 +123,7 @@ def value_errors(value, key: str = "") -> list[str]:
 
 def dataset_option_errors(config: dict) -> list[str]:
     """Preparation options are checked here too, so a typo fails before any job runs."""
-    from fedrepro.data.prepare import resolve_options
+    from fedrepro.data.prepared import resolve_options
 
     errors = []
     for dataset, options in config.get("datasets", {}).items():

@@ -242,3 +242,41 @@ def test_the_fit_check_knows_the_prepared_sample_shape(tmp_path, name, options):
     resolved = resolve_options(name, options)
     assert p.x_train.shape[1:] == sample_shape(name, resolved)
     assert int(p.meta["num_classes"]) == num_classes(name, resolved)
+
+
+PREPARE_UNDER_RECORDER = """
+import json, sys
+from fedrepro.codedeps import code_inputs
+from fedrepro.pipeline import make_job, run_job
+
+name, builder, out, code_folder = sys.argv[1:]
+code = code_inputs(["fedrepro.data.jobs:prepare_job", builder], code_folder)
+job = make_job({"data_root": out + "/raw", "options": {}, "builder": builder},
+               {"arrays": out + "/arrays.npz", "meta": out + "/meta.json"}, {"code": code},
+               wildcards={"dataset": name})
+run_job(job, "fedrepro.data.jobs:prepare_job")
+print(json.dumps([path.rsplit("/", 1)[-1].removesuffix(".sha256") for path in code]))
+"""
+
+
+@pytest.mark.parametrize("name, runs, does_not_run", [
+    ("credit", "fedrepro.data.tabular", "fedrepro.data.synthetic"),
+    ("synthetic_text", "fedrepro.data.synthetic", "fedrepro.data.images"),
+])
+def test_a_prepare_job_runs_and_depends_on_its_own_builder_only(tmp_path, name, runs, does_not_run):
+    """The prepare job of `name`, in a fresh process with strict import checks: it imports nothing
+    beyond its shared code and its own builder, so an edit elsewhere (the synthetic generator for
+    Credit) does not re-prepare it, and one in its builder does."""
+    import os
+    import subprocess
+    import sys
+
+    from fedrepro.data.prepare import BUILDERS
+
+    env = {**os.environ, "FEDREPRO_STRICT_IMPORTS": "1"}
+    result = subprocess.run([sys.executable, "-c", PREPARE_UNDER_RECORDER, name, BUILDERS[name], str(tmp_path / "out"),
+                             str(tmp_path / "code")], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    declared = json.loads(result.stdout.strip().splitlines()[-1])
+    assert runs in declared and does_not_run not in declared
+    assert (tmp_path / "out" / "arrays.npz").is_file()

@@ -28,6 +28,9 @@ def rule_entries() -> list[str]:
     entries.add(PROBE)
     for paper in PAPERS:
         entries.update(methods(paper).values())
+    from fedrepro.data.prepare import BUILDERS
+
+    entries.update(BUILDERS.values())  # the prepare rule's second code entry
     return sorted(entries)
 
 

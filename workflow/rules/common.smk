@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from fedrepro.codedeps import code_inputs
+from fedrepro.data.prepare import BUILDERS
 from fedrepro.data.sources import raw_files
 from fedrepro.experiments import seed_tags
 
@@ -37,8 +38,8 @@ def partition_file(dataset, tag):
 
 def code_for(entry):
     """The `code` input of a rule: the fingerprints of every module its entry point
-    ("module:function", or a function of the wildcards returning one, like `params.entry`)
-    may run, derived by fedrepro.codedeps from the imports. Every rule that runs the
+    ("module:function", a list of them, or a function of the wildcards returning either,
+    like `params.entry`) may run, derived by fedrepro.codedeps from the imports. Every rule that runs the
     package declares it (the Snakefile checks)."""
     if callable(entry):
         return lambda wildcards: code_inputs(entry(wildcards), CODE, SRC)

@@ -22,7 +22,8 @@ rule download:
 rule prepare:
     input:
         raw_inputs,
-        code=code_for("fedrepro.data.jobs:prepare_job"),
+        # the job runs the shared preparation and its own data set's builder, nothing else
+        code=code_for(lambda w: ["fedrepro.data.jobs:prepare_job", BUILDERS[w.dataset]]),
     output:
         arrays=f"{RESULTS}/data/{{dataset}}/arrays.npz",
         meta=f"{RESULTS}/data/{{dataset}}/meta.json",
@@ -30,7 +31,8 @@ rule prepare:
         f"{RESULTS}/logs/prepare/{{dataset}}.log",
     params:
         entry="fedrepro.data.jobs:prepare_job",
-        spec=lambda w: {"data_root": DATA_ROOT, "options": config["datasets"].get(w.dataset, {})},
+        spec=lambda w: {"data_root": DATA_ROOT, "options": config["datasets"].get(w.dataset, {}),
+                        "builder": BUILDERS[w.dataset]},
     resources:
         **cpu_resources(),
     conda:

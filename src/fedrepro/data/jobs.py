@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedrepro.data import sources
-from fedrepro.data.prepare import prepare_dataset
+from fedrepro.data.prepared import prepare_with
+from fedrepro.registry import resolve
 
 
 def download_job(job) -> None:
@@ -15,5 +16,8 @@ def download_job(job) -> None:
 
 
 def prepare_job(job) -> None:
+    """Prepare one data set with its own builder (`spec["builder"]`, from
+    fedrepro.data.prepare.BUILDERS): the job runs, and depends on, that module only."""
     out_dir = Path(job.output["arrays"]).parent
-    prepare_dataset(job.wildcards["dataset"], out_dir, job.spec["data_root"], job.spec["options"])
+    prepare_with(resolve(job.spec["builder"]), job.wildcards["dataset"], out_dir, job.spec["data_root"],
+                 job.spec["options"])

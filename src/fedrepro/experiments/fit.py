@@ -29,7 +29,7 @@ SAMPLE_SHAPES = {
 
 
 def dataset_options(config: dict, dataset: str) -> dict:
-    from fedrepro.data.prepare import resolve_options
+    from fedrepro.data.prepared import resolve_options
 
     return resolve_options(dataset, config.get("datasets", {}).get(dataset, {}))
 

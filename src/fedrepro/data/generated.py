@@ -1,0 +1,30 @@
+"""Builders of the generated stand-in data sets (fedrepro.data.synthetic)."""
+
+from __future__ import annotations
+
+from fedrepro.data import synthetic
+from fedrepro.data.prepared import Built, xy
+from fedrepro.data.tabular import TabularSpec, tabular_arrays
+
+def _generator_kwargs(opts: dict) -> dict:
+    return {k: v for k, v in opts.items() if k != "source"}
+
+
+def synthetic_text(data_root, opts) -> Built:
+    x_tr, y_tr, x_te, y_te, info = synthetic.synthetic_text(**_generator_kwargs(opts))
+    return Built(xy(x_tr, y_tr, x_te, y_te), {"class_names": ["negative", "positive"], "tokenizer": info})
+
+
+def synthetic_multiview(data_root, opts) -> Built:
+    arrays = xy(*synthetic.synthetic_multiview(**_generator_kwargs(opts)))
+    return Built(arrays, {"views": opts["views"], "num_classes": opts["num_classes"]})
+
+
+SYNTHETIC_TABULAR = TabularSpec(
+    lambda df: df["income"] == 1, "income == 1", "sex", "Female",
+    ("age", "x1", "x2", "x3", "x4"), tuple(synthetic.SYNTHETIC_TABULAR_CATEGORIES), "age")
+
+
+def synthetic_tabular(data_root, opts) -> Built:
+    df = synthetic.synthetic_tabular(opts["n"], opts["minority_fraction"], opts["s_effect"], opts["seed"])
+    return Built(*tabular_arrays(df, SYNTHETIC_TABULAR, opts["train_fraction"], opts["seed"]))
