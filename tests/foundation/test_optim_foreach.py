@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from fedrepro.fl import optim
 from fedrepro.fl.optim import SGD, Adam
 
 SHAPES = [(16, 3, 3, 3), (16,), (16,), (32, 16, 3, 3), (32,), (10, 32), (10,)]  # conv/bn/linear-like
@@ -95,8 +96,10 @@ CASES = [
 IDS = ["sgd-momentum-decay", "sgd-momentum", "sgd-plain", "adam"]
 
 
+@pytest.mark.parametrize("group_elements", [optim.CPU_GROUP_ELEMENTS, 500], ids=["one-group", "groups"])
 @pytest.mark.parametrize("ours, loop, _", CASES, ids=IDS)
-def test_foreach_step_is_bit_identical_to_the_per_tensor_loop(ours, loop, _):
+def test_foreach_step_is_bit_identical_to_the_per_tensor_loop(ours, loop, _, group_elements, monkeypatch):
+    monkeypatch.setattr(optim, "CPU_GROUP_ELEMENTS", group_elements)  # 500: the 7 tensors in 3 groups
     a, b = tensors(), tensors()
     run(ours, a, 5)
     run(loop, b, 5)

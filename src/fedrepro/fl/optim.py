@@ -22,11 +22,26 @@ from collections.abc import Iterable
 import torch
 
 
-def _with_grads(params: list[torch.Tensor], *states: list) -> tuple[list, ...]:
-    """The parameters that have a gradient, their gradients and their entries of each state list."""
+# On the CPU a foreach op runs tensor after tensor, so one op over a whole ResNet-18 (47 MB) streams
+# it through memory once per op: 3x slower than the per-tensor loop there, while many small tensors
+# are 1.8x faster. Groups of at most this many elements keep a group in cache (L2) between ops.
+CPU_GROUP_ELEMENTS = 1 << 16
+
+
+def _groups(params: list[torch.Tensor]) -> list[list[int]]:
+    """Indices of the parameters with a gradient, in groups updated by one foreach call per op:
+    one group on a GPU (one kernel launch per op), cache-sized groups on the CPU."""
     live = [i for i, p in enumerate(params) if p.grad is not None]
-    return ([params[i] for i in live], [params[i].grad for i in live], live,
-            *([state[i] for i in live] for state in states))
+    if not live or params[live[0]].is_cuda:
+        return [live] if live else []
+    groups, current, size = [], [], 0
+    for i in live:
+        if current and size + params[i].numel() > CPU_GROUP_ELEMENTS:
+            groups.append(current)
+            current, size = [], 0
+        current.append(i)
+        size += params[i].numel()
+    return groups + [current]
 
 
 class SGD:
@@ -44,26 +59,29 @@ class SGD:
 
     @torch.no_grad()
     def step(self) -> None:
-        params, directions, live, buffers = _with_grads(self.params, self.buffers)
-        if not params:
-            return
+        for group in _groups(self.params):
+            self._update(group)
+
+    def _update(self, group: list[int]) -> None:
+        params = [self.params[i] for i in group]
+        directions = [p.grad for p in params]
         if self.weight_decay:
             directions = torch._foreach_add(directions, params, alpha=self.weight_decay)
         if self.momentum:
-            directions = self._momentum(directions, live, buffers)
+            directions = self._momentum(group, directions)
         torch._foreach_add_(params, directions, alpha=-self.lr)
 
-    def _momentum(self, directions: list, live: list[int], buffers: list) -> list[torch.Tensor]:
+    def _momentum(self, group: list[int], directions: list[torch.Tensor]) -> list[torch.Tensor]:
         """b = momentum * b + d (b = d at a tensor's first step, as torch.optim.SGD); returns the b's."""
-        started = [k for k, b in enumerate(buffers) if b is not None]
+        started = [k for k, i in enumerate(group) if self.buffers[i] is not None]
         if started:
-            running = [buffers[k] for k in started]
+            running = [self.buffers[group[k]] for k in started]
             torch._foreach_mul_(running, self.momentum)
             torch._foreach_add_(running, [directions[k] for k in started])
-        for k, i in enumerate(live):
-            if buffers[k] is None:
+        for k, i in enumerate(group):
+            if self.buffers[i] is None:
                 self.buffers[i] = directions[k].clone()
-        return [self.buffers[i] for i in live]
+        return [self.buffers[i] for i in group]
 
     def state_dict(self) -> dict:
         return {"buffers": [None if b is None else b.clone() for b in self.buffers]}
@@ -90,19 +108,19 @@ class Adam:
     @torch.no_grad()
     def step(self) -> None:
         self.step_count += 1
-        params, grads, _, m, v = _with_grads(self.params, self.m, self.v)
-        if not params:
-            return
         beta1, beta2 = self.betas
         bias1 = 1 - beta1 ** self.step_count
         bias2_sqrt = math.sqrt(1 - beta2 ** self.step_count)
-        torch._foreach_lerp_(m, grads, 1 - beta1)
-        torch._foreach_mul_(v, beta2)
-        torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
-        denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, bias2_sqrt)
-        torch._foreach_add_(denom, self.eps)
-        torch._foreach_addcdiv_(params, m, denom, value=-self.lr / bias1)
+        for group in _groups(self.params):
+            params = [self.params[i] for i in group]
+            grads, m, v = [p.grad for p in params], [self.m[i] for i in group], [self.v[i] for i in group]
+            torch._foreach_lerp_(m, grads, 1 - beta1)
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+            denom = torch._foreach_sqrt(v)
+            torch._foreach_div_(denom, bias2_sqrt)
+            torch._foreach_add_(denom, self.eps)
+            torch._foreach_addcdiv_(params, m, denom, value=-self.lr / bias1)
 
     def state_dict(self) -> dict:
         return {"step": self.step_count, "m": [t.clone() for t in self.m], "v": [t.clone() for t in self.v]}
