@@ -60,3 +60,28 @@ def test_figure3_table_prints_status_not_number_and_pld_beside_eps(tmp_path):
     vafl_line = [line for line in text.splitlines() if line.startswith("| VAFL")][0]
     assert "10.0" not in vafl_line
     assert "server head" in text  # the label leak is stated in the caption
+
+
+def test_falls_as_eps_falls_allows_seed_noise_but_not_a_trend():
+    """Ascending eps. A rise towards small eps within the seeds' spread is noise; beyond it, or a
+    smallest eps not below the largest, the claim fails."""
+    assert report.falls_as_eps_falls([0.5, 0.89, 0.88, 0.95], [0.0, 0.01, 0.01, 0.01])
+    assert report.falls_as_eps_falls([0.5, 0.92, 0.9, 0.95], [0.0, 0.02, 0.02, 0.01])  # 0.02 < hypot(.02, .02)
+    assert not report.falls_as_eps_falls([0.5, 0.95, 0.9, 0.95], [0.0, 0.01, 0.01, 0.01])
+    assert not report.falls_as_eps_falls([0.96, 0.9, 0.95], [0.05, 0.05, 0.05])  # ends above eps = inf
+
+
+def test_a_chance_run_at_the_smallest_eps_is_the_fall_not_a_degenerate_side(tmp_path):
+    """eps = inf trained and eps = 0.1 at chance: accuracy fell (holds). A diverged smallest-eps run or an
+    untrained eps = inf leaves the claim untested."""
+    def falls_verdict(method, cells):
+        best = report.load_best([summary_file(tmp_path / method / str(len(cells)) / cells[0][2], method, cells)])
+        spec = {"clip": 10, "methods": [method], "figures": {"fig3": ["digits"]}}
+        metrics = pd.DataFrame(columns=["dataset", "method", "eps", "clip", "test_loss"])
+        memory = pd.DataFrame(columns=["dataset", "label", "ratio"])
+        rows = {r["claim"]: r for r in report._claim_rows(best, metrics, memory, spec)}
+        return [r["verdict"] for c, r in rows.items() if "falls" in c][0]
+
+    assert falls_verdict("dpzv", [(0.1, 0.1, "chance"), (math.inf, 0.95, "ok")]) == "holds"
+    assert falls_verdict("vafl", [(0.1, 0.1, "diverged"), (math.inf, 0.95, "ok")]).startswith("not tested")
+    assert falls_verdict("zoo_vfl", [(0.1, 0.1, "chance"), (math.inf, 0.1, "chance")]).startswith("not tested")
