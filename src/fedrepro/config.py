@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -269,3 +270,33 @@ def model_fit_errors(key: str, options: dict, dataset: str, dataset_options: dic
         errors.append(f"config key '{key}.in_channels': {options['in_channels']}, but {dataset!r} "
                       f"images have {shape[0]} channel(s)")
     return errors
+
+
+def merge_configs(base: dict, override: dict) -> dict:
+    """`override` merged into `base` key by key, as Snakemake merges a second config file."""
+    merged = dict(base)
+    for key, value in override.items():
+        both_maps = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = merge_configs(merged[key], value) if both_maps else value
+    return merged
+
+
+def main(argv: list[str]) -> int:
+    """`python -m fedrepro.config config.yaml configs/paper.yaml`: the files Snakemake would merge,
+    read strictly (a malformed file or a key given twice names the file and line; Snakemake's own
+    reader of `--configfile` names neither) and validated as the Snakefile validates them."""
+    schema_dir = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+    try:
+        config: dict = {}
+        for path in argv or ["config.yaml"]:
+            config = merge_configs(config, load_yaml(path) or {})
+        check_config(config, schema_dir)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(f"{', '.join(argv or ['config.yaml'])}: valid")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,7 @@
 """Bad configs fail before any job runs, with a message that names the key."""
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,18 @@ def test_command_line_overrides_get_yaml_types(config):
     assert config["channels_last"] is True and config["checkpoint_every"] == 2
     assert config["fedavg"]["partition"]["alphas"] == [0.3, 100.0] and config["dpzv"]["eps_grid"] == [1, "inf"]
     check_config(config, SCHEMAS)
+
+
+def test_config_check_command_names_file_and_line_and_validates_the_merge(tmp_path, capsys):
+    """`python -m fedrepro.config FILES`: what Snakemake's own `--configfile` reader cannot say."""
+    from fedrepro.config import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fedavg:\n  seeds: [0, 1\n  dataset: digits\n")
+    assert main([str(ROOT / "config.yaml"), str(bad)]) == 1
+    assert re.search(r"bad.yaml, line 3, column \d+: malformed YAML", capsys.readouterr().err)
+    override = tmp_path / "override.yaml"
+    override.write_text("fedavg:\n  seeds: [0, 0]\n")
+    assert main([str(ROOT / "config.yaml"), str(override)]) == 1
+    assert "config key 'fedavg.seeds'" in capsys.readouterr().err
+    assert main([str(ROOT / "config.yaml"), str(ROOT / "configs" / "paper.yaml")]) == 0
