@@ -86,7 +86,7 @@ def test_effective_rank_of_tiny_constant_and_overflowing_embeddings():
 
 def test_check_collapse_at_the_threshold_and_for_a_nan_rank():
     assert check_collapse(2.0, threshold=2.0) == OK
-    assert check_collapse(1.99, threshold=2.0).status == "collapsed"
+    assert check_collapse(1.99, threshold=2.0) == Health("collapsed", "collapsed (embedding effective rank 1.99 < 2)")
     assert check_collapse(float("nan"), threshold=2.0) == Health("diverged", "embedding effective rank = nan")
 
 

@@ -21,6 +21,7 @@ from fedrepro.fl import batched, seeding
 from fedrepro.fl.aggregate import normalised, weighted_average
 from fedrepro.fl.device import pick_device
 from fedrepro.fl.loop import Checkpoint, run_rounds
+from fedrepro.fl.optim import SGD
 from fedrepro.fl.precision import Precision
 from fedrepro.fl.runner import _last_values, read_summary, run_health, run_seeds
 from fedrepro.fl.sampling import clients_per_round, sample_clients
@@ -129,6 +130,16 @@ def test_local_sgd_with_no_steps_returns_the_start_and_zero_loss():
     params, mean_loss = batched.local_sgd(batched.cross_entropy_loss(nn.Linear(2, 3)), dict(start),
                                           lambda s: None, 0, 0.5)
     assert torch.equal(params["weight"], start["weight"]) and mean_loss.tolist() == [0.0, 0.0]
+
+
+def test_sgd_state_round_trip_keeps_buffers_not_started_yet():
+    used, unused = torch.ones(2, requires_grad=True), torch.ones(3, requires_grad=True)
+    optimiser = SGD([used, unused], lr=0.1, momentum=0.9)
+    used.grad = torch.tensor([1.0, 2.0])
+    optimiser.step()                       # `unused` has no gradient: its momentum buffer stays None
+    restored = SGD([used, unused], lr=0.1, momentum=0.9)
+    restored.load_state_dict(optimiser.state_dict())
+    assert restored.buffers[1] is None and torch.equal(restored.buffers[0], torch.tensor([1.0, 2.0]))
 
 
 # ------------------------------------------------------------------------------------ device, precision
