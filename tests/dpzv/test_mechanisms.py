@@ -439,3 +439,22 @@ def test_dpzv_clients_alone_lower_the_loss_when_the_head_is_frozen(tiny_data):
         algo.round(t)
     assert all(torch.equal(a, b) for a, b in zip(head, algo.server.params))
     assert train_loss_with_fresh_embeddings(algo) < start - 0.05
+
+
+@pytest.mark.parametrize("cls", [VAFL, VFLCZOFO])
+def test_baseline_client_backward_goes_through_its_own_clip(cls, tiny_data):
+    """At finite eps the client differentiates through clip_C_h: a bound clip passes no radial gradient,
+    so a purely radial answer leaves the client's gradient at 0 (straight through, the norm of h grew
+    without bound: VAFL at eps = 10 reached NaN in 20 digits epochs)."""
+    algo = cls(tiny_data, tiny_settings(eps=1.0, extra={"embed_clip": 1e-3, "server_update": "sgd"}), seed=0)
+    client = algo.clients[0]
+    ids = client.next_batch()
+    _, h = algo.client_forward(client, ids)
+    raw = client.model(client.x[torch.as_tensor(ids)])
+    assert torch.linalg.vector_norm(raw, dim=1).min() > 10 * 1e-3  # the clip binds on every sample
+    radial = raw.detach()
+    raw_grad = flat(torch.autograd.grad(raw, client.params, radial))
+    algo.client_backward(client, h, radial)
+    through_clip = flat([p.grad for p in client.params])
+    assert raw_grad.norm() > 0
+    assert through_clip.norm() <= 1e-4 * raw_grad.norm()

@@ -43,6 +43,10 @@ class EmbeddingBaseline(VFLAlgorithm):
     # client side
     def client_forward(self, client, ids: np.ndarray):
         h = client.model(client.x[self.ids_tensor(ids)])
+        if self.noise["sigma"] > 0:
+            # the client's backward goes through its own clip: with the clip's Jacobian a bound clip
+            # passes no radial gradient, where straight through the norm of h grew to inf (NaN at eps 10)
+            h = clip_by_norm(h, self.embed_clip, dim=1)
         sent = noisy_embedding(h.detach(), self.embed_clip, self.noise["sigma"], client.noise)
         return {"ids": self.ids_tensor(ids), "h": sent}, h
 
