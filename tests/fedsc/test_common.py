@@ -73,3 +73,35 @@ def test_spec_without_train_or_participation_uses_the_defaults(tiny_digits):
     algo = FedSC(spec, tiny_digits, seed=0)
     assert algo.per_round == 5                                    # full participation
     assert algo.train_cfg == TrainConfig(rounds=3)                # the official configs' optimiser settings
+
+
+def test_leave_one_out_is_the_reweighted_mean_of_the_others_and_needs_q_j_below_one():
+    from fedrepro.algorithms.fedsc.loss import leave_one_out
+
+    mats = [torch.full((2, 2), float(v)) for v in (1.0, 2.0, 4.0)]
+    q = [0.5, 0.25, 0.25]
+    np.testing.assert_allclose(leave_one_out(mats, q, 0).numpy(), np.full((2, 2), (0.25 * 2 + 0.25 * 4) / 0.5))
+    with pytest.raises(ValueError, match="q_j < 1"):
+        leave_one_out(mats[:2], [1.0, 0.0], 0)                   # R_-j undefined: (1 - q_j) = 0
+    with pytest.raises(ValueError, match="at least two"):
+        leave_one_out(mats[:1], [1.0], 0)
+
+
+def test_fedu_threshold_defaults_and_fedema_fedsc_code_needs_a_fixed_lambda(tiny_digits):
+    from fedrepro.algorithms.fedsc.byol import FedEMA, FedU
+
+    assert FedU(tiny_spec(fedu={"rule": "dapu"}), tiny_digits, seed=0).threshold == 0.4         # FedU paper
+    assert FedU(tiny_spec(fedu={"rule": "keep_or_replace"}), tiny_digits, seed=0).threshold == 0.2   # FedSC code
+    with pytest.raises(ValueError, match="fixed fedema.lambda"):
+        FedEMA(tiny_spec(fedema={"convention": "fedsc_code"}), tiny_digits, seed=0)
+
+
+def test_divergence_summary_names_min_mean_max_of_every_download(tiny_digits):
+    from fedrepro.algorithms.fedsc.byol import FedU
+
+    algo = FedU(tiny_spec(), tiny_digits, seed=0)
+    algo.divergences = [[1, 0, 0.5, 1.0], [2, 3, 1.5, 0.0], [2, 4, 1.0, 1.0]]
+    assert algo.divergence_summary() == {
+        "downloads": 3, "divergence_min": 0.5, "divergence_mean": 1.0, "divergence_max": 1.5,
+        "fedu_global_min": 0.0, "fedu_global_mean": pytest.approx(2 / 3), "fedu_global_max": 1.0,
+        "log": algo.divergences}

@@ -152,8 +152,10 @@ def test_fedsc_summary_records_epsilons_per_client(tiny_digits):
                  sharing={"after": 0.0, "every": 1})
     algo = FedSC(spec, tiny_digits, seed=0)
     _run(algo, 2)
-    rows = algo.summary()["privacy"]["epsilons"]
-    assert len(rows) == 5 * 2
+    privacy = algo.summary()["privacy"]
+    assert privacy["sigma"] == algo.sigma > 0
+    rows = privacy["epsilons"]
+    assert len(rows) == 5 * 2 and sorted(r["client"] for r in rows) == sorted(list(range(5)) * 2)
     at_1e2 = [r for r in rows if r["delta"] == 1e-2]
     assert all(r["T_j"] == 2 for r in at_1e2)
     assert max(r["eps_sqrt2"] for r in at_1e2) == pytest.approx(3.0)     # calibrated on the smallest client
