@@ -25,8 +25,10 @@ in how a client starts its local round from the downloaded global model:
   the divergence being the L2 distance of the online encoders' parameters
   (backbone + projector); buffers and the target stay the client's own. lambda_k
   is the paper's autoscaler, lambda_k = tau / ||W_g - W_k|| at the client's first
-  EMA update (so mu = tau then; `fedema.tau`, 0.7 here, the authors' EasyFL code
-  defaults to 0.8), or a fixed `fedema.lambda`. The paper evaluates the autoscaler
+  EMA update (so mu = tau then; `fedema.tau` = 0.7: the value of the FedEMA authors'
+  published run command, "Run FedEMA with auto scaler tau = 0.7" in
+  weimingwill/EasyFL applications/fedssl/README.md; their argparse default is 0.8),
+  or a fixed `fedema.lambda`. The paper evaluates the autoscaler
   with the global model right after the client's first round; we evaluate it at the
   client's next download, which is the same model under full participation.
   `fedema.convention: fedsc_code` is the FedSC authors' code: d divided by the
