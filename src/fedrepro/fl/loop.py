@@ -9,9 +9,9 @@ It is written with `fedrepro.pipeline.atomic_write` (a temporary file in the sam
 over the old one), so a kill at any moment leaves either the previous or the new checkpoint, never
 a torn one; under the wall-time policy the file and the rename are also fsynced, so a node crash
 cannot leave a torn file either (about 20 ms per write: skipped at quick scale, which writes every
-round). It is read back onto the CPU (`map_location="cpu"`), so a run checkpointed on a GPU node resumes on a CPU-only
-node and back: `nn.Module.load_state_dict` and the optimisers copy into the algorithm's own tensors
-on its own device, and RNG states must be CPU tensors anyway.
+round). It is read back onto the CPU (`map_location="cpu"`), so a run checkpointed on a GPU node
+resumes on a CPU-only node and back: `nn.Module.load_state_dict` and the optimisers copy into the
+algorithm's own tensors on its own device, and RNG states must be CPU tensors anyway.
 """
 
 from __future__ import annotations
