@@ -169,10 +169,11 @@ def test_load_setting_splits_by_the_partition_on_the_requested_device(tiny_job):
     ({"iterations": 12, "tau": 3, "evals": 1}, 4, 4, 1),
     ({"iterations": 12, "tau": 3, "evals": 2, "checkpoint_every": 3}, 4, 2, 3),
     ({"iterations": 40, "tau": 2}, 20, 2, 1),                        # evals default 10
-    ({"iterations": 5, "tau": 2, "iteration_unit": "round"}, 5, 1, 1),
+    ({"iterations": 5, "tau": 2, "iteration_unit": "round", "device": "cpu"}, 5, 1, 1),
 ])
 def test_run_turns_the_budget_into_rounds_and_evaluation_points(tiny_job, monkeypatch, spec, rounds,
                                                                 eval_every, checkpoint_every):
+    import fedrepro.fl.device as device_module
     import fedrepro.fl.runner as runner
 
     calls = {}
@@ -181,10 +182,12 @@ def test_run_turns_the_budget_into_rounds_and_evaluation_points(tiny_job, monkey
         calls.update(algo=build(0), rounds=num_rounds, eval_every=eval_every, checkpoint=checkpoint_every)
 
     monkeypatch.setattr(runner, "run_seeds", fake_run_seeds)
+    asked = []
+    monkeypatch.setattr(device_module, "pick_device", lambda name: asked.append(name) or torch.device("cpu"))
     tiny_job.spec = {"lr": 0.1, "batch_size": 2, "pool": [{"name": "mlp", "options": {"in_features": 3}}], **spec}
     seen = {}
     jobs.run(tiny_job, lambda data, pool, cfg, seed, s: seen.update(data=data, pool=pool, cfg=cfg, seed=seed, spec=s))
     assert (calls["rounds"], calls["eval_every"], calls["checkpoint"]) == (rounds, eval_every, checkpoint_every)
     assert seen["cfg"].tau == spec["tau"] and seen["seed"] == 0 and seen["pool"] == tiny_job.spec["pool"]
-    assert seen["data"].num_clients == 2 and seen["data"].test_x.device.type == ("cuda" if torch.cuda.is_available()
-                                                                                   else "cpu")
+    assert seen["data"].num_clients == 2
+    assert asked == [spec.get("device", "auto")]

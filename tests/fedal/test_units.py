@@ -138,32 +138,66 @@ def test_evaluate_reports_mean_client_accuracy_spread_and_megabytes_per_client()
     assert metrics["downlink_mb_per_client"] == pytest.approx(2.0)
 
 
-METHODS = {
-    "fedal": lambda d, c: FedAL(d, POOL, c, 0),
-    "fedproto": lambda d, c: FedProto(d, POOL, c, 0),
-    "fedproto_public": lambda d, c: FedProto(d, POOL, c, 0, variant="public_features"),
-    "cfd": lambda d, c: CFD(d, POOL, c, 0),
-    "fccl": lambda d, c: FCCL(d, POOL, c, 0, pretrain_iters=2),
-    "fccl_plus": lambda d, c: FCCL(d, POOL, c, 0, plus=True),
-    "fd": lambda d, c: FD(d, POOL, c, 0),
-    "fedavg": lambda d, c: FedAvg(d, POOL[:1], c, 0),
-    "feddf_al": lambda d, c: FedDF(d, POOL, c, 0, use_al=True, use_lf=True, assignment=[0, 1, 0]),
+METHODS = {   # name: (make, kinds sent up, kinds sent down)
+    "fedal": (lambda d, c: FedAL(d, POOL, c, 0), {"logits"}, {"reply"}),
+    "fedproto": (lambda d, c: FedProto(d, POOL, c, 0), {"prototypes"}, {"global_prototypes"}),
+    "fedproto_public": (lambda d, c: FedProto(d, POOL, c, 0, variant="public_features"), {"features"},
+                        {"mean_features"}),
+    "cfd": (lambda d, c: CFD(d, POOL, c, 0), {"logits"}, {"server_logits"}),
+    "fccl": (lambda d, c: FCCL(d, POOL, c, 0, pretrain_iters=2), {"logits"}, {"mean_logits"}),
+    "fccl_plus": (lambda d, c: FCCL(d, POOL, c, 0, plus=True), {"logits", "similarity"},
+                  {"mean_logits", "mean_similarity"}),
+    "fd": (lambda d, c: FD(d, POOL, c, 0), {"label_logits"}, {"global_label_logits"}),
+    "fedavg": (lambda d, c: FedAvg(d, POOL[:1], c, 0), {"weights"}, {"weights"}),
+    "feddf_al": (lambda d, c: FedDF(d, POOL, c, 0, use_al=True, use_lf=True, assignment=[0, 1, 0]),
+                 {"weights"}, {"weights"}),
 }
 
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_every_message_goes_between_the_server_and_one_client_and_every_metric_is_finite(name):
+    make, up, down = METHODS[name]
     torch.manual_seed(0)
-    algo = METHODS[name](make_data(), config(record_messages=True))
+    algo = make(make_data(), config(record_messages=True))
     algo.round(1)
+    sent_in_round_1 = len(algo.wire.messages)
     metrics = algo.round(2)   # FedProto and FD have no global target before round 2
     clients = {c.name for c in algo.clients}
     assert algo.wire.messages
-    for m in algo.wire.messages:
+    for i, m in enumerate(algo.wire.messages):
         assert {m.sender, m.receiver} - {"server"} <= clients and "server" in (m.sender, m.receiver), m
-    # every client hears from the server
+        assert m.round == (1 if i < sent_in_round_1 else 2), m
+    # every client hears from the server, and only the method's kinds travel
     assert {m.receiver for m in algo.wire.messages if m.sender == "server"} == clients
+    assert algo.wire.kinds("server") == up
+    assert set().union(*(algo.wire.kinds(c) for c in clients)) == down
     assert metrics and all(math.isfinite(v) for v in metrics.values()), metrics
+    assert algo.iteration == 2 * algo.cfg.tau      # every method spends tau iterations per round
+
+
+@pytest.mark.parametrize("cls, kwargs, assignment", [   # seed 0 alone would draw [1, 1, 0]
+    (FedAL, {}, [0, 1, 1]), (FedProto, {}, [0, 1, 1]), (FedProto, {"variant": "public_features"}, [0, 1, 1]),
+    (CFD, {}, [0, 1, 1]), (FCCL, {"pretrain_iters": 1}, [0, 1, 1]), (FCCL, {"plus": True}, [0, 1, 1]),
+    (FD, {}, [0, 1, 1]), (FedDF, {"use_al": True}, [0, 1, 1]), (FedAvg, {}, [0, 0, 0]),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_every_method_keeps_a_given_architecture_assignment(cls, kwargs, assignment):
+    algo = cls(make_data(), POOL, config(), 0, assignment=assignment, **kwargs)
+    assert [c.model.arch for c in algo.clients] == [arch_key(POOL[i]) for i in assignment]
+
+
+def test_fccl_pretrains_its_intra_domain_teacher_100_steps_by_default():
+    assert FCCL(make_data(), POOL, config(), 0).summary()["pretrain_steps"] == 100
+
+
+def test_fedproto_downlink_is_k_prototypes_and_k_flags_in_the_prototype_dtype():
+    torch.manual_seed(0)
+    algo = FedProto(make_data(), POOL, config(record_messages=True), 0)
+    algo.round(1)
+    k, d = algo.prototypes.shape
+    size = algo.prototypes.element_size()
+    down = [m for m in algo.wire.messages if m.kind == "global_prototypes"]
+    assert len(down) == algo.num_clients
+    assert all((m.numel, m.nbytes) == (k * d + k, (k * d + k) * size) for m in down)
 
 
 def test_after_grad_answers_with_the_old_discriminator_then_steps():
@@ -181,10 +215,10 @@ def test_after_grad_answers_with_the_old_discriminator_then_steps():
 
 
 def test_feddf_use_lf_adds_r_glo_to_the_distillation():
-    def distilled(use_lf):
+    def distilled(use_lf):   # the server's distillation alone (the local stage's r_loc left out)
         torch.manual_seed(0)
         algo = FedDF(make_data(), POOL, config(tau=3), 0, use_lf=use_lf, assignment=[0, 1, 0])
-        algo.round(1)
+        algo._distill()
         return [p.detach().clone() for g in algo.groups for p in algo.group_models[g].parameters()]
 
     plain, anchored = distilled(False), distilled(True)
