@@ -252,5 +252,5 @@ def test_linear_probe_defaults_and_smallest_valid_settings():
     train_f, train_y, test_f, test_y = probe_data(n=4)
     assert len(probe.linear_probe(train_f, train_y, test_f, test_y, 3)["curve"]) == 200
     assert len(probe.linear_probe(train_f, train_y, test_f, test_y, 3, epochs=1, batch_size=1)["curve"]) == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="probe needs"):   # its own check, not Adam's
         probe.linear_probe(train_f, train_y, test_f, test_y, 3, lr=0.0)
