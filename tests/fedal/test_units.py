@@ -258,3 +258,23 @@ def test_chunks_are_disjoint_full_batches_of_a_seeded_permutation():
     assert len(set(flat)) == 9
     assert flat == np.random.default_rng(4).permutation(10)[:9].tolist()
     assert len(chunks_of(10, 3, 2, seed=4)) == 2
+
+
+def test_summary_holds_per_client_accuracy_and_the_mean_output_per_true_class():
+    """Fig. 2's input: row c is the mean over clients and over the test samples of class c of the
+    softmax output; a class missing from the test split gives a row of NaN."""
+    torch.manual_seed(0)
+    data = make_data()
+    keep = data.test_y != 3
+    data.test_x, data.test_y = data.test_x[keep], data.test_y[keep]
+    algo = FedAL(data, POOL, config(), 0, use_al=False, assignment=[0, 1, 1])
+    summary = algo.summary()
+    with torch.no_grad():
+        probs = np.stack([torch.softmax(c.model(data.test_x), -1).numpy() for c in algo.clients])
+    y = data.test_y.numpy()
+    for c in range(3):
+        np.testing.assert_allclose(summary["class_probs"][c], probs[:, y == c].mean(axis=(0, 1)), rtol=1e-6)
+    assert all(math.isnan(v) for v in summary["class_probs"][3])
+    np.testing.assert_allclose(summary["client_acc"], (probs.argmax(-1) == y).mean(axis=1), rtol=1e-6)
+    assert summary["architectures"] == [arch_key(POOL[i]) for i in (0, 1, 1)]
+    assert summary["iterations_done"] == 0
