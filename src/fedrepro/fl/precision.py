@@ -11,7 +11,11 @@ Config keys `precision` (fp32 | bf16) and `channels_last` (true | false), beside
 * `channels_last` stores convolution weights and image batches as NHWC, the layout of
   cuDNN's tensor-core kernels.
 
-Both default off: the papers' numbers were produced in fp32, and no run here has checked
+`compile: true` runs those forward passes under `torch.compile` (graphs built once per job; the
+backward of the compiled forward is compiled too). FedAvg's batched path (one vmap over clients)
+stays eager: compiling it needs the whole vmap(grad) program compiled (fl/batched.py).
+
+All default off: the papers' numbers were produced in fp32, and no run here has checked
 that bf16 reproduces them. benchmarks/precision_speed.py measures the speed on whatever
 device it runs on (docs/benchmarks.md: on the 2-core development CPU, bf16 made a FedSC step
 1.9x faster, channels-last 0.97x). FedSC and FedAvg honour them; DPZV (finite differences of
@@ -20,6 +24,7 @@ losses) and SteFFLe (logistic regression) never use them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -30,28 +35,57 @@ from fedrepro.experiments import TRAINING_DEFAULTS
 PRECISIONS = ("fp32", "bf16")
 
 
+# torch.compile's backend for `compile: true`: inductor generates fused kernels (C++ on a CPU, Triton
+# on a GPU). Tests swap in "aot_eager" (the same traced graphs, no code generation) to stay fast.
+COMPILE_BACKEND = "inductor"
+
+
+def _fp32(model, x: torch.Tensor) -> torch.Tensor:
+    return model(x)
+
+
+def _bf16(model, x: torch.Tensor) -> torch.Tensor:
+    with torch.autocast(x.device.type, dtype=torch.bfloat16):
+        out = model(x)
+    return out.float()
+
+
+RUNNERS = {"fp32": _fp32, "bf16": _bf16}
+
+
+@functools.cache
+def compiled(name: str, backend: str):
+    """RUNNERS[name] under torch.compile, one per process: each model instance of an architecture
+    reuses its graph (parameters are graph inputs), so a job compiles once (plus once per new input
+    shape, e.g. a smaller last batch). Importing torch._dynamo here, not at module import, keeps
+    its start-up cost off every job that leaves compile off."""
+    return torch.compile(RUNNERS[name], backend=backend)
+
+
 @dataclass(frozen=True)
 class Precision:
     name: str = "fp32"
     channels_last: bool = False
+    compile: bool = False
 
     @classmethod
     def from_spec(cls, spec: dict) -> "Precision":
         name = spec.get("precision", TRAINING_DEFAULTS["precision"])
         if name not in PRECISIONS:
             raise ValueError(f"config key 'precision': {name!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
-        return cls(name, bool(spec.get("channels_last", TRAINING_DEFAULTS["channels_last"])))
+        return cls(name, bool(spec.get("channels_last", TRAINING_DEFAULTS["channels_last"])),
+                   bool(spec.get("compile", TRAINING_DEFAULTS.get("compile", False))))
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """The model with NHWC convolution weights when channels_last is on (in place)."""
         return model.to(memory_format=torch.channels_last) if self.channels_last else model
 
     def forward(self, model, x: torch.Tensor) -> torch.Tensor:
-        """`model(x)` in this precision and layout; the output is fp32."""
+        """`model(x)` in this precision and layout, compiled when `compile` is on; the output is fp32."""
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        if self.name == "fp32":  # the default: no autocast context on the hot path
-            return model(x)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16):
-            out = model(x)
-        return out.float()
+        # inside torch.func transforms (FedAvg's batched vmap(grad) path) dynamo cannot trace a
+        # compiled function and would fall back to eager after a failed attempt: go eager directly
+        eager = not self.compile or torch._C._functorch.is_functorch_wrapped_tensor(x)
+        run = RUNNERS[self.name] if eager else compiled(self.name, COMPILE_BACKEND)
+        return run(model, x)
