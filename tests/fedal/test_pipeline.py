@@ -296,3 +296,32 @@ def test_table4_builds_from_celeba_runs_without_alpha(tmp_path):
                      {"md": str(out)}, {"summaries": []})
     with pytest.raises(ValueError, match="fedal.outputs.table4"):
         report.table(empty)
+
+
+@pytest.mark.parametrize("disc_gap, claim", [(0.002, "not tested"), (0.2, "holds")], ids=["inert", "trained"])
+def test_table8_says_beside_the_numbers_whether_the_discriminator_was_inert(tmp_path, disc_gap, claim):
+    """Quick FedAL runs whose discriminator ends at log N: Table VIII's caption names the inert
+    adversary and the adversarial claim (FedAL > FedMD-LF) is not tested, even though FedAL wins."""
+    from fedrepro.pipeline import make_job
+    from fedrepro.report import fedal as report
+
+    log4, summaries = math.log(4), []
+    for method, acc in [("fedmd", 0.6), ("fedmd_lf", 0.62), ("fedal", 0.65)]:
+        folder = tmp_path / f"fedal/runs/digits/{method}/digits_het-a2-c4-p200-i30/s0_1"
+        folder.mkdir(parents=True)
+        seeds = {}
+        for s in (0, 1):
+            seeds[str(s)] = {"final": {"acc": acc + 0.01 * s, "iteration": 30}, "status": "ok", "status_reason": ""}
+            if method == "fedal":
+                seeds[str(s)].update(disc_loss_final=log4 - disc_gap, disc_log_n=log4)
+        (folder / "summary.json").write_text(json.dumps({"seeds": seeds}))
+        summaries.append(str(folder / "summary.json"))
+    out = tmp_path / "tables/table8.md"
+    job = make_job({"name": "table8", "axis": "method", "methods": ["fedmd", "fedmd_lf", "fedal"], "scale": "quick",
+                    "decimals": 2}, {"md": str(out)}, {"summaries": summaries})
+    report.table(job)
+    text = out.read_text()
+    adversarial = next(line for line in text.splitlines() if "FedAL > FedMD-LF" in line)
+    assert f"all runs: {claim}" in adversarial
+    assert ("inert" in text) == (claim == "not tested")
+    assert f"{log4 - disc_gap:.4f}" in text and "0.66 ± 0.01" in text   # FedAL: mean of 0.65 and 0.66
