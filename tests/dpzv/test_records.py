@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import torch
 
 from fedrepro.algorithms.dpzv import privacy
 from fedrepro.algorithms.dpzv.dpzv import DPZV
@@ -69,3 +70,43 @@ def test_summary_names_the_run_size(tiny_data):
     summary = algo.summary()
     assert summary["total_rounds"] == algo.total_rounds == algo.rounds_per_epoch * algo.cfg.epochs
     assert summary["num_train"] == tiny_data.num_train
+
+
+def test_parse_eps_reads_both_spellings_of_infinity():
+    assert math.isinf(privacy.parse_eps("Infinity")) and math.isinf(privacy.parse_eps(" inf "))
+    assert privacy.parse_eps(2) == 2.0
+
+
+def test_image_features_are_standardised_per_client_slice(tiny_data):
+    """build_vfl_data standardises image pixels (uint8 0-255 otherwise reach the clients raw)."""
+    pixels = torch.cat([x.reshape(x.shape[0], -1) for x in tiny_data.train], dim=1)
+    assert abs(float(pixels.mean())) < 0.5 and float(pixels.abs().max()) < 20
+
+
+def test_zo_updater_state_before_any_step_has_no_buffers():
+    from fedrepro.algorithms.dpzv.zo import ZOUpdater
+
+    updater = ZOUpdater([torch.zeros(3)], lr=0.1, momentum=0.9)
+    assert updater.state_dict() == {"buffers": None}
+
+
+def test_two_point_estimate_defaults_to_the_central_difference():
+    from fedrepro.algorithms.dpzv.zo import two_point_estimate
+
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    u = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    estimate = two_point_estimate(lambda p: (p * p).sum(-1), x, u, 1e-3)  # d/dx1 x1^2 = 2 at x1 = 1
+    assert torch.allclose(estimate, torch.tensor([[2.0, 0.0]], dtype=torch.float64))
+
+
+def test_round_row_counts_bytes_both_ways(tiny_data):
+    algo = DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd"}), seed=0)
+    row = algo.round(1)
+    assert row["bytes_up"] > row["bytes_down"] > 0  # two embedding batches up, one scalar down
+
+
+def test_zoo_vfl_evaluates_on_clipped_embeddings_whenever_it_adds_noise(tiny_data):
+    algo = ZOOVFL(tiny_data, tiny_settings(extra={"embed_clip": 0.5}), seed=0)
+    algo.noise["sigma"] = 0.3  # any positive sigma: the head was trained on clipped embeddings
+    h = torch.full((4, 4), 10.0)
+    assert torch.linalg.vector_norm(algo.eval_embedding(h), dim=1).max() <= 0.5 + 1e-6
