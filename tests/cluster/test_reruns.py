@@ -112,6 +112,23 @@ def test_editing_the_partition_code_rebuilds_partitions_and_everything_downstrea
     ])
 
 
+def test_editing_another_data_sets_builder_reprepares_nothing(local_slice):
+    """digits' prepare job runs the image builders, not the synthetic generator (it did before:
+    prepare.py imported every builder, so a synthetic.py edit re-prepared and re-trained digits)."""
+    work, config = local_slice
+    with edited(work / "src/fedrepro/data/synthetic.py"):
+        jobs, output = dry_run(work, config)
+    assert jobs == [] and "Nothing to be done" in output
+
+
+def test_editing_the_image_builders_reprepares_digits_and_everything_downstream(local_slice):
+    work, config = local_slice
+    with edited(work / "src/fedrepro/data/images.py"):
+        jobs, _ = dry_run(work, config)
+    assert "prepare: results/data/digits/arrays.npz" in jobs
+    assert TRAIN_A03 in jobs and TRAIN_A100 in jobs and set(REPORTS) <= set(jobs)
+
+
 def test_editing_the_report_code_reruns_only_reports(local_slice):
     work, config = local_slice
     with edited(work / "src/fedrepro/report/fedavg.py"):
