@@ -145,8 +145,10 @@ def figure3(job) -> None:
                f"the server head by the same update ({spec.get('server_update', 'see dpzv.shared.server_update')}). "
                f"Baselines (VAFL's mechanism): each embedding clipped to C_h = {spec.get('embed_clip')} (about "
                "the trained embeddings' norm, so the clip binds) plus N(0, sigma_h^2) per coordinate; the server "
-               "rescales the noisy embeddings by the public 1/sqrt(1 + e sigma_h^2/C_h^2); ZOO-VFL adds one "
-               "noise draw to both of its embeddings")
+               "rescales the noisy embeddings by the public 1/sqrt(1 + e sigma_h^2/C_h^2); VAFL and VFL-CZOFO "
+               "clients backpropagate through their own clip; ZOO-VFL adds one noise draw to both of its "
+               "embeddings. DPZV's best-validation accuracy at small eps can come from an early epoch: "
+               "the noise's random walk then takes it to chance (the metrics keep every epoch)")
     tables.write_table(table, job.output["md"].removesuffix(".md"), caption, spec["scale"], spec["decimals"])
 
 
