@@ -130,6 +130,9 @@ def test_sharing_schedules_of_table6():
     assert planned_shares(200, {"after": 0.5, "every": 2}) == 50       # t > 100, t % 2 = 0
     assert not shares_at(100, 200, {"after": 0.5, "every": 1}) and shares_at(101, 200, {"after": 0.5, "every": 1})
     assert planned_shares(200, None) == 0
+    for bad in ({"after": 0.5, "every": 0}, {"after": 1.0, "every": 1}, {"after": -0.1, "every": 1}):
+        with pytest.raises(ValueError, match="every >= 1"):
+            shares_at(1, 200, bad)
 
 
 def test_noise_sigma_calibration_and_partial_scaling():
@@ -152,6 +155,9 @@ def test_fedsc_summary_records_epsilons_per_client(tiny_digits):
                  sharing={"after": 0.0, "every": 1})
     algo = FedSC(spec, tiny_digits, seed=0)
     _run(algo, 2)
+    from fedrepro.algorithms.fedsc.loss import alpha_schedule
+
+    assert algo.after_training(2, list(range(5))) == {"alpha": pytest.approx(alpha_schedule(2, 2, algo.alpha_start, algo.alpha_end))}
     privacy = algo.summary()["privacy"]
     assert privacy["sigma"] == algo.sigma > 0
     rows = privacy["epsilons"]
