@@ -16,8 +16,9 @@ crashes in code owned elsewhere are xfail with the reason until fixed (KNOWN bel
 Cost (measured per job as CPU seconds, issue 16): about 250 jobs; most take 2-4 CPU-seconds, nearly all
 of it starting Python with torch; the heavy ones are FedSC pre-training (ResNet-34 on 20 clients: 37 s),
 FedAL on the CIFAR-10 ResNet-18/34 pool (19-28 s, and a 0.8-1 GB checkpoint each) and DPZV on
-ModelNet40 (12 ResNet-18 clients: 37 s), plus about 1 s of Snakemake's own per job. About 40 CPU-minutes
-in all: some 20 minutes on 2 idle cores, more than CI's 20-minute budget leaves for it.
+ModelNet40 (12 ResNet-18 clients: 37 s), plus about 1 s of Snakemake's own per job. An estimated
+25-30 CPU-minutes in all: some 15 minutes on 2 idle cores, more than CI's 20-minute budget leaves for it
+after the install (~3 min) and the rest of the suite (~4.5 min).
 """
 
 from __future__ import annotations
