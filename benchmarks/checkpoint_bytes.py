@@ -14,6 +14,10 @@ The whole run (Table VII's budget, 7000 iterations for the largest column) is ex
 numbers: before = iterations x bytes per checkpoint; after = (floor(run time / 10 min) + 1) x bytes, for the
 run time at this machine's seconds per iteration and at the H200's 4.4 s/iteration measured in issue 16.
 Exact resume under either policy is tests/foundation/test_fl_loop.py's kill-and-resume tests.
+
+Measured (2 CPU cores, issue 16): one checkpoint of this job is 2,862,710,380 bytes (15 models with
+their Adam moments). A 7000-iteration run writes 7000 of them (20.0 TB) when checkpointing every round,
+and 52 (149 GB, 135x fewer) by wall time at the H200's 4.4 s per iteration (8.6 h).
 """
 
 from __future__ import annotations
