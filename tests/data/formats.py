@@ -257,7 +257,8 @@ def stage_all(root: Path, n: int = 60) -> dict:
     (root / "cifar100").mkdir(parents=True, exist_ok=True)
     make_cifar(root / "cifar100" / "cifar-100-python.tar.gz", 100, per_batch=max(n, 100), balanced=True, per_test=40)
     (root / "svhn").mkdir(parents=True, exist_ok=True)
-    make_svhn_sized(root / "svhn" / "train_32x32.mat", n)
+    # FedAL's Fig. 6 gradient variances need two batches of client 0's data and of the public set
+    make_svhn_sized(root / "svhn" / "train_32x32.mat", max(n, 100))
     make_svhn_sized(root / "svhn" / "test_32x32.mat", max(10, n // 3), seed=1)
     (root / "cinic10").mkdir(parents=True, exist_ok=True)
     make_cinic_sized(root / "cinic10" / "CINIC-10.tar.gz", per_class=max(2, n // 10))
