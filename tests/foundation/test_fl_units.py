@@ -20,7 +20,8 @@ from torch import nn
 from fedrepro.fl import batched, seeding
 from fedrepro.fl.aggregate import normalised, weighted_average
 from fedrepro.fl.device import pick_device
-from fedrepro.fl.loop import Checkpoint, run_rounds
+from fedrepro.fl import runner
+from fedrepro.fl.loop import Checkpoint, parse_minutes, run_rounds
 from fedrepro.fl.optim import SGD
 from fedrepro.fl.precision import Precision
 from fedrepro.fl.runner import _last_values, read_summary, run_health, run_seeds
@@ -370,3 +371,27 @@ def test_last_values_are_the_last_non_missing_python_values():
     values = _last_values(frame)
     assert values == {"round": 2, "acc": 0.5, "name": "b"}
     assert type(values["round"]) is int and type(values["acc"]) is float
+
+
+@pytest.mark.parametrize("value", [None, "", "None", "null", "NULL", 0])
+def test_checkpoint_minutes_spelled_as_nothing_mean_by_rounds_only(value):
+    assert parse_minutes(value) is None
+
+
+def test_run_seeds_passes_checkpoint_every_on(tmp_path, monkeypatch):
+    saved = []
+    original = Checkpoint.save
+    monkeypatch.setattr(Checkpoint, "save", lambda self, algo, done, rows: saved.append(done) or original(self, algo, done, rows))
+    run_seeds(seed_job(tmp_path, seeds=[0]), lambda seed: Counter(), num_rounds=3, checkpoint_every=2)
+    assert saved == [2, 3]
+
+
+def test_finished_checkpoint_is_copied_where_hard_links_fail(tmp_path, monkeypatch):
+    def no_links(source, target):
+        raise OSError("cross-device link")
+
+    monkeypatch.setattr(runner.os, "link", no_links)
+    source, target = tmp_path / "a.pt", tmp_path / "new" / "folder" / "b.pt"
+    source.write_bytes(b"checkpoint")
+    runner._share(source, target)
+    assert target.read_bytes() == b"checkpoint"
