@@ -12,8 +12,17 @@ SteFFLe epoch of a vectorised grid job (its "trained N models in S s" line / epo
 
 With a GPU present the rows are appended to benchmarks/unit_costs.csv (the cost planner's table,
 `python -m fedrepro.plan`), named by the GPU. Without one the table is left alone and every row says
-"no GPU present": CPU seconds on tiny data say nothing about GPU-hours. Not done yet: achieved
-TFLOP/s and the ratio to FedSC's FLOP floor (issue 20) are not computed.
+"no GPU present": CPU seconds on tiny data say nothing about GPU-hours.
+
+    .venv/bin/python benchmarks/paper_scale.py --levers   # the issue-20 levers only (no pipeline jobs)
+
+Lever rows (`levers`): an optimiser step over a ResNet-18 parameter list and over 200 small tensors,
+the per-tensor loop (fl/optim.py before issue 20) against the foreach step; a FedSC local step
+(SC loss, 2 views, SGD momentum) eager against `compile: true` (torch.compile, inductor; its compile
+time is its own row), with the step's FLOPs (torch.utils.flop_counter, forward + backward),
+achieved FLOP/s and the ratio of the step time to its FLOP floor at the device's measured matmul
+rate (bf16 on a GPU, fp32 on a CPU). Paper's encoder (Fixup ResNet-20x8) and batch 512 on a GPU;
+width 1 and batch 8 on a CPU, where the numbers only show that every path runs.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
-from common import write  # noqa: E402
+from common import seconds, write  # noqa: E402
 
 from fedrepro.data import sources  # noqa: E402
 from fedrepro.plan import COSTS, load_config  # noqa: E402
@@ -89,6 +98,90 @@ def _seconds_per_unit(paper: str, run, log_text: str) -> float | None:
     if paper == "dpzv":
         return per_round * int(run.spec.get("evals_per_epoch", 1))
     return per_round
+
+
+def _optimiser_rows(repeats: int) -> list[dict]:
+    from torchvision.models import resnet18
+
+    from fedrepro.fl.optim import SGD, Adam
+    from tests.foundation.test_optim_foreach import LoopAdam, LoopSGD
+
+    cases = {"ResNet-18 (62 tensors, 11.7M)": list(resnet18().parameters()),
+             "200 tensors of 64": [torch.randn(64, requires_grad=True) for _ in range(200)]}
+    rows = []
+    for label, params in cases.items():
+        for p in params:
+            p.grad = torch.randn_like(p)
+        for name, foreach, loop in [
+                ("SGD momentum + decay", SGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4),
+                 LoopSGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4)),
+                ("Adam", Adam(params), LoopAdam(params, 1e-3, (0.9, 0.999), 1e-8))]:
+            foreach.step(), loop.step()  # momentum buffers allocated
+            ours, reference = seconds(foreach.step, repeats), seconds(loop.step, repeats)
+            rows.append(lever_row(f"optimiser step, {name}, {label}: foreach vs per-tensor loop", "s/step",
+                                  ours, reference))
+    return rows
+
+
+def lever_row(case: str, unit: str, ours: float, reference: float) -> dict:
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (no GPU present)"
+    return {"benchmark": "paper_scale levers", "case": case, "unit": unit, "ours": ours, "reference": reference,
+            "ratio": reference / ours if ours else float("nan"), "ratio_is": "reference / ours",
+            "target": device, "met": ""}
+
+
+def matmul_flops_per_second(device: torch.device) -> float:
+    """The device's measured dense matmul rate (bf16 on a GPU, fp32 on a CPU): the FLOP floor's rate."""
+    size, dtype = (8192, torch.bfloat16) if device.type == "cuda" else (512, torch.float32)
+    a, b = torch.randn(size, size, device=device, dtype=dtype), torch.randn(size, size, device=device, dtype=dtype)
+
+    def matmul():
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    matmul()
+    return 2 * size ** 3 / seconds(matmul, 5)
+
+
+def _fedsc_step_rows(repeats: int) -> list[dict]:
+    import precision_speed
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fedrepro.algorithms.fedsc.sc import FedSC
+    from fedrepro.fl.device import pick_device
+
+    device = pick_device("auto")
+    gpu = device.type == "cuda"
+    batch, steps = (512, 4) if gpu else (8, 2)
+    if not gpu:
+        precision_speed.ENCODER = {"name": "fixup_resnet20", "kwargs": {"widen_factor": 1}}
+    data = precision_speed.client_data(batch * steps, device)
+    eager = precision_speed.seconds_per_step(data, batch, {}, device, repeats)
+    start = time.perf_counter()
+    compiled = precision_speed.seconds_per_step(data, batch, {"compile": True}, device, repeats)
+    compile_seconds = time.perf_counter() - start - compiled * steps * repeats
+    algo = FedSC(precision_speed.spec(batch, {}), data, seed=0, device=device)
+    with FlopCounterMode(display=False) as counter:
+        algo.client_update(0, algo.global_state(), 1, 0.03)
+    flops_per_step = counter.get_total_flops() / steps
+    floor = flops_per_step / matmul_flops_per_second(device)
+    encoder = f"{precision_speed.ENCODER['name']} x{precision_speed.ENCODER['kwargs']['widen_factor']}"
+    case = f"FedSC local step, {encoder}, batch {batch}, fp32"
+    return [lever_row(f"{case}: compile vs eager", "s/step", compiled, eager),
+            lever_row(f"{case}: compile time (first epoch minus steady steps), vs one eager step", "s",
+                      compile_seconds, eager),
+            lever_row(f"{case}: eager achieved FLOP/s ({flops_per_step:.3g} FLOP/step) vs matmul rate", "FLOP/s",
+                      flops_per_step / eager, flops_per_step / floor),
+            lever_row(f"{case}: compiled achieved FLOP/s vs matmul rate", "FLOP/s", flops_per_step / compiled,
+                      flops_per_step / floor),
+            lever_row(f"{case}: FLOP floor (step FLOPs / matmul rate) vs compiled step", "s/step", floor, compiled)]
+
+
+def levers(quick: bool = False) -> list[dict]:
+    """Issue 20's levers, foreach optimiser steps and torch.compile, on whatever device this runs on."""
+    torch.set_num_threads(1 if not torch.cuda.is_available() else torch.get_num_threads())
+    return _optimiser_rows(3 if quick else 10) + _fedsc_step_rows(1 if quick else 3)
 
 
 def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: list[str] | None = None) -> list[dict]:
@@ -146,6 +239,8 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
         print("no GPU present: tiny sizes on the CPU; benchmarks/unit_costs.csv left unchanged")
     if done.returncode:
         print(done.stderr[-3000:])
+    if not quick:
+        rows += levers()
     if not keep and not done.returncode:
         import shutil
 
@@ -160,7 +255,11 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--papers", nargs="+", choices=sorted({k[0] for k in KINDS}), help="only these papers")
     parser.add_argument("--quick", action="store_true", help="the first kind of each paper only")
+    parser.add_argument("--levers", action="store_true", help="only the issue-20 lever rows (no pipeline jobs)")
     options = parser.parse_args()
+    if options.levers:
+        print(write(levers(options.quick), "paper_scale_levers").to_markdown(index=False, floatfmt=".4g"))
+        return
     write(run(options.quick, n=options.n, keep=options.keep, papers=options.papers), "paper_scale")
 
 
