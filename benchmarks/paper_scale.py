@@ -154,20 +154,18 @@ def _fedsc_step_rows(repeats: int) -> list[dict]:
     device = pick_device("auto")
     gpu = device.type == "cuda"
     batch, steps = (512, 4) if gpu else (8, 2)
-    if not gpu:
-        precision_speed.ENCODER = {"name": "fixup_resnet20", "kwargs": {"widen_factor": 1}}
+    encoder = precision_speed.ENCODER if gpu else {"name": "fixup_resnet20", "kwargs": {"widen_factor": 1}}
     data = precision_speed.client_data(batch * steps, device)
-    eager = precision_speed.seconds_per_step(data, batch, {}, device, repeats)
+    eager = precision_speed.seconds_per_step(data, batch, {}, device, repeats, encoder)
     start = time.perf_counter()
-    compiled = precision_speed.seconds_per_step(data, batch, {"compile": True}, device, repeats)
+    compiled = precision_speed.seconds_per_step(data, batch, {"compile": True}, device, repeats, encoder)
     compile_seconds = time.perf_counter() - start - compiled * steps * repeats
-    algo = FedSC(precision_speed.spec(batch, {}), data, seed=0, device=device)
+    algo = FedSC(precision_speed.spec(batch, {}, encoder), data, seed=0, device=device)
     with FlopCounterMode(display=False) as counter:
         algo.client_update(0, algo.global_state(), 1, 0.03)
     flops_per_step = counter.get_total_flops() / steps
     floor = flops_per_step / matmul_flops_per_second(device)
-    encoder = f"{precision_speed.ENCODER['name']} x{precision_speed.ENCODER['kwargs']['widen_factor']}"
-    case = f"FedSC local step, {encoder}, batch {batch}, fp32"
+    case = f"FedSC local step, {encoder['name']} x{encoder['kwargs']['widen_factor']}, batch {batch}, fp32"
     return [lever_row(f"{case}: compile vs eager", "s/step", compiled, eager),
             lever_row(f"{case}: compile time (first epoch minus steady steps), vs one eager step", "s",
                       compile_seconds, eager),

@@ -39,15 +39,16 @@ def client_data(images: int, device: torch.device) -> SSLData:
     return SSLData(x, y, x[:8], y[:8], [torch.arange(images, device=device)], 10, (0.5,) * 3, (0.25,) * 3)
 
 
-def spec(batch: int, options: dict) -> dict:
-    return {"rounds": 1, "encoder": ENCODER, "projector": {"hidden": 1024, "out": 512}, "mu": 4.0,
+def spec(batch: int, options: dict, encoder: dict = ENCODER) -> dict:
+    return {"rounds": 1, "encoder": encoder, "projector": {"hidden": 1024, "out": 512}, "mu": 4.0,
             "sharing": None, "train": {"local_epochs": 1, "batch_size": batch, "lr": 0.03, "grad_clip": 3.0},
             "augment": {"crop_scale": [0.08, 1.0], "flip_p": 0.5}, **options}
 
 
-def seconds_per_step(data: SSLData, batch: int, options: dict, device: torch.device, repeats: int) -> float:
+def seconds_per_step(data: SSLData, batch: int, options: dict, device: torch.device, repeats: int,
+                     encoder: dict = ENCODER) -> float:
     torch.manual_seed(0)
-    algo = FedSC(spec(batch, options), data, seed=0, device=device)
+    algo = FedSC(spec(batch, options, encoder), data, seed=0, device=device)
     weights = algo.global_state()
 
     def epoch():

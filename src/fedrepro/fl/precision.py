@@ -1,6 +1,6 @@
-"""Mixed precision and channels-last convolutions for training on a GPU.
+"""Mixed precision, channels-last convolutions and torch.compile for training on a GPU.
 
-Config keys `precision` (fp32 | bf16) and `channels_last` (true | false), beside `device`:
+Config keys `precision` (fp32 | bf16), `channels_last` and `compile` (true | false), beside `device`:
 
 * `bf16` runs the networks' forward passes in local training under `torch.autocast` with
   bfloat16. Parameters, gradients, optimiser state and the losses stay fp32 (outputs are cast
@@ -13,7 +13,9 @@ Config keys `precision` (fp32 | bf16) and `channels_last` (true | false), beside
 
 `compile: true` runs those forward passes under `torch.compile` (graphs built once per job; the
 backward of the compiled forward is compiled too). FedAvg's batched path (one vmap over clients)
-stays eager: compiling it needs the whole vmap(grad) program compiled (fl/batched.py).
+stays eager: compiling it needs the whole vmap(grad) program compiled (fl/batched.py). On the
+development CPU compile gave a FedSC step no speed-up after minutes of compiling
+(docs/benchmarks.md, issue 20); the GPU gain is unmeasured here.
 
 All default off: the papers' numbers were produced in fp32, and no run here has checked
 that bf16 reproduces them. benchmarks/precision_speed.py measures the speed on whatever
