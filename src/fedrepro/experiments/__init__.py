@@ -46,11 +46,11 @@ def index(runs: list[Run]) -> dict[tuple[str, str, str], Run]:
 
 
 # Config keys of fedrepro.fl.precision and their defaults (the papers' own setting).
-TRAINING_DEFAULTS = {"precision": "fp32", "channels_last": False}
+TRAINING_DEFAULTS = {"precision": "fp32", "channels_last": False, "compile": False}
 
 
 def training_options(config: dict) -> dict:
-    """`precision` and `channels_last` for the spec of a job that honours them: only values that
+    """`precision`, `channels_last` and `compile` for the spec of a job that honours them: only values that
     differ from the defaults, so adding these keys changed (and re-ran) no job that keeps fp32."""
     return {key: config[key] for key, default in TRAINING_DEFAULTS.items() if config.get(key, default) != default}
 
