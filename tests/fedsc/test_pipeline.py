@@ -89,7 +89,7 @@ def _prepare(tmp_path):
 
 
 def test_end_to_end_job_probe_and_tables(tmp_path):
-    from fedrepro.algorithms.fedsc import METHODS, PROBE
+    from fedrepro.algorithms.fedsc import METHODS
     from fedrepro.registry import resolve
     from fedrepro.report import fedsc as report
 
@@ -112,7 +112,7 @@ def test_end_to_end_job_probe_and_tables(tmp_path):
     pjob = make_job({"encoder": spec["encoder"], "projector": spec["projector"], "probe": {"epochs": 3, "batch_size": 32},
                      "device": "cpu"},
                     {"probe": probe_out}, {"data": str(data), "model": out["model"]})
-    resolve(PROBE)(pjob)
+    resolve("fedrepro.algorithms.fedsc.probing:probe_job")(pjob)
     probe = json.loads(Path(probe_out).read_text())
     assert set(probe["seeds"]) == {"0", "1"} and 0 <= probe["seeds"]["0"]["final_acc"] <= 1
     assert len(probe["seeds"]["0"]["curve"]) == 3                                # probe.epochs

@@ -18,14 +18,11 @@ SRC = ROOT / "src" / "fedrepro"
 
 
 def rule_entries() -> list[str]:
-    """Every entry point a rule names: the literal `entry="..."` of the rule files, the probe
-    entry of FedSC and every method of every paper (the training rules' entry lambdas)."""
+    """Every entry point a rule names: every "fedrepro.module:function" string of the rule files
+    and every method of every paper (the training rules' entry lambdas)."""
     entries = set()
     for path in (ROOT / "workflow" / "rules").glob("*.smk"):
-        entries.update(re.findall(r'entry="([\w.]+:\w+)"', path.read_text()))
-    from fedrepro.algorithms.fedsc import PROBE
-
-    entries.add(PROBE)
+        entries.update(re.findall(r'"(fedrepro\.[\w.]+:\w+)"', path.read_text()))
     for paper in PAPERS:
         entries.update(methods(paper).values())
     from fedrepro.data.prepare import BUILDERS
@@ -107,6 +104,13 @@ def test_steffle_training_does_not_depend_on_the_federated_loop():
         closure = codedeps.closure(entry)
         assert "fedrepro.fl.loop" not in closure and "fedrepro.fl.runner" not in closure
         assert "fedrepro.privacy.steffle" in closure
+
+
+def test_fedsc_pretraining_does_not_depend_on_the_linear_probe():
+    for entry in methods("fedsc").values():
+        closure = codedeps.closure(entry)
+        assert "fedrepro.eval.probe" not in closure and "fedrepro.algorithms.fedsc.probing" not in closure
+    assert "fedrepro.eval.probe" in codedeps.closure("fedrepro.algorithms.fedsc.probing:probe_job")
 
 
 RECORDER = """

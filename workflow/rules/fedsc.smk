@@ -1,10 +1,10 @@
 # FedSC (Jing et al., ICML 2024): federated SSL pretraining, linear probe, Tables 2-6, Figure 2.
 from fedrepro.algorithms import methods
-from fedrepro.algorithms.fedsc import PROBE as FEDSC_PROBE_ENTRY
-from fedrepro.algorithms.fedsc import RANDOM_PROBE as FEDSC_RANDOM_PROBE_ENTRY
 from fedrepro.experiments import fedsc as fedsc_plan
 from fedrepro.experiments import index
 
+FEDSC_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:probe_job"
+FEDSC_RANDOM_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:random_probe_job"  # untrained encoder (reference row)
 FEDSC_RUNS = fedsc_plan.runs(config)
 FEDSC = index(FEDSC_RUNS)
 FEDSC_OUT = f"{RESULTS}/fedsc"

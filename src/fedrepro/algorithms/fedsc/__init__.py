@@ -2,7 +2,8 @@
 
 Methods: FedSC (Algorithms 1 and 2), FedAvg+SC, FedAvg+BYOL, FedU, FedEMA, FedX,
 FedCA and Centralized SC. Each maps to the "module:function" that runs one
-pretraining job; the linear probe is the separate stage `jobs:probe_job`.
+pretraining job; the linear probe is the separate stage in `probing.py`, whose
+entries workflow/rules/fedsc.smk names (not here: every method's code inputs would include it).
 Nothing heavy is imported here.
 """
 
@@ -16,6 +17,3 @@ METHODS = {
     "fedca": "fedrepro.algorithms.fedsc.entries:fedca",
     "centralized_sc": "fedrepro.algorithms.fedsc.entries:centralized_sc",
 }
-
-PROBE = "fedrepro.algorithms.fedsc.jobs:probe_job"
-RANDOM_PROBE = "fedrepro.algorithms.fedsc.jobs:random_probe_job"  # untrained encoder + probe (reference row)
