@@ -71,6 +71,13 @@ def test_falls_as_eps_falls_allows_seed_noise_but_not_a_trend():
     assert not report.falls_as_eps_falls([0.96, 0.9, 0.95], [0.05, 0.05, 0.05])  # ends above eps = inf
 
 
+def test_falls_as_eps_falls_ignores_a_rise_between_two_chance_level_cells():
+    accs, stds = [0.101, 0.099, 0.099, 0.139, 0.908], [0.001, 0.001, 0.001, 0.04, 0.03]
+    assert not report.falls_as_eps_falls(accs, stds)                        # 0.101 -> 0.099 is a "rise"
+    assert report.falls_as_eps_falls(accs, stds, [True, True, True, False, False])
+    assert not report.falls_as_eps_falls(accs, stds, [True, False, True, False, False])
+
+
 def test_a_chance_run_at_the_smallest_eps_is_the_fall_not_a_degenerate_side(tmp_path):
     """eps = inf trained and eps = 0.1 at chance: accuracy fell (holds). A diverged smallest-eps run or an
     untrained eps = inf leaves the claim untested."""

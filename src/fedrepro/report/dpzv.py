@@ -234,13 +234,15 @@ def _cell_std(best: pd.DataFrame, dataset: str, method: str, eps: float, clip) -
     return float(values.std(ddof=0)) if len(values) > 1 else 0.0
 
 
-def falls_as_eps_falls(accs: list[float], stds: list[float]) -> bool:
+def falls_as_eps_falls(accs: list[float], stds: list[float], at_chance: list[bool] | None = None) -> bool:
     """Accuracies ordered by ascending eps: the smallest eps ends below the largest, and no step up
     towards smaller eps exceeds the two cells' seed spreads combined (a rise within seed noise is not
-    a trend)."""
-    rises = [lo - hi for lo, hi in zip(accs, accs[1:])]
-    noise = [math.hypot(a, b) for a, b in zip(stds, stds[1:])]
-    return accs[0] < accs[-1] and all(rise <= spread + 1e-12 for rise, spread in zip(rises, noise))
+    a trend), unless both cells sit at chance (two chance-level runs differ by noise only)."""
+    at_chance = at_chance or [False] * len(accs)
+    steps = zip(accs, accs[1:], stds, stds[1:], at_chance, at_chance[1:])
+    return accs[0] < accs[-1] and all(
+        lo - hi <= math.hypot(sd_lo, sd_hi) + 1e-12 or (chance_lo and chance_hi)
+        for lo, hi, sd_lo, sd_hi, chance_lo, chance_hi in steps)
 
 
 def _claim_rows(best: pd.DataFrame, metrics: pd.DataFrame, memory: pd.DataFrame, spec: dict) -> list[dict]:
@@ -275,7 +277,8 @@ def _claim_rows(best: pd.DataFrame, metrics: pd.DataFrame, memory: pd.DataFrame,
                 sides = {f"ε = {eps_label(grid[-1])}": hi[1]}
                 if lo[1].status == "diverged":
                     sides[f"ε = {eps_label(grid[0])}"] = lo[1]
-                add(f"{dataset}: {LABELS[m]} accuracy falls as ε falls", falls_as_eps_falls(accs, stds), sides,
+                at_chance = [cell[(m, e)][1].status == "chance" for e in grid]
+                add(f"{dataset}: {LABELS[m]} accuracy falls as ε falls", falls_as_eps_falls(accs, stds, at_chance), sides,
                     ", ".join(f"ε={eps_label(e)}: {100 * a:.1f} ± {100 * sd:.1f}"
                               for e, a, sd in zip(grid, accs, stds)))
     for dataset in figs.get("fig4", {}).get("datasets", []):
