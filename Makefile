@@ -22,8 +22,8 @@ test: install
 	$(BIN)/python -m pytest
 
 # The paper-scale smoke test: every paper-scale rule through Snakemake on tiny generated real-format
-# data (tests/paperscale/test_smoke.py). Not part of `make test`: about 23 CPU-minutes (218 jobs), more
-# than CI's budget leaves (~17 CPU-minutes on 2 cores).
+# data (tests/paperscale/test_smoke.py). Not part of `make test`: an estimated 19 CPU-minutes
+# (218 jobs), more than CI's budget leaves (~17 CPU-minutes on 2 cores).
 .PHONY: smoke
 smoke: install
 	$(BIN)/python -m pytest -m paperscale tests/paperscale
