@@ -92,7 +92,7 @@ start_munge() {
 
 write_config() {
   local cpus mem_mb
-  cpus=$(nproc)
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)   # nproc obeys OMP_NUM_THREADS; the node has them all
   # 80% of MemTotal, rounded: stable between runs (MemAvailable is not), so reruns are no-ops.
   mem_mb=$(awk '/^MemTotal/ {print int($2 / 1024 * 0.8 / 100) * 100}' /proc/meminfo)
   install -d -o slurm -g slurm /var/spool/slurmctld "$LOGDIR"

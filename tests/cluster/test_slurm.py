@@ -157,13 +157,14 @@ def test_outputs_equal_a_local_run(slurm_slice, local_slice):
 
 
 def test_a_failing_job_fails_the_run_instead_of_hanging(slurm_slice, tmp_path):
-    """A model option the architecture does not take (the schema leaves model_options free, and
-    the shapes fit the data, so the planner accepts it) fails at run time in its SLURM job;
-    Snakemake must notice through squeue and stop with an error well within the limit."""
+    """`device: cuda` on nodes without CUDA (the CI's stand-in GPUs) passes validation, since only
+    the node can tell whether it has a GPU, and fails at run time in its SLURM job; Snakemake must
+    notice through squeue and stop with an error well within the limit. (A model option the
+    architecture does not take no longer reaches a job: the model/data fit check rejects it.)"""
     shutil.copytree(slurm_slice.work / "results/data", tmp_path / "results/data")
     shutil.copytree(slurm_slice.work / "results/partitions", tmp_path / "results/partitions")
     config = tiny_config()
-    config["fedavg"]["methods"]["fedavg"]["model_options"]["no_such_option"] = 1
+    config["device"] = "cuda"
     limit = 240  # it took 73-77 s under load 12; a hang would run into the limit
     run = run_on_slurm(tmp_path, write_config(config, tmp_path / "broken.yaml"), limit)
     print(f"failing run: rc {run.rc}, {run.seconds:.0f} s")
