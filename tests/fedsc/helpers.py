@@ -1,5 +1,8 @@
 """Tiny digits data and specs for the FedSC tests (built from scikit-learn's bundled digits)."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 
@@ -23,3 +26,14 @@ def tiny_spec(**over):
             "dpcalr": {"passes": 1, "views_per_pass": 2}, "knn": {"k": 5}}
     spec.update(over)
     return spec
+
+
+def write_prepared_digits(root: Path) -> Path:
+    """`digits_arrays(10, 3)` written as the prepare rule's output under root/data/digits;
+    returns the arrays.npz path."""
+    xt, yt, xe, ye = digits_arrays(per_class=10, test_per_class=3)
+    folder = root / "data" / "digits"
+    folder.mkdir(parents=True)
+    np.savez(folder / "arrays.npz", x_train=xt, y_train=yt, x_test=xe, y_test=ye)
+    (folder / "meta.json").write_text(json.dumps({"num_classes": 10, "kind": "image"}))
+    return folder / "arrays.npz"

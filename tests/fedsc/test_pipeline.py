@@ -12,7 +12,7 @@ import yaml
 from fedrepro.experiments import fedsc as plan
 from fedrepro.experiments import index
 from fedrepro.pipeline import make_job
-from tests.fedsc.helpers import digits_arrays, tiny_spec
+from tests.fedsc.helpers import tiny_spec, write_prepared_digits
 
 QUICK = Path(__file__).resolve().parents[2] / "configs" / "parts" / "fedsc.quick.yaml"
 
@@ -77,15 +77,11 @@ def test_planner_cells_and_checks():
 
 
 def _prepare(tmp_path):
-    xt, yt, xe, ye = digits_arrays(per_class=10, test_per_class=3)
-    folder = tmp_path / "data" / "digits"
-    folder.mkdir(parents=True)
-    np.savez(folder / "arrays.npz", x_train=xt, y_train=yt, x_test=xe, y_test=ye)
-    (folder / "meta.json").write_text(json.dumps({"num_classes": 10, "kind": "image"}))
     from fedrepro.data.partition import make_partition, save_partition
 
-    save_partition(make_partition("classes", {"y_train": yt}, clients=5), tmp_path / "part.npz")
-    return folder / "arrays.npz", tmp_path / "part.npz"
+    data = write_prepared_digits(tmp_path)
+    save_partition(make_partition("classes", {"y_train": np.load(data)["y_train"]}, clients=5), tmp_path / "part.npz")
+    return data, tmp_path / "part.npz"
 
 
 def test_end_to_end_job_probe_and_tables(tmp_path):

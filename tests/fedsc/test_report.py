@@ -11,18 +11,9 @@ import torch
 
 from fedrepro.pipeline import make_job
 from fedrepro.report import fedsc as report
-from tests.fedsc.helpers import digits_arrays, tiny_spec
+from tests.fedsc.helpers import tiny_spec, write_prepared_digits
 
 torch.set_num_threads(1)
-
-
-def _data(tmp_path):
-    xt, yt, xe, ye = digits_arrays(per_class=10, test_per_class=3)
-    folder = tmp_path / "data" / "digits"
-    folder.mkdir(parents=True)
-    np.savez(folder / "arrays.npz", x_train=xt, y_train=yt, x_test=xe, y_test=ye)
-    (folder / "meta.json").write_text(json.dumps({"num_classes": 10, "kind": "image"}))
-    return folder / "arrays.npz"
 
 
 def test_probe_records_effective_rank_and_flags_a_collapsed_encoder(tmp_path):
@@ -31,7 +22,7 @@ def test_probe_records_effective_rank_and_flags_a_collapsed_encoder(tmp_path):
     from fedrepro.algorithms.fedsc.common import build_net
     from fedrepro.algorithms.fedsc.probing import probe_job, random_probe_job
 
-    data = _data(tmp_path)
+    data = write_prepared_digits(tmp_path)
     tiny = tiny_spec()
     spec = {"encoder": tiny["encoder"], "projector": tiny["projector"],
             "probe": {"epochs": 2, "batch_size": 64, "collapse_rank": 1.05}, "device": "cpu"}

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from fedrepro.data.tensors import TensorData
+from fedrepro.fl.loop import Checkpoint
 
 FEDAVG_SPEC = {
     "model": "mlp",
@@ -34,3 +35,16 @@ def clients() -> list[np.ndarray]:
     """Six clients of unequal sizes over the 240 training samples."""
     order = np.random.default_rng(1).permutation(240)
     return np.split(order, [20, 50, 90, 140, 200])
+
+
+def saved_rounds(monkeypatch) -> list[int]:
+    """The rounds_done of every Checkpoint.save from now on (the saves still happen)."""
+    rounds = []
+    original = Checkpoint.save
+
+    def recording(self, algorithm, rounds_done, rows):
+        rounds.append(rounds_done)
+        original(self, algorithm, rounds_done, rows)
+
+    monkeypatch.setattr(Checkpoint, "save", recording)
+    return rounds

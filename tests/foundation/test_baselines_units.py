@@ -14,10 +14,9 @@ from fedrepro.data.partition import Partition, save_partition
 from fedrepro.data.tensors import TensorData
 from fedrepro.eval.health import chance_margin
 from fedrepro.fl import seeding
-from fedrepro.fl.loop import Checkpoint
 from fedrepro.fl.transport import Message, Wire
 from fedrepro.pipeline import make_job
-from tests.foundation.conftest import FEDAVG_SPEC
+from tests.foundation.conftest import FEDAVG_SPEC, saved_rounds
 
 CPU = torch.device("cpu")
 
@@ -171,13 +170,6 @@ def test_run_job_passes_eval_every_and_the_device_on(tmp_path, job_inputs):
 
 @pytest.mark.parametrize("every,saved", [(None, [1, 2, 3]), (2, [2, 3])])
 def test_run_job_passes_checkpoint_every_on(tmp_path, job_inputs, monkeypatch, every, saved):
-    rounds = []
-    original = Checkpoint.save
-
-    def save(self, algorithm, rounds_done, rows):
-        rounds.append(rounds_done)
-        original(self, algorithm, rounds_done, rows)
-
-    monkeypatch.setattr(Checkpoint, "save", save)
+    rounds = saved_rounds(monkeypatch)
     run_job(tmp_path, job_inputs, checkpoint_every=every)
     assert rounds == saved

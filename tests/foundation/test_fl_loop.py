@@ -13,7 +13,7 @@ from fedrepro.fl import loop
 from fedrepro.fl.loop import Checkpoint, run_rounds
 from fedrepro.fl.runner import run_seeds
 from fedrepro.pipeline import claim_scratch, make_job
-from tests.foundation.conftest import FEDAVG_SPEC
+from tests.foundation.conftest import FEDAVG_SPEC, saved_rounds
 
 
 class Killed(Exception):
@@ -140,23 +140,11 @@ def timed(algo, clock):
     return algo
 
 
-def saved_rounds(checkpoint, monkeypatch):
-    rounds = []
-    original = Checkpoint.save
-
-    def recording(self, algorithm, rounds_done, rows):
-        rounds.append(rounds_done)
-        original(self, algorithm, rounds_done, rows)
-
-    monkeypatch.setattr(Checkpoint, "save", recording)
-    return rounds
-
-
 def test_wall_time_policy_saves_at_most_every_minutes_and_always_the_last_round(tmp_path, blobs, clients,
                                                                                 monkeypatch):
     clock = FakeClock(step=4)   # 4 minutes per round, checkpoint at most every 10 minutes
     checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1, minutes=10, clock=clock)
-    rounds = saved_rounds(checkpoint, monkeypatch)
+    rounds = saved_rounds(monkeypatch)
     run_rounds(timed(build(blobs, clients, 2), clock), 7, checkpoint)
     assert rounds == [3, 6, 7]      # 12 and 24 minutes after the last write, then the last round
     assert checkpoint.saves == 3 and checkpoint.bytes_written > 3 * 1000
