@@ -37,7 +37,7 @@ START, END = "<!-- mutation-table:start -->", "<!-- mutation-table:end -->"
 
 # module (under src/fedrepro) -> its own tests. Privacy also gets each paper's privacy tests.
 MODULES = {
-    "privacy": ["tests/privacy", "tests/dpzv/test_privacy_dpzv.py", "tests/dpzv/test_mechanisms.py",
+    "privacy": ["tests/privacy", "tests/dpzv/test_privacy_dpzv.py", "tests/dpzv/test_records.py", "tests/dpzv/test_mechanisms.py",
                 "tests/fedsc/test_accounting.py", "tests/fedsc/test_server_dp.py", "tests/fedsc/test_mechanisms.py",
                 "tests/steffle/test_privacy_and_baselines.py", "tests/steffle/test_privacy_mechanism.py"],
     "eval": ["tests/foundation/test_health.py", "tests/foundation/test_tables.py", "tests/foundation/test_eval_units.py",

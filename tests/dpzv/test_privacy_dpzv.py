@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fedrepro.algorithms.dpzv.privacy import dpzv_noise, embedding_noise, parse_clip, parse_eps
+from fedrepro.privacy.dpzv import dpzv_noise, embedding_noise, parse_clip, parse_eps
 from fedrepro.privacy.mechanisms import clip_scalar
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fedrepro.algorithms.dpzv import privacy
+from fedrepro.privacy import dpzv as privacy
 from fedrepro.algorithms.dpzv.dpzv import DPZV
 from fedrepro.algorithms.dpzv.jobs import DATA_KEYS, SETTING_KEYS, settings_for
 from fedrepro.algorithms.dpzv.vafl import VAFL

@@ -54,7 +54,7 @@ PUBLISHED = REPO / "src" / "fedrepro" / "report" / "published"
 
 # Failures found by this test in code owned by the paper packages, each with the issue that tracks it.
 # An entry makes that paper's checks xfail (strict=False: they pass once fixed).
-# Issue 16's two entries are gone: eps = 10 calibrates (privacy/gdp.py no longer overflows), DPZV's
+# Issue 16's two entries are gone: eps = 10 calibrates (privacy/dpzv.py no longer overflows), DPZV's
 # CIFAR-10 and ModelNet40 jobs keep finite losses at every smoke eps, and FedAL Table IV plans its runs.
 KNOWN: dict[str, str] = {}
 

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from fedrepro.privacy import accountant, fedsc, gdp, steffle
+from fedrepro.privacy import accountant, dpzv, fedsc, steffle
 from .test_fedsc_accounting import TABLE6
 
 
@@ -74,7 +74,7 @@ def test_edge_cases_and_errors():
 @pytest.mark.parametrize("row", TABLE6, ids=[f"{r[0]}-eps{r[1]}-d{r[2]:g}" for r in TABLE6])
 def test_fedsc_library_matches_sqrt2_column(row):
     _, _, delta, mu, sigma, t, n, _, eps_sqrt2 = row
-    mech = accountant.fedsc_mechanism(sigma, mu, n, t)
+    mech = fedsc.fedsc_mechanism(sigma, mu, n, t)
     assert mech.sampling_rate == 1.0 and mech.steps == t
     assert mech.noise_multiplier == pytest.approx(sigma * n / (math.sqrt(2) * mu))
     # the library's RDP curve with Prop. 6.6's conversion = the sqrt(2) column,
@@ -91,23 +91,23 @@ def test_fedsc_library_matches_sqrt2_column(row):
 
 def test_fedsc_paper_sensitivity_and_no_noise():
     _, _, delta, mu, sigma, t, n, eps_paper, _ = TABLE6[0]
-    mech = accountant.fedsc_mechanism(sigma, mu, n, t, sens_factor=1.0)
+    mech = fedsc.fedsc_mechanism(sigma, mu, n, t, sens_factor=1.0)
     orders, rdp = accountant.rdp_curve(mech.noise_multiplier, t)
     assert float(np.min(rdp + math.log(1 / delta) / (orders - 1))) == pytest.approx(eps_paper, abs=0.015)
-    assert accountant.fedsc_mechanism(0.0, mu, n, t).epsilon(delta) == math.inf
+    assert fedsc.fedsc_mechanism(0.0, mu, n, t).epsilon(delta) == math.inf
 
 
 def test_dpzv_adapter_and_clt_diagnostic():
     t, d, b, c, delta = 656_600, 60_000, 64, 10.0, 1e-3
     for eps_paper, low, high in [(0.1, 0.1, 0.15), (1.0, 1.0, 1.5), (10.0, 100.0, math.inf)]:
-        sigma = gdp.sigma_dp_for_eps(c, t, d, eps_paper, delta)
-        mech = accountant.dpzv_mechanism(sigma, c, b, d, t)
+        sigma = dpzv.sigma_dp_for_eps(c, t, d, eps_paper, delta)
+        mech = dpzv.dpzv_mechanism(sigma, c, b, d, t)
         assert mech.sampling_rate == pytest.approx(b / d)
-        assert mech.noise_multiplier == pytest.approx(gdp.noise_multiplier(sigma, c, b))
+        assert mech.noise_multiplier == pytest.approx(dpzv.noise_multiplier(sigma, c, b))
         eps = mech.epsilon(delta)
         # the paper's calibration is fine for small eps, far too optimistic for eps = 10
         assert low <= eps <= high
-    assert accountant.dpzv_mechanism(0.0, c, b, d, t).epsilon(delta) == math.inf
+    assert dpzv.dpzv_mechanism(0.0, c, b, d, t).epsilon(delta) == math.inf
 
 
 def test_steffle_adapters():
@@ -115,21 +115,21 @@ def test_steffle_adapters():
     delta = steffle.delta_for_n(22_500)
     t, n_local, m = 1_200, 7_500, 256
     sw = steffle.sigma_w(1.0, delta, t, n_local, rho)
-    theta = accountant.steffle_theta_mechanism(sw, clip=1.0, batch_size=m, local_size=n_local, iterations=t)
+    theta = steffle.steffle_theta_mechanism(sw, clip=1.0, batch_size=m, local_size=n_local, iterations=t)
     # spec §5 item 16: z = m sigma_theta / C ~ 34 under add/remove, ~ 17 under replace-one (D = L = 1)
     assert theta.noise_multiplier == pytest.approx(16.8, abs=0.1)
-    add_remove = accountant.steffle_theta_mechanism(sw, 1.0, m, n_local, t, adjacency="add_remove")
+    add_remove = steffle.steffle_theta_mechanism(sw, 1.0, m, n_local, t, adjacency="add_remove")
     assert add_remove.noise_multiplier == pytest.approx(2 * theta.noise_multiplier)
     assert theta.sampling_rate == pytest.approx(m / n_local) and theta.steps == t
     assert theta.epsilon(delta) < 1.0  # the closed form is conservative for theta
-    w = accountant.steffle_w_mechanism(sw, m, n_local, t, rho)
+    w = steffle.steffle_w_mechanism(sw, m, n_local, t, rho)
     assert w.noise_multiplier == pytest.approx(sw * m / (2 * math.sqrt(2 / rho)))
     both = accountant.combined_epsilon([theta, w], delta)
     assert max(theta.epsilon(delta), w.epsilon(delta)) < both
     assert accountant.combined_epsilon([theta], delta) == pytest.approx(theta.epsilon(delta))
     assert accountant.combined_epsilon([], delta) == 0.0
     with pytest.raises(ValueError, match="allowed: replace_one, add_remove"):
-        accountant.steffle_theta_mechanism(sw, 1.0, m, n_local, t, adjacency="swap")
+        steffle.steffle_theta_mechanism(sw, 1.0, m, n_local, t, adjacency="swap")
 
 
 # ---------------------------------------------------------------- PLD against closed forms
@@ -176,8 +176,8 @@ def test_pld_discretisation_is_fine_enough_at_paper_scale_dpzv_mnist():
     from dp_accounting.pld import PLDAccountant
 
     d, b, t, delta = 54_000, 64, 7 * (54_000 // 64) * 100, 1e-3
-    sigma = gdp.sigma_dp_for_eps(10.0, t, d, 1.0, delta)
-    mech = accountant.dpzv_mechanism(sigma, 10.0, b, d, t)
+    sigma = dpzv.sigma_dp_for_eps(10.0, t, d, 1.0, delta)
+    mech = dpzv.dpzv_mechanism(sigma, 10.0, b, d, t)
     tight = accountant.tight_epsilon(mech, delta)
 
     def fixed(interval):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from fedrepro.privacy import accountant, audit
+from fedrepro.privacy import accountant, audit, fedsc
 
 
 def _gdp_epsilon(mu, delta):
@@ -70,7 +70,7 @@ def test_fedsc_release_scores_measure_the_noise_and_the_clipped_sensitivity():
         assert scores.mean() == pytest.approx(sign * shares * d**2 / 2, abs=4 * math.sqrt(shares) * sigma * d / math.sqrt(runs))
         assert scores.std() == pytest.approx(math.sqrt(shares) * sigma * d, rel=0.15)
     # the bound never exceeds the true (PLD) epsilon of the release
-    truth = accountant.tight_epsilon(accountant.fedsc_mechanism(sigma, mu, n, shares), 1e-2)
+    truth = accountant.tight_epsilon(fedsc.fedsc_mechanism(sigma, mu, n, shares), 1e-2)
     assert audit.epsilon_lower_bound(out, inn, 1e-2).eps_lower <= truth
 
 
@@ -98,11 +98,11 @@ def test_dpzv_audit_measures_the_scalar_noise_and_exposes_the_server_head_leak(d
 
 
 def _check_rounds_and_scalar_noise(dpzv_audit):
-    from fedrepro.privacy import gdp
+    from fedrepro.privacy import dpzv
 
     for out, inn, info in dpzv_audit.values():
         # the 32-sample data passed in, not the default: 1 epoch x 2 clients x 32/8 batches
-        assert info["rounds"] == gdp.total_rounds(1, 2, 32, 8) == 8
+        assert info["rounds"] == dpzv.total_rounds(1, 2, 32, 8) == 8
         assert info["canary_rounds"] == 2  # once per client pass over the data
         assert info["sigma"] == pytest.approx(info["privacy"]["sigma"])
         assert info["noise_std"] == pytest.approx(info["sigma"], rel=0.3)  # 4 runs x 2 worlds x 8 rounds

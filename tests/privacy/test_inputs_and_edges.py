@@ -11,26 +11,26 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.privacy import accountant, audit, fedsc, gdp, mechanisms, steffle
+from fedrepro.privacy import accountant, audit, dpzv, fedsc, mechanisms, steffle
 
 # (call with one bad argument, the name its error must give): a message naming the wrong
 # parameter sends the user to fix the wrong setting
 NAMED_ERRORS = [
-    (lambda: gdp.sigma_dp(0.0, 10, 100, 1.0), "clip C"),
-    (lambda: gdp.sigma_dp(1.0, 0, 100, 1.0), "rounds T"),
-    (lambda: gdp.sigma_dp(1.0, 10, 0, 1.0), "num_samples D"),
-    (lambda: gdp.sigma_dp(1.0, 10, 100, 0.0), "GDP mu"),
-    (lambda: gdp.noise_multiplier(1.0, 1.0, 0), "batch_size B"),
-    (lambda: gdp.noise_multiplier(1.0, 0.0, 8), "clip C"),
-    (lambda: gdp.sigma_embedding(0.0, 8, 10, 100, 1.0), "clip C_h"),
-    (lambda: gdp.sigma_embedding(1.0, 8, 10, 100, 0.0), "GDP mu"),
-    (lambda: gdp.sigma_embedding(1.0, 0, 10, 100, 1.0), "batch_size B"),
-    (lambda: gdp.sigma_embedding(1.0, 8, 10, 0, 1.0), "num_samples D"),
-    (lambda: gdp.sigma_embedding(1.0, 8, 0, 100, 1.0), "releases T_rel"),
-    (lambda: gdp.total_rounds(0, 2, 100, 10), "epochs"),
-    (lambda: gdp.total_rounds(1, 0, 100, 10), "num_clients"),
-    (lambda: gdp.total_rounds(1, 2, 0, 10), "num_samples"),
-    (lambda: gdp.total_rounds(1, 2, 100, 0), "batch_size"),
+    (lambda: dpzv.sigma_dp(0.0, 10, 100, 1.0), "clip C"),
+    (lambda: dpzv.sigma_dp(1.0, 0, 100, 1.0), "rounds T"),
+    (lambda: dpzv.sigma_dp(1.0, 10, 0, 1.0), "num_samples D"),
+    (lambda: dpzv.sigma_dp(1.0, 10, 100, 0.0), "GDP mu"),
+    (lambda: dpzv.noise_multiplier(1.0, 1.0, 0), "batch_size B"),
+    (lambda: dpzv.noise_multiplier(1.0, 0.0, 8), "clip C"),
+    (lambda: dpzv.sigma_embedding(0.0, 8, 10, 100, 1.0), "clip C_h"),
+    (lambda: dpzv.sigma_embedding(1.0, 8, 10, 100, 0.0), "GDP mu"),
+    (lambda: dpzv.sigma_embedding(1.0, 0, 10, 100, 1.0), "batch_size B"),
+    (lambda: dpzv.sigma_embedding(1.0, 8, 10, 0, 1.0), "num_samples D"),
+    (lambda: dpzv.sigma_embedding(1.0, 8, 0, 100, 1.0), "releases T_rel"),
+    (lambda: dpzv.total_rounds(0, 2, 100, 10), "epochs"),
+    (lambda: dpzv.total_rounds(1, 0, 100, 10), "num_clients"),
+    (lambda: dpzv.total_rounds(1, 2, 0, 10), "num_samples"),
+    (lambda: dpzv.total_rounds(1, 2, 100, 0), "batch_size"),
     (lambda: mechanisms.clip_by_norm(torch.ones(3), -1.0), "clip norm c"),
     (lambda: mechanisms.clip_scalar(torch.ones(3), -1.0), "clip threshold c"),
     (lambda: mechanisms.gaussian_noise((2,), -1.0, torch.Generator()), "sigma"),
@@ -102,13 +102,13 @@ def test_rdp_curve_refuses_a_single_noiseless_release():
 @pytest.mark.parametrize("sens_factor,mu,local_size", [(-1.0, 1.0, 10), (1.0, -1.0, 10), (1.0, 1.0, 0)])
 def test_fedsc_mechanism_rejects_each_non_positive_factor(sens_factor, mu, local_size):
     with pytest.raises(ValueError, match="sens_factor, mu and local_size"):
-        accountant.fedsc_mechanism(1.0, mu, local_size, 3, sens_factor=sens_factor)
+        fedsc.fedsc_mechanism(1.0, mu, local_size, 3, sens_factor=sens_factor)
 
 
 def test_steffle_mechanisms_cap_the_sampling_rate_at_one_for_batches_larger_than_the_silo():
     # m > n~: every sample is in every batch, q = 1 (not m/n~ > 1)
-    w = accountant.steffle_w_mechanism(1.0, batch_size=64, local_size=32, iterations=4, rho=0.25)
-    theta = accountant.steffle_theta_mechanism(1.0, 1.0, batch_size=64, local_size=32, iterations=4)
+    w = steffle.steffle_w_mechanism(1.0, batch_size=64, local_size=32, iterations=4, rho=0.25)
+    theta = steffle.steffle_theta_mechanism(1.0, 1.0, batch_size=64, local_size=32, iterations=4)
     assert w.sampling_rate == 1.0 and theta.sampling_rate == 1.0
     assert w.noise_multiplier == pytest.approx(64 / (2 * math.sqrt(2 / 0.25)), rel=1e-15)
     assert w.epsilon(1e-5) == pytest.approx(_library_epsilon(w.noise_multiplier, 4, 1.0, 1e-5), rel=1e-12)
@@ -199,11 +199,11 @@ def test_scalar_tap_passes_other_wire_attributes_through():
 
 def test_each_mechanism_note_names_its_sensitivity_sampling_and_steps():
     # the privacy tables print these notes as the record of what the accountant assumed
-    dpzv = accountant.dpzv_mechanism(1.0, 1.0, 8, 100, 10).note
-    assert "DPZV: scalar Gaussian, sensitivity 2C/B, Poisson q = B/D" in dpzv
-    assert "steps = T server rounds (one client each)" in dpzv
-    theta = accountant.steffle_theta_mechanism(1.0, 1.0, 8, 100, 10).note
+    scalar = dpzv.dpzv_mechanism(1.0, 1.0, 8, 100, 10).note
+    assert "DPZV: scalar Gaussian, sensitivity 2C/B, Poisson q = B/D" in scalar
+    assert "steps = T server rounds (one client each)" in scalar
+    theta = steffle.steffle_theta_mechanism(1.0, 1.0, 8, 100, 10).note
     assert "sensitivity 2C/m (replace_one)" in theta and "Poisson q = m/n~ per silo, steps = T" in theta
-    w = accountant.steffle_w_mechanism(1.0, 8, 100, 10, 0.25).note
+    w = steffle.steffle_w_mechanism(1.0, 8, 100, 10, 0.25).note
     assert "sensitivity 2 sqrt(2/rho)/m" in w and "Poisson q = m/n~ per silo, steps = T" in w
-    assert "q = 1, steps = T_j shares" in accountant.fedsc_mechanism(1.0, 1.0, 10, 3).note
+    assert "q = 1, steps = T_j shares" in fedsc.fedsc_mechanism(1.0, 1.0, 10, 3).note

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.steffle import accounting
+from fedrepro.privacy import steffle as accounting
 from fedrepro.algorithms.steffle.baselines import BaselineConfig, FedFDPTrainer, GroupGapTrainer, TranTrainer
 from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
 from fedrepro.fl.transport import Wire

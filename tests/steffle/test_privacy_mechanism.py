@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.steffle import accounting
+from fedrepro.privacy import steffle as accounting
 from fedrepro.algorithms.steffle.common import BatchSchedule, FairData
 from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
 from fedrepro.fl.transport import Wire

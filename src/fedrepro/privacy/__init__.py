@@ -7,17 +7,17 @@ Modules (import the one you need; this package imports nothing):
 
 * ``mechanisms``: per-row L2 clipping (NormClip), scalar clipping and seeded
   Gaussian noise (torch).
-* ``fedsc``: FedSC Proposition 6.6 (RDP composition of the DP-CalR Gaussian
-  mechanism), its optimal order, a numeric cross-check, the inverse (sigma for
-  a target epsilon) and the partial-participation sigma scaling.
-* ``gdp``: DPZV's Gaussian-DP calibration: delta(eps; mu) (eq. 11), mu from
-  (eps, delta), sigma_dp = 2C sqrt(T)/(D mu), the CLT diagnostic mu_CLT and the
-  embedding-noise calibration of the baselines.
-* ``steffle``: SteFFLe Theorem 3.3 noise (sigma_w, sigma_theta), its
-  preconditions, rho and delta = 1/n^2.
 * ``accountant``: the independent numerical accountant (Google dp-accounting,
-  RDP or PLD) for a composed, optionally Poisson-subsampled Gaussian mechanism,
-  and adapters expressing each paper's mechanism in those terms; ``tight_epsilon``
-  is a run's realised PLD epsilon.
+  RDP or PLD) for a composed, optionally Poisson-subsampled Gaussian mechanism
+  (``GaussianComposition``); ``tight_epsilon`` is a run's realised PLD epsilon.
+  It knows no paper: each paper's module expresses its mechanism in its terms.
+* One module per paper, each with the paper's formula, its calibration and its
+  accountant adapter:
+  ``fedsc`` (Proposition 6.6, RDP of the DP-CalR Gaussian mechanism, sigma for a
+  target epsilon, partial participation), ``dpzv`` (Gaussian DP, eq. 11 and
+  Theorem 6.1, the CLT diagnostic, the embedding noise of the baselines and the
+  privacy fields every run records), ``steffle`` (Theorem 3.3's sigma_w and
+  sigma_theta, their preconditions, rho, delta = 1/n^2, and the calibration of
+  the baselines' multipliers).
 * ``audit``: the empirical canary audit (Clopper-Pearson lower bounds on eps).
 """

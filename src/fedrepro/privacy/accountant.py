@@ -208,85 +208,9 @@ def tight_epsilon(mechanisms: GaussianComposition | list[GaussianComposition], d
     return combined_epsilon(list(mechanisms), delta, method="pld")
 
 
-def _multiplier(sigma: float, sens: float) -> float:
+def multiplier(sigma: float, sens: float) -> float:
     if not float(sigma) >= 0.0:
         raise ValueError(f"sigma must be >= 0, got {sigma}")
     if not sens > 0.0:
         raise ValueError(f"sensitivity must be > 0, got {sens}")
     return float(sigma) / sens
-
-
-def fedsc_mechanism(sigma: float, mu: float, local_size: int, shares: int,
-                    sens_factor: float = math.sqrt(2.0)) -> GaussianComposition:
-    """FedSC DP-CalR: z = sigma / (sens_factor mu / |D_j|), T_j shares, q = 1.
-
-    Exactly the mechanism Prop. 6.6 composes (no subsampling: every sample
-    enters every shared matrix). Default sens_factor sqrt(2) (replace-one).
-    """
-    if sens_factor <= 0 or mu <= 0 or local_size <= 0:
-        raise ValueError("fedsc_mechanism needs sens_factor, mu and local_size > 0")
-    sens = sens_factor * mu / local_size
-    return GaussianComposition(_multiplier(sigma, sens), int(shares), 1.0,
-                               "FedSC DP-CalR: Gaussian on the HxH matrix, sensitivity "
-                               f"{sens_factor:.4g} mu/|D_j|, q = 1, steps = T_j shares")
-
-
-def dpzv_mechanism(sigma_dp: float, clip: float, batch_size: int, num_samples: int,
-                   rounds: int) -> GaussianComposition:
-    """DPZV: z = sigma_dp / (2C/B), T rounds, q = B/D.
-
-    Every round one client's batch of B sample ids is used, and the server's
-    clipped mean over those B samples (labels included, the privacy unit is a
-    sample row) gets one scalar of noise; a sample takes part in a round with
-    probability B/D whichever client is active. The library models that as
-    Poisson subsampling at q = B/D; the real loader shuffles epochs, so this is
-    the standard approximation, matching the paper's own r = B/D and the CLT
-    diagnostic's noise multiplier.
-    """
-    sens = 2.0 * float(clip) / float(batch_size)
-    rate = float(batch_size) / float(num_samples)
-    return GaussianComposition(_multiplier(sigma_dp, sens), int(rounds), rate,
-                               "DPZV: scalar Gaussian, sensitivity 2C/B, Poisson q = B/D, "
-                               "steps = T server rounds (one client each)")
-
-
-STEFFLE_ADJACENCIES = ("replace_one", "add_remove")
-
-
-def steffle_theta_mechanism(sigma_theta: float, clip: float, batch_size: int, local_size: int,
-                            iterations: int, adjacency: str = "replace_one") -> GaussianComposition:
-    """SteFFLe theta-gradient of one silo: z = m sigma_theta / (k C_theta), T steps, q = m/n~.
-
-    Per-sample theta-gradients of psi are clipped to C_theta (= L) and averaged
-    over m; changing one sensitive attribute (the paper's adjacency) moves one
-    clipped gradient, so the mean moves by <= 2 C/m (k = 2, replace-one,
-    default) or C/m (k = 1, add/remove reading). Lemma B.1's 8 D^2 L^2/(|B|^2 rho)
-    is not used: its 1/|B|^2 is not the sensitivity of a mean (spec §2.1 quotes
-    it as "odd"). The accountant is per silo (ISRL-DP).
-    """
-    if adjacency not in STEFFLE_ADJACENCIES:
-        raise ValueError(f"adjacency {adjacency!r} unknown; allowed: {', '.join(STEFFLE_ADJACENCIES)}")
-    k = 2.0 if adjacency == "replace_one" else 1.0
-    sens = k * float(clip) / float(batch_size)
-    rate = float(batch_size) / float(local_size)
-    return GaussianComposition(_multiplier(sigma_theta, sens), int(iterations), min(rate, 1.0),
-                               f"SteFFLe theta: clipped mean, sensitivity {k:g}C/m ({adjacency}), "
-                               "Poisson q = m/n~ per silo, steps = T")
-
-
-def steffle_w_mechanism(sigma_w: float, batch_size: int, local_size: int, iterations: int,
-                        rho: float) -> GaussianComposition:
-    """SteFFLe W-gradient of one silo: sensitivity 2 sqrt(2/rho)/m, T steps, q = m/n~.
-
-    d psi_i/dW[r,u] = -2 W[r,u] F_u + 2 [r = s_i] F_u / sqrt(p_S(s_i)); changing
-    s_i only moves the second term between two rows, so the per-sample change
-    has Frobenius norm 2 sqrt(sum_u F_u^2 (1/p_s + 1/p_s')) <= 2 sqrt(2/rho)
-    (sum_u F_u^2 <= 1, p_S >= rho, P_S treated as public as in the paper).
-    """
-    if not rho > 0:
-        raise ValueError(f"rho must be > 0, got {rho}")
-    sens = 2.0 * math.sqrt(2.0 / rho) / float(batch_size)
-    rate = float(batch_size) / float(local_size)
-    return GaussianComposition(_multiplier(sigma_w, sens), int(iterations), min(rate, 1.0),
-                               "SteFFLe W: mean of psi W-gradients, sensitivity 2 sqrt(2/rho)/m "
-                               "(replace-one), Poisson q = m/n~ per silo, steps = T")

@@ -29,6 +29,8 @@ import math
 
 from scipy.optimize import minimize_scalar
 
+from fedrepro.privacy import accountant
+
 PAPER_SENS_FACTOR = 1.0
 RIGOROUS_SENS_FACTOR = math.sqrt(2.0)
 PARTIAL_SCALINGS = ("p", "sqrt_p", "one")
@@ -154,3 +156,18 @@ def partial_participation_sigma(sigma_full: float, participation: float, scaling
         raise ValueError(f"partial-participation sigma scaling {scaling!r} unknown; "
                          f"allowed: {', '.join(PARTIAL_SCALINGS)}")
     return sigma_full * factors[scaling]
+
+
+def fedsc_mechanism(sigma: float, mu: float, local_size: int, shares: int,
+                    sens_factor: float = math.sqrt(2.0)) -> accountant.GaussianComposition:
+    """FedSC DP-CalR: z = sigma / (sens_factor mu / |D_j|), T_j shares, q = 1.
+
+    Exactly the mechanism Prop. 6.6 composes (no subsampling: every sample
+    enters every shared matrix). Default sens_factor sqrt(2) (replace-one).
+    """
+    if sens_factor <= 0 or mu <= 0 or local_size <= 0:
+        raise ValueError("fedsc_mechanism needs sens_factor, mu and local_size > 0")
+    sens = sens_factor * mu / local_size
+    return accountant.GaussianComposition(accountant.multiplier(sigma, sens), int(shares), 1.0,
+                               "FedSC DP-CalR: Gaussian on the HxH matrix, sensitivity "
+                               f"{sens_factor:.4g} mu/|D_j|, q = 1, steps = T_j shares")

@@ -50,7 +50,7 @@ def fedsc_row(cfg: dict, confidence: float, seed: int) -> dict:
     out, inn = audit.fedsc_release_scores(cfg["runs"], sigma, cfg["mu"], cfg["local_size"], cfg["shares"],
                                           cfg["hidden"], seed)
     bound = audit.epsilon_lower_bound(out, inn, cfg["delta"], confidence)
-    tight = accountant.tight_epsilon(accountant.fedsc_mechanism(sigma, cfg["mu"], cfg["local_size"], cfg["shares"]),
+    tight = accountant.tight_epsilon(fedsc_privacy.fedsc_mechanism(sigma, cfg["mu"], cfg["local_size"], cfg["shares"]),
                                      cfg["delta"])
     return {"mechanism": "FedSC DP-CalR (real dp_calr)", "variant": f"{cfg['shares']} shares, replace-one canary",
             "runs_per_world": cfg["runs"], "runs_in_bound": bound.n_out, "delta": cfg["delta"],
@@ -65,6 +65,7 @@ def fedsc_row(cfg: dict, confidence: float, seed: int) -> dict:
 def dpzv_rows(cfg: dict, confidence: float, seed: int) -> list[dict]:
     from fedrepro.algorithms.dpzv.vfl import VFLSettings
     from fedrepro.privacy import accountant, audit
+    from fedrepro.privacy import dpzv as dpzv_privacy
 
     data = audit.tiny_vfl_data(cfg["num_train"], clients=cfg["clients"], seed=seed)
     rows = []
@@ -82,7 +83,7 @@ def dpzv_rows(cfg: dict, confidence: float, seed: int) -> list[dict]:
                                                  canary_scale=cfg["canary_scale"], seed=seed)
         bound = audit.epsilon_lower_bound(out, inn, cfg["delta"], confidence)
         b, n, c = cfg["batch_size"], data.num_train, cfg["clip"]
-        mech = accountant.dpzv_mechanism(info["sigma"], c, b, n, info["rounds"])
+        mech = dpzv_privacy.dpzv_mechanism(info["sigma"], c, b, n, info["rounds"])
         tight = accountant.tight_epsilon(mech, cfg["delta"])
         # without the leak only the canary's own rounds depend on its label, each by <= 2C/B:
         # k full-batch Gaussian releases (the schedule is seeded, so the attacker knows k)

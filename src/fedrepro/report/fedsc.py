@@ -54,7 +54,7 @@ def probe_frame(cells: list[dict]) -> pd.DataFrame:
 def realised_epsilon(summary_path: str | Path, delta: float) -> float:
     """The largest tight (PLD) epsilon at `delta` over the clients and seeds of one FedSC run,
     recomputed from what the run did (sigma, mu, T_j shares, |D_j|) with the library accountant."""
-    from fedrepro.privacy import accountant
+    from fedrepro.privacy import fedsc as fedsc_privacy
 
     summary = json.loads(Path(summary_path).read_text())
     worst_eps = 0.0
@@ -65,7 +65,7 @@ def realised_epsilon(summary_path: str | Path, delta: float) -> float:
                 continue
             if priv["sigma"] == 0:
                 return math.inf
-            mech = accountant.fedsc_mechanism(float(priv["sigma"]), float(priv["mu"]), int(n_j), int(t_j))
+            mech = fedsc_privacy.fedsc_mechanism(float(priv["sigma"]), float(priv["mu"]), int(n_j), int(t_j))
             worst_eps = max(worst_eps, mech.epsilon(float(delta), "pld"))
     return worst_eps
 
@@ -142,13 +142,12 @@ def _delta_label(delta: float) -> str:
 def table6_frame(rows: list[dict]) -> pd.DataFrame:
     """Each Table 6 configuration re-accounted: Prop. 6.6 with sensitivity mu/|D_j| (paper)
     and sqrt(2) mu/|D_j|, its numeric min over alpha, and the library accountant (RDP, PLD)."""
-    from fedrepro.privacy import accountant
     from fedrepro.privacy import fedsc as priv
 
     out = []
     for r in rows:
         t, mu, sigma, n, delta = int(r["shares"]), float(r["mu"]), float(r["sigma"]), int(r["n"]), float(r["delta"])
-        mech = accountant.fedsc_mechanism(sigma, mu, n, t)
+        mech = priv.fedsc_mechanism(sigma, mu, n, t)
         out.append({
             "setting": f"{r['dataset']} ε={r['eps']:g} δ={_delta_label(delta)}",
             "mu": mu, "sigma": sigma, "sharing": r.get("schedule", ""), "T_j": t, "|D_j|": n,

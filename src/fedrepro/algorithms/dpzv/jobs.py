@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from fedrepro.algorithms.dpzv.privacy import parse_clip, parse_eps
+from fedrepro.privacy.dpzv import parse_clip, parse_eps
 from fedrepro.algorithms.dpzv.vfl import VFLData, VFLSettings, build_vfl_data
 from fedrepro.fl.device import pick_device
 from fedrepro.fl.runner import run_seeds

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedrepro.algorithms.dpzv import privacy
+from fedrepro.privacy import dpzv as privacy
 from fedrepro.algorithms.dpzv.vfl import VFLAlgorithm, embedding_input_scale, noisy_embedding, sgd
 from fedrepro.privacy.mechanisms import clip_by_norm
 

@@ -32,7 +32,7 @@ import copy
 import numpy as np
 import torch
 
-from fedrepro.algorithms.dpzv import privacy
+from fedrepro.privacy import dpzv as privacy
 from fedrepro.algorithms.dpzv.vfl import (SERVER_UPDATES, VFLAlgorithm, choice, embedding_input_scale,
                                           noisy_embedding, sgd)
 from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, check_direction

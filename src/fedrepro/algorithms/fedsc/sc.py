@@ -95,7 +95,6 @@ def sens_factor(priv: dict) -> float:
 def realised_epsilons(shares: list[int], sizes: list[int], mu: float, sigma: float, deltas: list[float]) -> list[dict]:
     """Per client: T_j and eps under the paper formula, the sqrt(2) sensitivity and the library accountant
     (RDP, and PLD: the tight value of the composed Gaussian mechanism)."""
-    from fedrepro.privacy import accountant
     from fedrepro.privacy import fedsc as fedsc_privacy
 
     rows = []
@@ -109,7 +108,7 @@ def realised_epsilons(shares: list[int], sizes: list[int], mu: float, sigma: flo
             else:
                 row["eps_paper"] = fedsc_privacy.epsilon(t_j, mu, sigma, n_j, delta, fedsc_privacy.PAPER_SENS_FACTOR)
                 row["eps_sqrt2"] = fedsc_privacy.epsilon(t_j, mu, sigma, n_j, delta, fedsc_privacy.RIGOROUS_SENS_FACTOR)
-                mechanism = accountant.fedsc_mechanism(sigma, mu, n_j, t_j)
+                mechanism = fedsc_privacy.fedsc_mechanism(sigma, mu, n_j, t_j)
                 row["eps_accountant"] = mechanism.epsilon(delta)          # RDP
                 row["eps_pld"] = mechanism.epsilon(delta, "pld")          # the realised tight value
             rows.append(row)

@@ -39,7 +39,7 @@ from fedrepro.pipeline import atomic_write, claim_scratch, fingerprint
 from fedrepro.privacy import accountant
 from fedrepro.privacy import steffle as thm
 
-from . import accounting
+from fedrepro.privacy import steffle as accounting
 from .baselines import BaselineConfig, FedFDPTrainer, GroupGapTrainer, TranTrainer
 from .common import BatchSchedule, FairData
 from .sgda import SGDAConfig, SteffleTrainer
