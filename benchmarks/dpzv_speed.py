@@ -63,7 +63,7 @@ def load_config(datasets: tuple[str, ...]) -> dict:
 def vfl_data(config: dict, dataset: str, folder: Path, device: torch.device):
     """The pipeline's data path: prepare, vertical partition, build_vfl_data; first n samples."""
     from fedrepro.algorithms.dpzv.memory import _subset
-    from fedrepro.algorithms.dpzv.vfl import build_vfl_data
+    from fedrepro.algorithms.dpzv.base import build_vfl_data
     from fedrepro.data.arrays import load_prepared
     from fedrepro.data.partition import make_partition
     from fedrepro.data.prepare import prepare_dataset

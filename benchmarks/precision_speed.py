@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from common import row, seconds, write
 
-from fedrepro.algorithms.fedsc.common import SSLData
+from fedrepro.algorithms.fedsc.base import SSLData
 from fedrepro.algorithms.fedsc.sc import FedSC
 from fedrepro.fl.device import pick_device
 

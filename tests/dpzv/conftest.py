@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.dpzv.vfl import VFLSettings, build_vfl_data
+from fedrepro.algorithms.dpzv.base import VFLSettings, build_vfl_data
 from fedrepro.data.partition import vertical_partition
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fedrepro.algorithms.fedal.federation import FedData, TrainConfig
+from fedrepro.algorithms.fedal.base import FedData, TrainConfig
 
 POOL = [
     {"name": "mlp", "options": {"in_features": 12, "hidden": [16]}},

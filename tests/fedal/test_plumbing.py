@@ -13,7 +13,7 @@ import torch
 
 from fedrepro.algorithms.fedal import cfd, distill, fccl, fd, fedavg, feddf, fedproto, jobs
 from fedrepro.algorithms.fedal.client import arch_key
-from fedrepro.algorithms.fedal.federation import TrainConfig
+from fedrepro.algorithms.fedal.base import TrainConfig
 
 from .helpers import POOL, config, make_data
 

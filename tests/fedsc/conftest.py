@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.fedsc.common import SSLData, channel_stats
+from fedrepro.algorithms.fedsc.base import SSLData, channel_stats
 from tests.fedsc.helpers import digits_arrays
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedrepro.algorithms.fedsc.augment import AugmentConfig, _jitter
-from fedrepro.algorithms.fedsc.common import TrainConfig, clients_per_round, local_sgd, uniform_or_size_weights
+from fedrepro.algorithms.fedsc.base import TrainConfig, clients_per_round, local_sgd, uniform_or_size_weights
 from fedrepro.algorithms.fedsc.sc import FedSC
 from tests.fedsc.helpers import tiny_spec
 

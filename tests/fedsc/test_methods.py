@@ -105,7 +105,7 @@ def test_single_client_fedsc_is_centralized_sc(tiny_digits):
     """J = 1: one client holding everything, FedAvg over one model = plain SC training (spec §5 item 6)."""
     from dataclasses import replace
 
-    from fedrepro.algorithms.fedsc.common import local_sgd
+    from fedrepro.algorithms.fedsc.base import local_sgd
     from fedrepro.algorithms.fedsc.loss import local_loss, normclip
 
     one = replace(tiny_digits, clients=[torch.arange(tiny_digits.x_train.shape[0])])

@@ -19,7 +19,7 @@ torch.set_num_threads(1)
 def test_probe_records_effective_rank_and_flags_a_collapsed_encoder(tmp_path):
     """Embeddings that are one vector plus a tiny spread (a projector scaled down, with a bias) have an uncentered effective rank
     of 1 -> collapsed; an untrained (random) encoder is not collapsed; both probes record their ranks."""
-    from fedrepro.algorithms.fedsc.common import build_net
+    from fedrepro.algorithms.fedsc.base import build_net
     from fedrepro.algorithms.fedsc.probing import probe_job, random_probe_job
 
     data = write_prepared_digits(tmp_path)

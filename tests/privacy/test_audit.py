@@ -78,7 +78,7 @@ def test_fedsc_release_scores_measure_the_noise_and_the_clipped_sensitivity():
 def dpzv_audit():
     import torch
 
-    from fedrepro.algorithms.dpzv.vfl import VFLSettings
+    from fedrepro.algorithms.dpzv.base import VFLSettings
 
     torch.set_num_threads(1)
     data = audit.tiny_vfl_data(32)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from fedrepro.algorithms.steffle.common import FairData
+from fedrepro.algorithms.steffle.base import FairData
 from fedrepro.fl.transport import Wire
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedrepro.privacy import steffle as accounting
-from fedrepro.algorithms.steffle.common import BatchSchedule, FairData
+from fedrepro.algorithms.steffle.base import BatchSchedule, FairData
 from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
 from fedrepro.fl.transport import Wire
 from fedrepro.privacy import accountant

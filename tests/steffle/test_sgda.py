@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedrepro.algorithms.steffle import fermi
-from fedrepro.algorithms.steffle.common import BatchSchedule, seed_generator
+from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
 from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
 from fedrepro.fl.transport import Wire
 

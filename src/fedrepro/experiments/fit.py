@@ -174,7 +174,7 @@ def _client_shapes(key: str, data: Data, partition: dict) -> tuple[list[tuple], 
 
 
 def vfl_client_errors(key: str, model: dict, data: Data, shapes: list[tuple]) -> list[str]:
-    """DPZV clients: each maps its slice to `embed_dim` outputs (fedrepro.algorithms.dpzv.vfl)."""
+    """DPZV clients: each maps its slice to `embed_dim` outputs (fedrepro.algorithms.dpzv.base)."""
     tokens = data.kind == "text"
     errors = []
     for shape in dict.fromkeys(shapes):

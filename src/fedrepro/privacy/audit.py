@@ -200,7 +200,7 @@ def fedsc_release_scores(runs: int, sigma: float, mu: float, local_size: int, sh
 
 def tiny_vfl_data(num_train: int = 64, num_test: int = 16, num_classes: int = 3, clients: int = 2, seed: int = 0):
     """Class-dependent 1 x 8 x 8 images split into row strips over ``clients`` (a learnable stand-in)."""
-    from fedrepro.algorithms.dpzv.vfl import build_vfl_data
+    from fedrepro.algorithms.dpzv.base import build_vfl_data
     from fedrepro.data.partition import vertical_partition
 
     rng = np.random.default_rng(seed)
@@ -247,7 +247,7 @@ def dpzv_label_scores(runs: int, settings, data=None, canary: int = 0, canary_sc
     data sets, and a large input lets one label move the head far).
     """
     from fedrepro.algorithms.dpzv.dpzv import DPZV
-    from fedrepro.algorithms.dpzv.vfl import VFLData
+    from fedrepro.algorithms.dpzv.base import VFLData
 
     data = data if data is not None else tiny_vfl_data()
     train = [x.clone() for x in data.train]

@@ -63,7 +63,7 @@ def fedsc_row(cfg: dict, confidence: float, seed: int) -> dict:
 
 
 def dpzv_rows(cfg: dict, confidence: float, seed: int) -> list[dict]:
-    from fedrepro.algorithms.dpzv.vfl import VFLSettings
+    from fedrepro.algorithms.dpzv.base import VFLSettings
     from fedrepro.privacy import accountant, audit
     from fedrepro.privacy import dpzv as dpzv_privacy
 

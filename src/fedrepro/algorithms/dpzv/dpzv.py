@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrepro.privacy import dpzv as privacy
-from fedrepro.algorithms.dpzv.vfl import CLIP_MODES, SERVER_UPDATES, VFLAlgorithm, choice, sgd
+from fedrepro.algorithms.dpzv.base import CLIP_MODES, SERVER_UPDATES, VFLAlgorithm, choice, sgd
 from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, check_direction, fd_divisor
 from fedrepro.privacy.mechanisms import clip_scalar, gaussian_noise
 

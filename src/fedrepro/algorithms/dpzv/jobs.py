@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from fedrepro.privacy.dpzv import parse_clip, parse_eps
-from fedrepro.algorithms.dpzv.vfl import VFLData, VFLSettings, build_vfl_data
+from fedrepro.algorithms.dpzv.base import VFLData, VFLSettings, build_vfl_data
 from fedrepro.fl.device import pick_device
 from fedrepro.fl.runner import run_seeds
 from fedrepro.pipeline import Job, atomic_write, atomic_write_text, claim_scratch, fingerprint

@@ -152,7 +152,7 @@ CLASSES = {
 
 def _subset(data, n: int):
     """The first n training samples (memory runs need only a few batches; the table scales with n)."""
-    from fedrepro.algorithms.dpzv.vfl import VFLData
+    from fedrepro.algorithms.dpzv.base import VFLData
 
     n = min(n, data.num_train)
     keep = np.arange(n)

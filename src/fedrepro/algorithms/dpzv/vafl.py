@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fedrepro.privacy import dpzv as privacy
-from fedrepro.algorithms.dpzv.vfl import VFLAlgorithm, embedding_input_scale, noisy_embedding, sgd
+from fedrepro.algorithms.dpzv.base import VFLAlgorithm, embedding_input_scale, noisy_embedding, sgd
 from fedrepro.privacy.mechanisms import clip_by_norm
 
 

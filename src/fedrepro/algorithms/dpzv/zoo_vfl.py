@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from fedrepro.privacy import dpzv as privacy
-from fedrepro.algorithms.dpzv.vfl import (SERVER_UPDATES, VFLAlgorithm, choice, embedding_input_scale,
+from fedrepro.algorithms.dpzv.base import (SERVER_UPDATES, VFLAlgorithm, choice, embedding_input_scale,
                                           noisy_embedding, sgd)
 from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, check_direction
 from fedrepro.privacy.mechanisms import clip_by_norm, gaussian_noise

@@ -26,7 +26,7 @@ import torch
 from fedrepro.fl.optim import Adam
 
 from fedrepro.algorithms.fedal.client import build_client_model
-from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.kd import kl_to_logits
 
 

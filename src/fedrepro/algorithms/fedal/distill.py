@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
-from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.kd import kl_to_logits, leave_one_out, less_forgetting, surrogate_from_grad
 from fedrepro.algorithms.fedal.server import AdversarialHelper, LogitServer
 

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from fedrepro.fl.optim import Adam
 from fedrepro.algorithms.fedal.client import cross_entropy, frozen_logits
-from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.kd import (cross_correlation_loss, kl_to_logits, non_target_kl,
                                           similarity_logits)
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedrepro.algorithms.fedal.client import cross_entropy
-from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.kd import kl_to_logits
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
-from fedrepro.algorithms.fedal.federation import FedData, Federation, TrainConfig
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig
 from fedrepro.algorithms.fedal.kd import less_forgetting
 from fedrepro.fl.aggregate import weighted_average
 

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrepro.algorithms.fedsc.augment import augment
-from fedrepro.algorithms.fedsc.common import FedSSL, local_sgd
+from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd
 
 FEDU_RULES = ("dapu", "keep_or_replace")
 FEDEMA_CONVENTIONS = ("paper", "fedsc_code")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.fedsc.common import FedSSL, local_sgd
+from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd
 from fedrepro.algorithms.fedsc.fedx import nt_xent
 
 

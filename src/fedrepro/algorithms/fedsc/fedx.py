@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrepro.algorithms.fedsc.augment import augment
-from fedrepro.algorithms.fedsc.common import FedSSL, local_sgd
+from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd
 
 
 def nt_xent(a: torch.Tensor, b: torch.Tensor, tau: float, extra_negatives: torch.Tensor | None = None) -> torch.Tensor:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedrepro.algorithms.fedsc.common import SSLData, channel_stats
+from fedrepro.algorithms.fedsc.base import SSLData, channel_stats
 from fedrepro.data.arrays import load_prepared
 from fedrepro.data.partition import load_partition
 from fedrepro.fl.device import pick_device

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from fedrepro.algorithms.fedsc.augment import AugmentConfig, plain
-from fedrepro.algorithms.fedsc.common import channel_stats, mlp_head
+from fedrepro.algorithms.fedsc.base import channel_stats, mlp_head
 from fedrepro.data.arrays import load_prepared
 from fedrepro.fl.device import pick_device
 from fedrepro.models import build_model

@@ -41,7 +41,7 @@ import math
 import torch
 
 from fedrepro.algorithms.fedsc.augment import augment
-from fedrepro.algorithms.fedsc.common import FedSSL, local_sgd, uniform_or_size_weights
+from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd, uniform_or_size_weights
 from fedrepro.algorithms.fedsc.dpcalr import dp_calr
 from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss, normclip
 from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out

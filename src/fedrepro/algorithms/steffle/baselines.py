@@ -75,7 +75,7 @@ import torch
 from fedrepro.fl.transport import Wire
 
 from . import fermi
-from .common import FairData, GridTrainer, ScheduleConfig, clip_coef, strata
+from .base import FairData, GridTrainer, ScheduleConfig, clip_coef, strata
 
 @dataclass
 class BaselineConfig(ScheduleConfig):

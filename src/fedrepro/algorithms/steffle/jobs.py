@@ -41,7 +41,7 @@ from fedrepro.privacy import steffle as thm
 
 from fedrepro.privacy import steffle as accounting
 from .baselines import BaselineConfig, FedFDPTrainer, GroupGapTrainer, TranTrainer
-from .common import BatchSchedule, FairData
+from .base import BatchSchedule, FairData
 from .sgda import SGDAConfig, SteffleTrainer
 
 log = logging.getLogger(__name__)

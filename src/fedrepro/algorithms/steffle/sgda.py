@@ -52,7 +52,7 @@ import torch
 from fedrepro.fl.transport import Wire
 
 from . import fermi
-from .common import FairData, GridTrainer, ScheduleConfig, clip_coef, strata
+from .base import FairData, GridTrainer, ScheduleConfig, clip_coef, strata
 
 W_STEPS = ("capped", "fixed")
 
