@@ -55,6 +55,16 @@ def test_checkpoint_every_k_rounds_resumes_from_last_saved(tmp_path, blobs, clie
     pd.testing.assert_frame_equal(run_rounds(build(blobs, clients, 5), 6, checkpoint), uninterrupted)
 
 
+def test_an_unreadable_checkpoint_is_dropped_and_the_run_starts_over(tmp_path, blobs, clients, caplog):
+    uninterrupted = run_rounds(build(blobs, clients, 4), 3)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1)
+    checkpoint.path.write_bytes(b"not a checkpoint")
+    with caplog.at_level("WARNING"):
+        pd.testing.assert_frame_equal(run_rounds(build(blobs, clients, 4), 3, checkpoint), uninterrupted)
+    assert "ckpt.pt is unreadable" in caplog.text
+    assert torch.load(checkpoint.path, weights_only=False)["rounds_done"] == 3
+
+
 def test_same_seed_same_numbers_different_seed_different(blobs, clients):
     a = run_rounds(build(blobs, clients, 7), 4)
     b = run_rounds(build(blobs, clients, 7), 4)

@@ -1,7 +1,12 @@
 """The round loop every method shares, with checkpoint and exact resume.
 
+A round is one call of `algorithm.round(t)` and one row of the job's metrics: a communication
+round for FedSC, FedAL and FedAvg, an evaluation period for DPZV (a fraction of an epoch), an
+epoch for SteFFLe. The top-level config key `checkpoint_every` counts these rounds, for every
+paper.
+
 Checkpoint policy (docs/architecture.md, "Checkpoints"): a checkpoint is due after every
-`every`-th round (`checkpoint_every`, rounds), but when `minutes` is set (`checkpoint_minutes`,
+`every`-th round (`checkpoint_every`), but when `minutes` is set (`checkpoint_minutes`,
 paper scale: 10) a due round is only written once at least that much wall time has passed since
 the last write; the last round is always written. A file holds exactly what exact resume needs:
 rounds done, the metric rows so far, every global RNG state and the algorithm's `state_dict()`.
@@ -9,9 +14,11 @@ It is written with `fedrepro.pipeline.atomic_write` (a temporary file in the sam
 over the old one), so a kill at any moment leaves either the previous or the new checkpoint, never
 a torn one; under the wall-time policy the file and the rename are also fsynced, so a node crash
 cannot leave a torn file either (about 20 ms per write: skipped at quick scale, which writes every
-round). It is read back onto the CPU (`map_location="cpu"`), so a run checkpointed on a GPU node
-resumes on a CPU-only node and back: `nn.Module.load_state_dict` and the optimisers copy into the
-algorithm's own tensors on its own device, and RNG states must be CPU tensors anyway.
+round). A file that cannot be read all the same (a disk fault) is named in the log, removed, and
+the run starts from round 1. It is read back onto the CPU (`map_location="cpu"`), so a run
+checkpointed on a GPU node resumes on a CPU-only node and back: `nn.Module.load_state_dict` and
+the optimisers copy into the algorithm's own tensors on its own device, and RNG states must be
+CPU tensors anyway.
 """
 
 from __future__ import annotations
@@ -117,7 +124,13 @@ class Checkpoint:
         """Load the checkpoint if there is one; returns (rounds done, metric rows)."""
         if not self.path.exists():
             return 0, []
-        state = torch.load(self.path, map_location="cpu", weights_only=False)
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=False)
+        except Exception as error:  # noqa: BLE001 (any unreadable file: start over, never crash)
+            log.warning("checkpoint %s is unreadable (%s: %s); running from round 1", self.path,
+                        type(error).__name__, error)
+            self.path.unlink()
+            return 0, []
         algorithm.load_state_dict(state["algorithm"])
         seeding.set_rng_state(state["rng"])
         log.info("resumed %s after round %d", self.path, state["rounds_done"])
