@@ -1,10 +1,11 @@
 # Two entry points for a fresh machine (Python 3.11): `make reproduce` and `make test`.
 # Both create .venv and install everything from this repository's own files first.
+# `make lint` runs the checks CI runs before the tests (the same as .pre-commit-config.yaml).
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install reproduce test bench
+.PHONY: install reproduce test lint bench
 
 install: $(VENV)/.installed
 
@@ -12,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,lint]"
 	touch $@
 
 reproduce: install
@@ -20,6 +21,14 @@ reproduce: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# ruff and snakefmt settings: pyproject.toml. `snakemake --lint` only parses the workflow; its
+# results folder is a name under .snakemake/ so that linting never touches results/.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile workflow
+	$(BIN)/snakemake --lint --config results=.snakemake/lint-results
 
 # The paper-scale smoke test: every paper-scale rule through Snakemake on tiny generated real-format
 # data (tests/paperscale/test_smoke.py). Not part of `make test`: an estimated 19 CPU-minutes

@@ -1,4 +1,9 @@
 # fedrepro: one pipeline for FedSC, DPZV, FedAL and SteFFLe (see README.md).
+from snakemake.utils import min_version
+
+# the major version pyproject.toml pins; `workflow.config_settings` below is Snakemake's 8+ API
+min_version("9.0")
+
 from fedrepro.config import check_config, check_config_files, coerce_overrides, enabled_papers
 
 
