@@ -10,7 +10,7 @@ from torch import nn
 from fedrepro.algorithms.fedal.cfd import CFD
 from fedrepro.algorithms.fedal.client import Client
 from fedrepro.algorithms.fedal.discriminator import Discriminator
-from fedrepro.algorithms.fedal.distill import FedAL, build
+from fedrepro.algorithms.fedal.fedal import FedAL, build
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fd import FD
 from fedrepro.algorithms.fedal.feddf import FedDF

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from fedrepro.algorithms.fedal import cfd as cfd_module
 from fedrepro.algorithms.fedal import feddf as feddf_module
 from fedrepro.algorithms.fedal.cfd import CFD
-from fedrepro.algorithms.fedal.distill import AdversarialConfig, FedAL
+from fedrepro.algorithms.fedal.fedal import AdversarialConfig, FedAL
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fd import FD
 from fedrepro.algorithms.fedal.feddf import FedDF

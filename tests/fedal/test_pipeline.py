@@ -229,7 +229,7 @@ def test_discriminator_note_names_an_inert_adversary():
 def test_chance_level_runs_are_named_in_the_summary():
     import torch
 
-    from fedrepro.algorithms.fedal.distill import FedAL
+    from fedrepro.algorithms.fedal.fedal import FedAL
 
     from .helpers import POOL, config, make_data
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.fedal import cfd, distill, fccl, fd, fedavg, feddf, fedproto, jobs
+from fedrepro.algorithms.fedal import cfd, fccl, fd, fedal, fedavg, feddf, fedproto, jobs
 from fedrepro.algorithms.fedal.client import arch_key
 from fedrepro.algorithms.fedal.base import TrainConfig
 
@@ -49,7 +49,7 @@ def test_adversarial_config_reads_the_discriminator_and_defaults_form_and_order(
 
 def test_fedal_build_passes_the_switches_discriminator_and_diagnostics():
     data = make_data()
-    algo = distill.build(data, POOL, config(), 0, {"method": "fedal", "discriminator": DISC,
+    algo = fedal.build(data, POOL, config(), 0, {"method": "fedal", "discriminator": DISC,
                                                    "diagnostics": {"every_rounds": 2, "batches": 3}})
     assert (algo.use_al, algo.use_lf) == (True, True)
     assert (algo.diag_every, algo.diag_batches) == (2, 3)
@@ -58,12 +58,12 @@ def test_fedal_build_passes_the_switches_discriminator_and_diagnostics():
     assert (adversary.opt.lr, adversary.temperature, adversary.form, adversary.update) == (
         0.25, 3.5, "saturating", "before_grad")
     assert type(adversary.opt).__name__ == "SGD"
-    off = distill.build(data, POOL, config(), 0, {"method": "fedal", "use_al": False, "use_lf": False})
+    off = fedal.build(data, POOL, config(), 0, {"method": "fedal", "use_al": False, "use_lf": False})
     assert (off.use_al, off.use_lf, off.server.adversary, off.diag_every) == (False, False, None, 0)
     # the ablations ignore the switches
-    lf = distill.build(data, POOL, config(), 0, {"method": "fedmd_lf", "use_al": True, "discriminator": DISC})
+    lf = fedal.build(data, POOL, config(), 0, {"method": "fedmd_lf", "use_al": True, "discriminator": DISC})
     assert (lf.use_al, lf.use_lf, lf.server.adversary) == (False, True, None)
-    md = distill.build(data, POOL, config(), 0, {"method": "fedmd", "use_lf": True})
+    md = fedal.build(data, POOL, config(), 0, {"method": "fedmd", "use_lf": True})
     assert (md.use_al, md.use_lf) == (False, False)
 
 

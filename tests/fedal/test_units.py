@@ -16,7 +16,7 @@ from fedrepro.algorithms.fedal.cfd import CFD
 from fedrepro.algorithms.fedal.client import Client, arch_key, assign_architectures, build_client_model
 from fedrepro.algorithms.fedal.diagnostics import chunks_of, gradient_variance
 from fedrepro.algorithms.fedal.discriminator import payoff_grads
-from fedrepro.algorithms.fedal.distill import FedAL
+from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fd import FD
 from fedrepro.algorithms.fedal.fedavg import FedAvg

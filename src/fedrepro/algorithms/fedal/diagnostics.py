@@ -49,7 +49,7 @@ def chunks_of(n: int, batch: int, limit: int, seed: int) -> list[torch.Tensor]:
 
 
 def fedal_variances(algo, anchors: dict, batches: int, seed: int) -> dict[str, float]:
-    """The six sigma^2 of Fig. 6 for client 0 of a FedAL run (`algo` is a distill.FedAL)."""
+    """The six sigma^2 of Fig. 6 for client 0 of a FedAL run (`algo` is a fedal.FedAL)."""
     client, b = algo.clients[0], algo.cfg.batch_size
     model, params = client.model, [p for p in client.model.parameters()]
     local = chunks_of(len(client.y), b, batches, seed)

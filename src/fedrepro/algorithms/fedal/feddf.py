@@ -35,7 +35,7 @@ import torch
 from fedrepro.fl.optim import Adam
 
 from fedrepro.algorithms.fedal.client import build_client_model, frozen_logits
-from fedrepro.algorithms.fedal.distill import AdversarialConfig
+from fedrepro.algorithms.fedal.fedal import AdversarialConfig
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.fedavg import local_update, state_of
 from fedrepro.algorithms.fedal.kd import kl_to_probs, less_forgetting, surrogate_from_grad, tempered_softmax

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from fedrepro.algorithms.fedal.distill import AdversarialConfig
+from fedrepro.algorithms.fedal.fedal import AdversarialConfig
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig
 
 Builder = Callable[[FedData, list, TrainConfig, int, dict], Federation]
