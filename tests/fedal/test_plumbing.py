@@ -126,7 +126,7 @@ def test_fedproto_fd_fedavg_builds_read_their_keys():
     assert isinstance(avg, fedavg.FedAvg) and avg.num_clients == data.num_clients
 
 
-@pytest.mark.parametrize("module", [cfd, distill, fccl, fd, fedavg, feddf, fedproto])
+@pytest.mark.parametrize("module", [cfd, fccl, fd, fedal, fedavg, feddf, fedproto])
 def test_run_job_hands_the_job_and_its_builder_to_jobs_run(module, monkeypatch):
     calls = []
     monkeypatch.setattr(jobs, "run", lambda job, build: calls.append((job, build)))
