@@ -164,6 +164,36 @@ def test_command_line_overrides_get_yaml_types(config):
     check_config(config, SCHEMAS)
 
 
+def snakemake_overrides(config: dict, *entries: str) -> dict:
+    """`config` as the Snakefile sees it after `snakemake --config ENTRIES`: parsed by Snakemake's own
+    command-line parser, merged into the config file's values, then typed by `coerce_overrides`."""
+    from snakemake.cli import parse_config
+    from snakemake.utils import update_config
+
+    overrides = parse_config(list(entries))
+    update_config(config, overrides)
+    coerce_overrides(config, overrides)
+    return config
+
+
+def test_snakemake_command_line_true_1_and_null_validate(config):
+    """Snakemake's parser keeps 'true', 'null' and every value inside a mapping as strings; the schema
+    wants a boolean, null and integers there."""
+    config = snakemake_overrides(config, "channels_last=true", "compile=False", "checkpoint_every=1",
+                                 "checkpoint_minutes=null", "fedavg={seeds: [0, 1], seeds_per_job: 1}",
+                                 "results=/tmp/true")
+    assert config["channels_last"] is True and config["compile"] is False
+    assert config["checkpoint_every"] == 1 and config["checkpoint_minutes"] is None
+    assert config["fedavg"]["seeds"] == [0, 1] and config["fedavg"]["seeds_per_job"] == 1
+    assert config["results"] == "/tmp/true" and config["fedavg"]["dataset"] == "digits"
+    check_config(config, SCHEMAS)
+
+
+def test_a_command_line_value_of_the_wrong_type_names_its_key(config):
+    config = snakemake_overrides(config, "channels_last=maybe")
+    assert "config key 'channels_last': 'maybe' is not of type 'boolean'" in error_of(config)
+
+
 def test_config_check_command_names_file_and_line_and_validates_the_merge(tmp_path, capsys):
     """`python -m fedrepro.config FILES`: what Snakemake's own `--configfile` reader cannot say."""
     from fedrepro.config import main
