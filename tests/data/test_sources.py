@@ -71,7 +71,7 @@ def test_missing_and_offline_names_dataset_files_path_and_url(tmp_path, monkeypa
     assert str(tmp_path / "svhn" / "train_32x32.mat") in msg
     assert "http://ufldl.stanford.edu/housenumbers/train_32x32.mat" in msg
     assert "network is unreachable" in msg and "e26dedcc434d2e4c54c9b2d4a06d8373" in msg
-    assert not list((tmp_path / "svhn").glob("*.part"))
+    assert not list((tmp_path / "svhn").glob(".*")), "no temporary file may be left behind"
 
 
 def test_download_disabled_says_so(tmp_path):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedrepro.pipeline import atomic_write
+
 CORE = ("x_train", "y_train", "x_test", "y_test")
 
 
@@ -19,6 +21,14 @@ class Prepared:
     y_test: np.ndarray
     extras: dict[str, np.ndarray] = field(default_factory=dict)  # s_train, group_train, age_train, ...
     meta: dict = field(default_factory=dict)
+
+
+def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
+    """`np.savez` of `arrays` to `path`, atomically (`fedrepro.pipeline.atomic_write`)."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as stream:   # a file object keeps numpy from appending ".npz"
+            np.savez(stream, **arrays)
+    return atomic_write(path, write)
 
 
 def load_prepared(directory: str | Path) -> Prepared:

@@ -6,6 +6,7 @@ from fedrepro.data import synthetic
 from fedrepro.data.prepared import Built, xy
 from fedrepro.data.tabular import TabularSpec, tabular_arrays
 
+
 def _generator_kwargs(opts: dict) -> dict:
     return {k: v for k, v in opts.items() if k != "source"}
 

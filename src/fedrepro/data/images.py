@@ -9,6 +9,7 @@ import numpy as np
 from fedrepro.data import formats
 from fedrepro.data.prepared import Built, fetch_raw, xy
 
+
 def digits(data_root, opts) -> Built:
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split

@@ -38,13 +38,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+
+from fedrepro.data.arrays import save_npz
 
 KINDS = ("horizontal", "vertical")
 
@@ -512,8 +512,6 @@ def check_partition(p: Partition, n: int, cover: bool = False) -> None:
 
 def save_partition(p: Partition, path: str | os.PathLike) -> None:
     """Write ``p`` to ``path`` (npz) atomically: a temporary file in the same folder, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {"kind": np.array(p.kind), "meta": np.array(json.dumps(p.meta, sort_keys=True))}
     for k, idx in enumerate(p.clients):
         arrays[f"client_{k}"] = idx
@@ -522,14 +520,7 @@ def save_partition(p: Partition, path: str | os.PathLike) -> None:
     for k, (idx, shape) in enumerate(zip(p.features, p.feature_shapes)):
         arrays[f"feature_{k}"] = idx
         arrays[f"shape_{k}"] = np.array(shape, dtype=np.int64)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    save_npz(path, arrays)
 
 
 def load_partition(path: str | os.PathLike) -> Partition:

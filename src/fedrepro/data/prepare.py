@@ -23,8 +23,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fedrepro.data.prepared import (DEFAULT_OPTIONS, SOURCE_CHOICES, Built, channel_stats, check_arrays,  # noqa: F401
-                                    prepare_with, resolve_options)
+from fedrepro.data.prepared import (  # noqa: F401
+    DEFAULT_OPTIONS,
+    SOURCE_CHOICES,
+    Built,
+    channel_stats,
+    check_arrays,
+    prepare_with,
+    resolve_options,
+)
 from fedrepro.registry import resolve
 
 # Each data set's builder, by module and function: a prepare job runs (and depends on) only its

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from fedrepro.data import sources
+from fedrepro.data.arrays import save_npz
 from fedrepro.data.catalog import get as catalog_get
+from fedrepro.pipeline import atomic_write_text
 
 DEFAULT_OPTIONS: dict[str, dict] = {
     "digits": {"seed": 0, "test_fraction": 0.25},
@@ -118,23 +119,6 @@ def channel_stats(x: np.ndarray, channel_axis: int, chunk: int = 4096) -> tuple[
     return mean.tolist(), std.tolist()
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-def _write_npz(arrays: dict):
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:      # a file object keeps numpy from appending ".npz"
-            np.savez(f, **arrays)
-    return write
-
-
 def prepare_with(build: Callable, name: str, out_dir: str | os.PathLike, data_root: str | os.PathLike,
                  options: dict | None = None) -> Path:
     """Build dataset `name` with `build(data_root, options)` (its builder) and write
@@ -159,6 +143,6 @@ def prepare_with(build: Callable, name: str, out_dir: str | os.PathLike, data_ro
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "arrays.npz", _write_npz(built.arrays))
-    _atomic_write(out / "meta.json", lambda tmp: tmp.write_text(json.dumps(meta, indent=1, default=str)))
+    save_npz(out / "arrays.npz", built.arrays)
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=1, default=str))
     return out

@@ -7,7 +7,8 @@ each file in this order:
 1. a pre-staged copy in `data_root/<dataset>/<filename>` (offline clusters);
 2. a copy shipped inside the package (`fedrepro/data/files/*.gz`: Adult, Credit Card),
    decompressed into `data_root/<dataset>/`;
-3. a download (urllib, to a temporary file in the target folder, then an atomic rename).
+3. a download (urllib, to a temporary file in the target folder, then an atomic rename:
+   `fedrepro.pipeline.atomic_write`).
 
 Every copy is checked against its checksum. Where no checksum is published
 (`md5 = sha256 = None`, each marked with a comment) the file's sha256 is computed,
@@ -26,12 +27,12 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.request import urlopen
 
 from fedrepro.data.catalog import get as catalog_get
+from fedrepro.pipeline import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -311,36 +312,27 @@ def _html_hint(path: Path) -> str:
 def _from_shipped(raw: RawFile, target: Path) -> FetchedFile:
     shipped = SHIPPED_DIR / raw.shipped
     digests, ok = verify(raw, shipped, gunzip=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_path(target)
-    try:
+
+    def gunzip(tmp: Path) -> None:
         with gzip.open(shipped, "rb") as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, _CHUNK)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    atomic_write(target, gunzip)
     return FetchedFile(raw.filename, target, "shipped", None, digests, ok)
-
-
-def _temp_path(target: Path) -> Path:
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    os.close(fd)
-    return Path(name)
 
 
 def _download(raw: RawFile, url: str, target: Path, timeout: float) -> FetchedFile:
     """Download `url` to a temporary file beside `target`, verify, then rename."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_path(target)
-    try:
+    checked = {}
+
+    def download_and_verify(tmp: Path) -> None:
         log.info("downloading %s -> %s", url, target)
         with urlopen(url, timeout=timeout) as response, open(tmp, "wb") as dst:
             shutil.copyfileobj(response, dst, _CHUNK)
-        digests, ok = verify(raw, tmp)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return FetchedFile(raw.filename, target, "downloaded", url, digests, ok)
+        checked["digests"], checked["ok"] = verify(raw, tmp)
+
+    atomic_write(target, download_and_verify)
+    return FetchedFile(raw.filename, target, "downloaded", url, checked["digests"], checked["ok"])
 
 
 def fetch_file(raw: RawFile, folder: str | os.PathLike, allow_download: bool = True,

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from fedrepro.data import formats, sources
 from fedrepro.data.prepared import Built, fetch_raw
+
 
 @dataclass(frozen=True)
 class TabularSpec:

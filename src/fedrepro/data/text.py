@@ -5,6 +5,7 @@ from __future__ import annotations
 from fedrepro.data import formats, sources
 from fedrepro.data.prepared import Built, fetch_raw, xy
 
+
 def _tokenize(texts, opts):
     if opts["tokenizer"] == "hash":
         return formats.hash_tokenize(texts, opts["length"], opts["chunks"], opts["vocab_size"])
