@@ -18,11 +18,11 @@ from fedrepro.algorithms.fedsc import fedx as fedx_mod
 from fedrepro.algorithms.fedsc import sc as sc_mod
 from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.byol import FedBYOL, FedEMA, FedU
-from fedrepro.algorithms.fedsc.dpcalr import clipped_correlation
 from fedrepro.algorithms.fedsc.fedca import FedCA
 from fedrepro.algorithms.fedsc.fedx import FedX
 from fedrepro.algorithms.fedsc.loss import alpha_schedule
 from fedrepro.algorithms.fedsc.sc import FedSC
+from fedrepro.privacy.fedsc import clipped_correlation
 from tests.fedsc.helpers import tiny_spec
 
 torch.set_num_threads(1)

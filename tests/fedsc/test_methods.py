@@ -106,7 +106,8 @@ def test_single_client_fedsc_is_centralized_sc(tiny_digits):
     from dataclasses import replace
 
     from fedrepro.algorithms.fedsc.base import local_sgd
-    from fedrepro.algorithms.fedsc.loss import local_loss, normclip
+    from fedrepro.algorithms.fedsc.loss import local_loss
+    from fedrepro.privacy.mechanisms import normclip
 
     one = replace(tiny_digits, clients=[torch.arange(tiny_digits.x_train.shape[0])])
     torch.manual_seed(0)

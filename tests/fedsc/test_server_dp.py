@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.fedsc.dpcalr import clipped_correlation, dp_calr
 from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out
+from fedrepro.privacy.fedsc import clipped_correlation, dp_calr
 
 
 def _mats(j, h=4, seed=0):

@@ -165,7 +165,7 @@ def fedsc_release_scores(runs: int, sigma: float, mu: float, local_size: int, sh
     """
     import torch
 
-    from fedrepro.algorithms.fedsc.dpcalr import clipped_correlation, dp_calr
+    from fedrepro.privacy.fedsc import clipped_correlation, dp_calr
 
     if hidden < 2 or local_size < 1 or shares < 1 or runs < 1:
         raise ValueError("fedsc audit needs hidden >= 2 and local_size, shares, runs >= 1")

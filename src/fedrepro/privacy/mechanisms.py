@@ -7,6 +7,7 @@ gives the same noise on CPU, independently of the global RNG state.
 from __future__ import annotations
 
 import math
+
 import torch
 
 
@@ -32,13 +33,27 @@ def clip_by_norm(x: torch.Tensor, c: float, dim: int | tuple[int, ...] = -1) -> 
     return x * factor
 
 
+def normclip(z: torch.Tensor, mu: float | None) -> torch.Tensor:
+    """FedSC's NormClip(z, sqrt(mu)) on each row (Algorithm 2, line 5; also in its training loss).
+
+    ``mu`` is the radius squared, so every row ends with ||z||^2 <= mu; ``mu=None`` or ``inf``
+    returns ``z`` itself (no clipping).
+    """
+    if mu is None or math.isinf(mu):
+        return z
+    if mu <= 0:
+        raise ValueError(f"mu must be > 0 (NormClip radius^2), got {mu}")
+    norms = z.norm(dim=-1, keepdim=True)
+    factor = torch.clamp(math.sqrt(mu) / norms.clamp_min(1e-12), max=1.0)
+    return z * factor
+
+
 def clip_scalar(x: torch.Tensor, c: float, two_sided: bool = True) -> torch.Tensor:
     """Clip scalars elementwise to ``[-c, c]`` (``two_sided=True``) or to ``(-inf, c]``.
 
     DPZV writes clip_C(d) = min{d, C} (one-sided), but its privacy proof needs
-    |clip_C(d)| <= C, i.e. two-sided clipping; the spec's DECISION makes
-    two-sided the default and keeps the one-sided form as an option. Only the
-    two-sided form bounds the sensitivity.
+    |clip_C(d)| <= C, i.e. two-sided clipping, hence the default; the one-sided
+    form stays an option. Only the two-sided form bounds the sensitivity.
     """
     c = _check_bound("clip threshold c", c)
     if two_sided:

@@ -1,41 +1,26 @@
-"""The spectral contrastive (SC) objective and FedSC's local loss (spec §1.1-1.3, §1.6).
+"""The spectral contrastive (SC) objective and FedSC's local loss (Sections 3 and 5, App. A and C).
 
 Views are passed as one tensor `views` of shape (2V, B, H): view v and view v+V
 of sample b form a positive pair. Everything is a pure function of the
-representations so that the paper's identities (spec §5) can be checked exactly.
+representations so that the paper's identities (Eqs. 1, 4 and 6) can be checked exactly.
+The representations reach these functions already NormClipped
+(`fedrepro.privacy.mechanisms.normclip`: the authors' code clips in the training loss too).
 
-* `normclip(z, mu)`: NormClip(z, sqrt(mu)) row-wise (HaoChen et al.'s trick; the
-  official code applies it in the training loss too, spec DECISION 2).
-* `correlations(views)`: (R+^, R^) of §1.3, R+^ = 1/(2BV) sum_v (Z_v^T Z_{v+V} + Z_{v+V}^T Z_v),
+* `correlations(views)`: (R+^, R^) of Section 5.2, R+^ = 1/(2BV) sum_v (Z_v^T Z_{v+V} + Z_{v+V}^T Z_v),
   R^ = 1/(2BV) sum_v Z_v^T Z_v.
 * `sc_loss_matrix` / `sc_loss_pairwise`: Eq. 1 in matrix and pairwise form.
 * `local_loss(views, alpha, r_minus, scale)`: Eq. 80 (Eq. 5 with q_j -> alpha),
   `scale * (-Tr R+ + alpha/2 ||R||^2 + (1-alpha) Tr(R r_minus))`; r_minus is a
-  constant. `scale=2` is the official code's form, for which its learning rates
-  are tuned (spec DECISION 1).
-* `decomposed_global_loss` (Eq. 4) and `fedavg_gap` (spec §5 item 4).
+  constant. `scale=2` is the authors' code's form, for which its learning rates
+  are tuned.
+* `decomposed_global_loss` (Eq. 4) and `fedavg_gap` (Eq. 3 made quantitative:
+  sum_j q_j L(D_j) - L(D) = 1/2 sum_j q_j ||R_j - R_bar||^2).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
-
-
-def normclip(z: Tensor, mu: float | None) -> Tensor:
-    """Scale each row of `z` so that ||z||_2 <= sqrt(mu); rows inside the ball are unchanged.
-
-    `mu=None` or `inf` disables clipping.
-    """
-    if mu is None or math.isinf(mu):
-        return z
-    if mu <= 0:
-        raise ValueError(f"mu must be > 0 (NormClip radius^2), got {mu}")
-    norms = z.norm(dim=-1, keepdim=True)
-    factor = torch.clamp(math.sqrt(mu) / norms.clamp_min(1e-12), max=1.0)
-    return z * factor
 
 
 def _check_views(views: Tensor) -> tuple[int, int, int]:
@@ -46,7 +31,7 @@ def _check_views(views: Tensor) -> tuple[int, int, int]:
 
 
 def correlations(views: Tensor) -> tuple[Tensor, Tensor]:
-    """(R+^, R^) of spec §1.3 from views of shape (2V, B, H)."""
+    """(R+^, R^) of Section 5.2 from views of shape (2V, B, H)."""
     v, b, _ = _check_views(views)
     first, second = views[:v].flatten(0, 1), views[v:].flatten(0, 1)
     cross = first.T @ second
@@ -120,7 +105,7 @@ def decomposed_global_loss(client_views: list[Tensor], q: list[float]) -> Tensor
 
 
 def fedavg_gap(client_views: list[Tensor], q: list[float]) -> Tensor:
-    """1/2 sum_j q_j ||R_j - R_bar||_F^2, which equals sum_j q_j L(D_j) - L(D) (spec §5 item 4)."""
+    """1/2 sum_j q_j ||R_j - R_bar||_F^2, which equals sum_j q_j L(D_j) - L(D) (Eq. 3 made quantitative)."""
     rs = [correlations(v)[1] for v in client_views]
     r_bar = sum(qj * r for qj, r in zip(q, rs))
     return 0.5 * sum(qj * ((r - r_bar) ** 2).sum() for qj, r in zip(q, rs))

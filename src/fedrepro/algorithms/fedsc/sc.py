@@ -42,9 +42,10 @@ import torch
 
 from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd, uniform_or_size_weights
-from fedrepro.algorithms.fedsc.dpcalr import dp_calr
-from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss, normclip
+from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss
 from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out
+from fedrepro.privacy.fedsc import dp_calr
+from fedrepro.privacy.mechanisms import normclip
 
 SENS_FACTORS = {"one": 1.0, "sqrt2": math.sqrt(2.0)}  # fedrepro.privacy.fedsc's PAPER_/RIGOROUS_SENS_FACTOR
 
