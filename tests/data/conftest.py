@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from fedrepro.data import sources
-from tests.data.formats import (make_amazon, make_celeba, make_cifar, make_cinic, make_mnist, make_modelnet,
-                                make_svhn, png_bytes, write_idx)
+from tests.data.formats import (
+    make_amazon,
+    make_celeba,
+    make_cifar,
+    make_cinic,
+    make_mnist,
+    make_modelnet,
+    make_svhn,
+    png_bytes,
+    write_idx,
+)
 
 
 @pytest.fixture

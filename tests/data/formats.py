@@ -21,7 +21,6 @@ import numpy as np
 from PIL import Image
 
 
-
 def write_idx(path: Path, array: np.ndarray, gz: bool = True) -> None:
     header = bytes([0, 0, 0x08, array.ndim]) + b"".join(struct.pack(">I", d) for d in array.shape)
     payload = header + array.astype(np.uint8).tobytes()

@@ -235,13 +235,21 @@ def test_source_shipped_option_reads_the_shipped_copy_and_is_checked(tmp_path, m
 ])
 def test_the_fit_check_knows_the_prepared_sample_shape(tmp_path, name, options):
     """fedrepro.experiments.fit checks models against `sample_shape`: it must be what preparing gives."""
-    from fedrepro.data.prepare import resolve_options
-    from fedrepro.experiments.fit import num_classes, sample_shape
+    from fedrepro.data.prepare import resolve_options, sample_shape
+    from fedrepro.experiments.fit import num_classes
 
     p = load_prepared(prepare_dataset(name, tmp_path, tmp_path, options))
     resolved = resolve_options(name, options)
     assert p.x_train.shape[1:] == sample_shape(name, resolved)
     assert int(p.meta["num_classes"]) == num_classes(name, resolved)
+
+
+def test_option_dependent_sample_shapes_agree_with_the_catalog_at_default_options():
+    from fedrepro.data.catalog import DATASETS
+    from fedrepro.data.prepare import SAMPLE_SHAPES, resolve_options, sample_shape
+
+    for name in SAMPLE_SHAPES:
+        assert sample_shape(name, resolve_options(name, {})) == DATASETS[name].input_shape, name
 
 
 PREPARE_UNDER_RECORDER = """

@@ -16,9 +16,17 @@ def synthetic_text(data_root, opts) -> Built:
     return Built(xy(x_tr, y_tr, x_te, y_te), {"class_names": ["negative", "positive"], "tokenizer": info})
 
 
+def synthetic_text_shape(opts) -> tuple[int, ...]:
+    return (opts["length"],)
+
+
 def synthetic_multiview(data_root, opts) -> Built:
     arrays = xy(*synthetic.synthetic_multiview(**_generator_kwargs(opts)))
     return Built(arrays, {"views": opts["views"], "num_classes": opts["num_classes"]})
+
+
+def synthetic_multiview_shape(opts) -> tuple[int, ...]:
+    return (opts["views"], opts["channels"], opts["size"], opts["size"])
 
 
 SYNTHETIC_TABULAR = TabularSpec(

@@ -71,7 +71,19 @@ def celeba(data_root, opts) -> Built:
     return Built(arrays, meta, fetched)
 
 
+def celeba_shape(opts) -> tuple[int, ...]:
+    """One prepared CelebA sample: RGB, image_size x image_size (LEAF's 84 by default)."""
+    return (3, opts["image_size"], opts["image_size"])
+
+
+MODELNET_VIEWS = 12   # shaded views per object, MVCNN's (Su et al. 2015) first setup
+
+
 def modelnet(data_root, opts) -> Built:
     fetched = fetch_raw("modelnet40", data_root, opts)
-    arrays = xy(*formats.read_modelnet_views(fetched[0].path, opts["resolution"], 12, opts["channels"]))
-    return Built(arrays, {"class_names": list(formats.MODELNET40_CLASSES), "views": 12}, fetched)
+    arrays = xy(*formats.read_modelnet_views(fetched[0].path, opts["resolution"], MODELNET_VIEWS, opts["channels"]))
+    return Built(arrays, {"class_names": list(formats.MODELNET40_CLASSES), "views": MODELNET_VIEWS}, fetched)
+
+
+def modelnet_shape(opts) -> tuple[int, ...]:
+    return (MODELNET_VIEWS, opts["channels"], opts["resolution"], opts["resolution"])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fedrepro.data.catalog import get as catalog_get
 from fedrepro.data.prepared import (  # noqa: F401
     DEFAULT_OPTIONS,
     SOURCE_CHOICES,
@@ -48,6 +49,21 @@ BUILDERS: dict[str, str] = {
     "synthetic_text": "fedrepro.data.generated:synthetic_text",
     "synthetic_tabular": "fedrepro.data.generated:synthetic_tabular",
 }
+
+# The shape of one prepared sample where the data set's options change it: a function of the
+# resolved options beside its builder. Every other data set's is its catalog `input_shape`.
+SAMPLE_SHAPES: dict[str, str] = {
+    "celeba": "fedrepro.data.images:celeba_shape", "modelnet40": "fedrepro.data.images:modelnet_shape",
+    "amazon_polarity": "fedrepro.data.text:amazon_shape",
+    "synthetic_multiview": "fedrepro.data.generated:synthetic_multiview_shape",
+    "synthetic_text": "fedrepro.data.generated:synthetic_text_shape",
+}
+
+
+def sample_shape(name: str, options: dict) -> tuple[int, ...]:
+    """Shape of one prepared sample of data set `name` under its resolved preparation `options`."""
+    shape = resolve(SAMPLE_SHAPES[name])(options) if name in SAMPLE_SHAPES else catalog_get(name).input_shape
+    return tuple(int(s) for s in shape)
 
 
 def prepare_dataset(name: str, out_dir: str | os.PathLike, data_root: str | os.PathLike,

@@ -22,3 +22,8 @@ def amazon(data_root, opts) -> Built:
     x_te, _ = _tokenize(t_te, opts)
     return Built(xy(x_tr, y_tr, x_te, y_te),
                  {"class_names": ["negative", "positive"], "tokenizer": info}, fetched)
+
+
+def amazon_shape(opts) -> tuple[int, ...]:
+    """One prepared review: `length` token ids (its `chunks` chunks laid end to end)."""
+    return (opts["length"],)

@@ -5,8 +5,9 @@ cannot cut the sample, a text encoder whose vocabulary or length is too small) o
 fails inside a job, late and with a message such as `mat1 and mat2 shapes cannot be
 multiplied`. Here every model a config builds is built with the arguments its job passes,
 on PyTorch's meta device (no memory, no arithmetic), and run on one sample of the shape
-the data set's preparation produces (`sample_shape`, the catalog with the data set's own
-options). Each error names the config key and says what the data has.
+the data set's preparation produces (`fedrepro.data.prepare.sample_shape`: the catalog's, or
+the one the data set's own options give). Each error names the config key and says what the
+data has.
 """
 
 from __future__ import annotations
@@ -18,26 +19,11 @@ from pathlib import Path
 
 from fedrepro.data.catalog import DATASETS
 
-# Preparation options that change the shape of one sample, by data set (fedrepro.data.prepare).
-SAMPLE_SHAPES = {
-    "celeba": lambda o: (3, o["image_size"], o["image_size"]),
-    "modelnet40": lambda o: (12, o["channels"], o["resolution"], o["resolution"]),
-    "synthetic_multiview": lambda o: (o["views"], o["channels"], o["size"], o["size"]),
-    "synthetic_text": lambda o: (o["length"],),
-    "amazon_polarity": lambda o: (o["length"],),
-}
-
 
 def dataset_options(config: dict, dataset: str) -> dict:
     from fedrepro.data.prepared import resolve_options
 
     return resolve_options(dataset, config.get("datasets", {}).get(dataset, {}))
-
-
-def sample_shape(dataset: str, options: dict) -> tuple[int, ...]:
-    """Shape of one prepared sample of `dataset` under its resolved preparation `options`."""
-    shape = SAMPLE_SHAPES.get(dataset)
-    return tuple(int(s) for s in (shape(options) if shape else DATASETS[dataset].input_shape))
 
 
 def num_classes(dataset: str, options: dict) -> int:
@@ -48,6 +34,8 @@ class Data:
     """What a model must fit: one sample's shape, the classes, the token vocabulary (text)."""
 
     def __init__(self, config: dict, dataset: str):
+        from fedrepro.data.prepare import sample_shape
+
         options = dataset_options(config, dataset)
         self.name, self.kind = dataset, DATASETS[dataset].kind
         self.shape, self.classes = sample_shape(dataset, options), num_classes(dataset, options)
@@ -223,7 +211,7 @@ def dpzv_errors(config: dict) -> list[str]:
 def fedal_errors(config: dict) -> list[str]:
     section = config["fedal"]
     errors = []
-    for name, exp in section["experiments"].items():
+    for exp in section["experiments"].values():
         data = Data(config, exp["dataset"])
         for i, entry in enumerate(section["pools"][exp["pool"]]):
             errors += extractor_errors(f"fedal.pools.{exp['pool']}[{i}]", entry["name"],
