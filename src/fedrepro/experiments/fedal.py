@@ -19,13 +19,12 @@ variances). Pure Python: no torch.
 
 from __future__ import annotations
 
+from fedrepro.algorithms import method_table
 from fedrepro.data.partition import make_tag
 from fedrepro.experiments import Run, number_tag
 
 PAPER = "fedal"
-METHODS = ("fedal", "fedmd_lf", "fedmd", "fedproto", "cfd", "fccl", "fccl_plus", "fd", "fedavg",
-           "feddf", "feddf_al")
-ADVERSARIAL = {"fedal", "feddf_al"}
+METHODS = tuple(method_table(PAPER))
 TABLES = ("table4", "table5", "table6", "table7", "table8", "table9")
 CURVES = ("fig7", "fig8", "fig9", "fig10", "fig11")
 FIGURES = ("fig2", "fig4", "fig6", *CURVES)
@@ -79,12 +78,15 @@ def run_spec(config: dict, exp: dict, method: str, point: dict) -> dict:
     spec = {**section["train"], **({"lr": exp["lr"]} if "lr" in exp else {}), **method_keys,
             "method": method, "pool": section["pools"][exp["pool"]], "iterations": point["iterations"],
             "device": config.get("device", "auto"), "checkpoint_every": config.get("checkpoint_every", 1)}
-    adversarial = method == "feddf_al" or (method == "fedal" and method_keys.get("use_al", True))
-    if adversarial:
+    if _has(method, "adversarial") and method_keys.get("use_al", True):
         spec["discriminator"] = dict(section["discriminator"])
     if exp.get("diagnostics") and method == "fedal":
         spec["diagnostics"] = dict(exp["diagnostics"])
     return spec
+
+
+def _has(method: str, trait: str) -> bool:
+    return trait in method_table(PAPER)[method].traits
 
 
 def _planned(config: dict, name: str) -> list[tuple[dict, Run]]:
@@ -146,6 +148,18 @@ def _budget_errors(key: str, exp: dict, section: dict, method: str) -> list[str]
     return []
 
 
+def _pool_errors(key: str, exp: dict, section: dict) -> list[str]:
+    """Methods whose pool must hold one architecture (FedAvg) or several (FedDF-AL's discriminator)."""
+    if exp["pool"] not in section["pools"]:
+        return []
+    homogeneous = len(section["pools"][exp["pool"]]) == 1
+    needs = {"one_architecture": (homogeneous, "a one-architecture pool"),
+             "two_architectures": (not homogeneous, "at least two architectures")}
+    return [f"config key '{key}.methods': {method} needs {text}"
+            for method in exp["methods"] if method in METHODS
+            for trait, (met, text) in needs.items() if _has(method, trait) and not met]
+
+
 def check(config: dict) -> list[str]:
     """Cross-field errors the schema cannot express."""
     section = config[PAPER]
@@ -164,11 +178,7 @@ def check(config: dict) -> list[str]:
                 errors.append(f"config key '{key}.methods': {method!r} has no settings under {PAPER}.methods")
             else:
                 errors += _budget_errors(key, exp, section, method)
-        homogeneous = exp["pool"] in section["pools"] and len(section["pools"][exp["pool"]]) == 1
-        if "fedavg" in exp["methods"] and not homogeneous:
-            errors.append(f"config key '{key}.methods': fedavg needs a one-architecture pool")
-        if "feddf_al" in exp["methods"] and homogeneous:
-            errors.append(f"config key '{key}.methods': feddf_al needs at least two architectures")
+        errors += _pool_errors(key, exp, section)
     for name, out in section["outputs"].items():
         if name != "fig4" and out["experiment"] not in section["experiments"]:
             errors.append(f"config key '{PAPER}.outputs.{name}.experiment': {out['experiment']!r} "

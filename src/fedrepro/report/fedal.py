@@ -13,14 +13,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedrepro.algorithms import method_table
 from fedrepro.eval.health import Health, cell_status, verdict
-from fedrepro.experiments.fedal import parse_setting
+from fedrepro.experiments.fedal import PAPER, parse_setting
 from fedrepro.report import figures, tables
 from fedrepro.report.runs import identity, load_metrics, load_summaries
 
-NAMES = {"fedal": "FedAL", "fedmd_lf": "FedMD-LF", "fedmd": "FedMD", "fedproto": "FedProto", "cfd": "CFD",
-         "fccl": "FCCL", "fccl_plus": "FCCL+", "fd": "FD", "fedavg": "FedAvg", "feddf": "FedDF",
-         "feddf_al": "FedDF-AL"}
+NAMES = {name: row.label for name, row in method_table(PAPER).items()}
 CAPTIONS = {
     "table4": "Table IV: accuracy on CelebA (LEAF split) for N clients",
     "table5": "Table V: accuracy on CINIC-10 under Dirichlet(alpha)",
@@ -127,7 +126,7 @@ def claim_notes(finals: pd.DataFrame) -> list[str]:
             ours, theirs = part[part["method"] == "fedal"], part[part["method"] == other]
             if ours.empty or theirs.empty:
                 continue
-            sides = {"FedAL": _health(ours), NAMES[other]: _health(theirs)}
+            sides = {NAMES["fedal"]: _health(ours), NAMES[other]: _health(theirs)}
             if other == "fedmd_lf" and "disc_loss_final" in ours:
                 gap = (ours["disc_loss_final"] - ours["disc_log_n"]).abs()
                 if bool((gap < AT_LOG_N).all()):
@@ -192,7 +191,7 @@ def curve_figure(job) -> None:
     title = TITLES[spec["name"]] + _describe(frame)
     x_kind = spec.get("x", "uplink" if spec["name"] == "fig11" else "iteration")
     if x_kind == "uplink":  # CFD's quantised soft labels are not modelled: its volume is an upper bound
-        frame["method"] = frame["method"].replace({"CFD": "CFD (unquantised)"})
+        frame["method"] = frame["method"].replace({NAMES["cfd"]: f"{NAMES['cfd']} (unquantised)"})
     if x_kind == "uplink":
         x = "uplink per client (MB)"
         frame[x] = frame["uplink_mb_per_client"]
