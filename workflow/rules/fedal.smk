@@ -112,92 +112,25 @@ PAPER_TARGETS["fedal"] = [
 ]
 
 
+# one target rule per table and figure (`snakemake fedal_table7`); fig4's is fedal_fig4_target
+# because fedal_fig4 is the rule that draws it
+FEDAL_TARGETS = {
+    **{name: f"{FEDAL_OUT}/tables/{name}.md" for name in fedal_plan.TABLES},
+    **{name: f"{FEDAL_OUT}/figures/{name}.png" for name in fedal_plan.FIGURES},
+}
+
+for _output, _target in FEDAL_TARGETS.items():
+
+    rule:
+        name:
+            "fedal_fig4_target" if _output == "fig4" else f"fedal_{_output}"
+        localrule: True
+        input:
+            _target,
+
+
 localrules:
     fedal,
-    fedal_table4,
-    fedal_table5,
-    fedal_table6,
-    fedal_table7,
-    fedal_table8,
-    fedal_table9,
-    fedal_fig2,
-    fedal_fig4_target,
-    fedal_fig6,
-    fedal_fig7,
-    fedal_fig8,
-    fedal_fig9,
-    fedal_fig10,
-    fedal_fig11,
-
-
-rule fedal_table4:
-    input:
-        f"{FEDAL_OUT}/tables/table4.md",
-
-
-rule fedal_table5:
-    input:
-        f"{FEDAL_OUT}/tables/table5.md",
-
-
-rule fedal_table6:
-    input:
-        f"{FEDAL_OUT}/tables/table6.md",
-
-
-rule fedal_table7:
-    input:
-        f"{FEDAL_OUT}/tables/table7.md",
-
-
-rule fedal_table8:
-    input:
-        f"{FEDAL_OUT}/tables/table8.md",
-
-
-rule fedal_table9:
-    input:
-        f"{FEDAL_OUT}/tables/table9.md",
-
-
-rule fedal_fig2:
-    input:
-        f"{FEDAL_OUT}/figures/fig2.png",
-
-
-rule fedal_fig4_target:
-    input:
-        f"{FEDAL_OUT}/figures/fig4.png",
-
-
-rule fedal_fig6:
-    input:
-        f"{FEDAL_OUT}/figures/fig6.png",
-
-
-rule fedal_fig7:
-    input:
-        f"{FEDAL_OUT}/figures/fig7.png",
-
-
-rule fedal_fig8:
-    input:
-        f"{FEDAL_OUT}/figures/fig8.png",
-
-
-rule fedal_fig9:
-    input:
-        f"{FEDAL_OUT}/figures/fig9.png",
-
-
-rule fedal_fig10:
-    input:
-        f"{FEDAL_OUT}/figures/fig10.png",
-
-
-rule fedal_fig11:
-    input:
-        f"{FEDAL_OUT}/figures/fig11.png",
 
 
 rule fedal:
