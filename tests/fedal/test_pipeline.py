@@ -11,15 +11,16 @@ import numpy as np
 import pytest
 import yaml
 
+from fedrepro.algorithms import method_table
 from fedrepro.experiments import fedal as plan
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def quick_config() -> dict:
-    part = yaml.safe_load((ROOT / "configs/parts/fedal.quick.yaml").read_text())
-    return {"scale": "quick", "device": "cpu", "checkpoint_every": 1, "report": {"decimals": 2},
-            "fedal": part["fedal"]}
+    """The default run's keys a FedAL plan reads (config.yaml), on the CPU."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    return {**{key: config[key] for key in ("scale", "checkpoint_every", "report", "fedal")}, "device": "cpu"}
 
 
 def test_quick_plan_covers_every_method_and_alpha():
@@ -100,7 +101,7 @@ def _spec(method: str, **extra) -> dict:
     spec = {**section["train"], **section["methods"][method], "method": method,
             "pool": section["pools"]["digits_hom" if method == "fedavg" else "digits_het"],
             "iterations": 10, "device": "cpu", "checkpoint_every": 1, "evals": 2}
-    if method in ("fedal", "feddf_al"):
+    if "adversarial" in method_table("fedal")[method].traits:
         spec["discriminator"] = section["discriminator"]
     spec.update(extra)
     return spec
