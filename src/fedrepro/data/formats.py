@@ -197,10 +197,10 @@ def read_celeba_leaf(folder, image_size: int = 84, min_images: int = 5,
     * users = celebrities of identity_CelebA.txt with >= `min_images` images;
     * label = Smiling attribute mapped {-1, 1} -> {0, 1};
     * image = aligned JPEG from img_align_celeba.zip, `resize((84, 84))` of the whole
-      178x218 image (no crop, aspect not kept), then RGB. DECISION: bicubic resampling,
+      178x218 image (no crop, aspect not kept), then RGB. Bicubic resampling,
       Pillow's current default for `resize` (LEAF's call leaves the filter to Pillow);
     * split = LEAF's `-t sample --tf 0.9` per-user sample split (`leaf_sample_split`).
-      DECISION: the split is drawn with numpy under `seed`, so it has LEAF's sizes but
+      The split is drawn with numpy under `seed`, so it has LEAF's sizes but
       not its exact random draw (LEAF uses Python's `random` with its own seed).
 
     Users are ordered by numeric celebrity id; `group` is the dense user index.

@@ -16,10 +16,10 @@ Schemes (one function each; ``make_partition`` dispatches by name):
 =========== ==================== =========================================== ==========
 scheme      function             paper                                       reads
 =========== ==================== =========================================== ==========
-classes     classes_partition    FedSC §3.1: consecutive label blocks        y_train
-dirichlet   dirichlet_partition  FedAL §3.1: per-client Dir(alpha) mixture   y_train
+classes     classes_partition    FedSC §7.1: consecutive label blocks        y_train
+dirichlet   dirichlet_partition  FedAL §VI-A: per-client Dir(alpha) mixture  y_train
 natural     natural_partition    FedAL CelebA: LEAF natural clients          group_train
-vertical    vertical_partition   DPZV §3.2: rows, patches, views, tokens     x_train (shape)
+vertical    vertical_partition   DPZV §7: rows, patches, views, tokens       x_train (shape)
 age         age_partition        SteFFLe Algorithm 3: heterogeneity h        age_train
 =========== ==================== =========================================== ==========
 
@@ -86,10 +86,11 @@ def classes_partition(labels: np.ndarray, clients: int, per_client: int | None =
     K is ``labels.max() + 1`` and must be a multiple of ``clients`` (SVHN 5 x 2,
     CIFAR-10 10 x 1, CIFAR-100 20 x 5). Without ``per_client`` the split is
     deterministic and covers the training set (the authors' code).
-    DECISION (FedSC spec §3.1, the paper's SVHN "10,000" flag): ``per_client=m``
-    keeps m indices per client drawn uniformly without replacement (seeded); a
-    client holding fewer than m keeps all of its samples (SVHN's class pair 8/9 has
-    only 9,704), so the realised sizes are recorded in ``meta["sizes"]``.
+    FedSC §7.1 gives every SVHN client 10,000 samples, which its class pairs do not hold
+    (the code does not subsample): ``per_client=m`` keeps m indices per client drawn
+    uniformly without replacement (seeded); a client holding fewer than m keeps all of
+    its samples (SVHN's class pair 8/9 has only 9,704), so the realised sizes are
+    recorded in ``meta["sizes"]``.
     """
     labels = _as_labels(labels)
     _check_count("clients", clients, 1)
@@ -115,7 +116,8 @@ def classes_partition(labels: np.ndarray, clients: int, per_client: int | None =
 def dirichlet_partition(labels: np.ndarray, alpha: float, clients: int, public: int = 0,
                         per_client: int | None = None, variant: str = "client",
                         seed: int = 0) -> Partition:
-    """FedAL's Dirichlet split (FedAL spec §3.1 and §8 items 1-2).
+    """FedAL's Dirichlet split (FedAL §VI-A, which leaves the public set, the client sizes and
+    an exhausted class open: the choices below).
 
     1. ``public`` indices are drawn uniformly from the whole training set first, from
        their own random stream, so the public set depends only on (seed, public, n),
@@ -123,7 +125,7 @@ def dirichlet_partition(labels: np.ndarray, alpha: float, clients: int, public: 
     2. ``variant="client"`` (the paper's): each client n draws q_n ~ Dir(alpha * 1_K)
        and then ``per_client`` samples (default: an equal share floor(pool / clients))
        class by class according to q_n, without replacement; clients are served in
-       order 0..N-1. DECISION: when a class runs out, the missing draws are re-drawn
+       order 0..N-1. When a class runs out, the missing draws are re-drawn
        from q_n renormalised over the classes that still have samples (uniform over
        them if q_n puts no mass there). Guaranteed: every client gets exactly its
        size, clients and public are disjoint, and the pool left unassigned is
@@ -211,7 +213,7 @@ def natural_partition(groups: np.ndarray, clients: int, public: int = 0, seed: i
     LEAF's random user sampling but stopped at a number of users rather than a
     data fraction; client order follows the sorted group ids, which are stored in
     ``meta["groups"]`` so that evaluation can pick the same users' test samples.
-    DECISION: ``public`` samples are drawn uniformly from the groups not chosen
+    ``public`` samples (FedAL leaves their source open) are drawn uniformly from the groups not chosen
     (held-out users), so the public set shares no person with any client.
     """
     groups = np.asarray(groups)
@@ -238,7 +240,7 @@ VERTICAL_SPLITS = ("rows", "patches", "views", "tokens")
 
 
 def vertical_partition(sample_shape: tuple[int, ...], split: str, clients: int) -> Partition:
-    """DPZV's feature splits (DPZV spec §3.2) of one sample of shape ``sample_shape``.
+    """DPZV's feature splits (DPZV §7, "Setup") of one sample of shape ``sample_shape``.
 
     * ``rows``: C x H x W image, H split into ``clients`` consecutive strips
       (MNIST 7 strips of 4 rows, digits 4 strips of 2 rows); client k gets C x h_k x W.
@@ -292,9 +294,9 @@ def _tokens(grid, clients):
 
 
 def age_partition(attribute: np.ndarray, clients: int, h: float, seed: int = 100) -> Partition:
-    """SteFFLe Algorithm 3 (fairfl spec §1.7), following the authors' ``dataloader_fed.py``.
+    """SteFFLe Algorithm 3 (App. E.2.3), following the authors' ``dataloader_fed.py``.
 
-    Sort by the attribute (DECISION: a stable sort, so ties keep data order; the
+    Sort by the attribute (a stable sort, so ties keep data order; the
     reference's pandas quicksort leaves tie order unspecified) and cut K = clients
     blocks of size m = int(n / K), the last taking the remainder. Then for k = 0..K-1
     silo k draws int(m * h) indices from its own block; then for k = 0..K-1 it is

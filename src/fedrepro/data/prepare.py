@@ -6,7 +6,7 @@ uint8 N x V x C x H x W, text int64 N x L, tabular float32 N x d, labels int64, 
 extras `s_*` (sensitive attribute, 1 = female), `group_*` (LEAF user index),
 `age_*` (raw age, the silo attribute of SteFFLe's split).
 
-Tabular preparation follows specs/fairfl.md section 3.1:
+Tabular preparation follows SteFFLe App. E.2.2, with the details its authors' code fixes:
 * Adult: both files combined, rows with '?' dropped (45,222), '.' stripped from the
   test labels; Credit: EDUCATION {0,5,6} -> 4 and MARRIAGE 0 -> 3 merged; Retired
   Adult: rows with missing values dropped, income > 50,000.

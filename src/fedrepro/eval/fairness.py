@@ -1,4 +1,4 @@
-"""Test metrics of the fair-learning experiments (SteFFLe spec fairfl.md §3.7).
+"""Test metrics of the fair-learning experiments (SteFFLe App. E.1, eqs. 11-12).
 
 All three work on hard predictions y_hat = 1{sigma > 0.5} and broadcast over
 leading dimensions of `y_hat` (..., n), so a whole grid of models is scored in

@@ -41,7 +41,7 @@ class Health:
         return {"status": self.status, "status_reason": self.reason}
 
     @classmethod
-    def from_dict(cls, summary: dict) -> "Health":
+    def from_dict(cls, summary: dict) -> Health:
         return cls(summary.get("status", "ok"), summary.get("status_reason", ""))
 
 

@@ -2,8 +2,9 @@
 
 Features are L2-normalised; each test point takes its k most cosine-similar
 memory-bank points, weights each by exp(cos / temperature) and predicts the
-class with the largest summed weight. Spec §3.4: k = 200, temperature 0.1,
-memory bank = the whole training set without augmentation.
+class with the largest summed weight. FedSC's paper gives no settings; its authors'
+code (`knn_monitor`) uses k = 200, temperature 0.1 and the whole training set without
+augmentation as memory bank, the defaults here.
 """
 
 from __future__ import annotations

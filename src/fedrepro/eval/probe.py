@@ -1,4 +1,4 @@
-"""Linear probe ("linear evaluation", FedSC Tables 2-5; spec §3.4 and DECISION 14).
+"""Linear probe ("linear evaluation", FedSC §7.2 and Tables 2-5; settings from its authors' code).
 
 The backbone is frozen (eval mode, features computed once without
 augmentation), and one `Linear(feature_dim, num_classes)` layer is trained with

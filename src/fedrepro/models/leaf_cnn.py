@@ -1,4 +1,5 @@
-"""The LEAF CelebA CNN (Caldas et al. 2018), FedAL's CelebA client model (spec §6).
+"""The LEAF CelebA CNN (Caldas et al. 2018), FedAL's CelebA client model
+(FedAL §VI-A: "CNN", read as LEAF's, since FedAL uses LEAF's CelebA split).
 
 Four blocks of [conv 3x3 (32 channels, same padding), BatchNorm, max-pool 2, ReLU]
 then a linear layer to K classes. With the LEAF input of 84x84 the features are

@@ -1,8 +1,8 @@
-"""LeNet-5 (LeCun et al. 1998), the MNIST client model of FedAL (spec §6).
+"""LeNet-5 (LeCun et al. 1998), the MNIST client model of FedAL (§VI-A).
 
 Classic layout: conv 5x5 (6 channels, padding 2) -> ReLU -> max-pool 2 ->
 conv 5x5 (16 channels) -> ReLU -> max-pool 2 -> FC 120 -> FC 84 -> FC K.
-DECISION (spec §8 item 13, the variant is unspecified): ReLU and max-pooling
+FedAL does not say which variant: ReLU and max-pooling
 instead of the original tanh / average pooling. `num_classes=0` returns the
 84-d penultimate features. `input_size` (default 28) sets the flattened width.
 """

@@ -1,4 +1,4 @@
-"""ResNet-18 / ResNet-34, CIFAR variant (He et al. 2016; FedAL spec §6, FedSC backbone).
+"""ResNet-18 / ResNet-34, CIFAR variant (He et al. 2016; FedAL §VI-A, FedSC backbone).
 
 CIFAR variant: a 3x3 stride-1 stem with 64 channels and no max-pool, four stages
 of BasicBlocks (64, 128, 256, 512 channels; stride 2 from the second stage on),

@@ -2,11 +2,12 @@
 
 A client model maps its feature slice to an embedding of width `embed_dim`
 (attribute `model.embed_dim`). The server concatenates the M embeddings and
-applies `server_head`. Architectures the paper leaves open follow the spec's
-DECISIONs (spec 3.2). Every client model is per-sample: no BatchNorm in
-training mode and no dropout, because DPZV's per-sample clipping and the
-lambda = 1e-3 finite differences need each sample's output to depend on that
-sample and the parameters only (spec 1.7).
+applies `server_head`. DPZV §7 names the client models only ("two-layer CNN",
+"four-layer CNN", ResNet-18, pre-trained BERT); the layers below are this
+repository's reading, each stated in its builder. Every client model is per-sample:
+no BatchNorm in training mode and no dropout, because DPZV's per-sample clipping
+(§4) and its lambda = 1e-3 finite differences (Table 3) need each sample's output
+to depend on that sample and the parameters only.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class _Client(nn.Module):
 
 def mnist_client_cnn(in_channels: int = 1, embed_dim: int = 64, width: int = 16,
                      pool: tuple[int, int] | list[int] = (2, 7)) -> nn.Module:
-    """MNIST "two-layer CNN" on a 1x4x28 row strip (spec 3.2 DECISION).
+    """MNIST "two-layer CNN" (DPZV §7) on a 1x4x28 row strip, read as two convs and one linear layer.
 
     Conv(1,16,3,p1)-ReLU-Conv(16,32,3,p1)-ReLU-AdaptiveAvgPool(pool)-Flatten-Linear(32*prod(pool), e).
     `pool` (2, 7) for MNIST strips; any strip size works (adaptive pooling).
@@ -49,7 +50,7 @@ def mnist_client_cnn(in_channels: int = 1, embed_dim: int = 64, width: int = 16,
 
 def cifar_client_cnn(in_channels: int = 3, embed_dim: int = 64, width: int = 32,
                      input_size: int = 16) -> nn.Module:
-    """CIFAR "four-layer CNN" on a 3x16x16 patch: three 3x3 convs and one linear layer (spec 3.2).
+    """CIFAR "four-layer CNN" (DPZV §7) on a 3x16x16 patch: three 3x3 convs and one linear layer.
 
     Conv(3,w)-ReLU-Conv(w,2w)-ReLU-MaxPool2-Conv(2w,4w)-ReLU-MaxPool2-Flatten-Linear(4w*(s/4)^2, e).
     """
@@ -69,7 +70,7 @@ def resnet18_client(in_channels: int = 3, embed_dim: int = 128, norm: str = "gro
                     small_input: bool = True) -> nn.Module:
     """torchvision ResNet-18 with an `embed_dim` output (ModelNet40, one view per client).
 
-    [DECISION] spec 1.7: BatchNorm couples the samples of a batch, so `norm` is
+    BatchNorm couples the samples of a batch (see the module docstring), so `norm` is
     "group" (GroupNorm, 32 groups; default) or "frozen_bn" (BatchNorm with fixed
     statistics and affine, torchvision's FrozenBatchNorm2d). `small_input`
     replaces the 7x7/stride-2 stem and max-pool by a 3x3/stride-1 stem (32x32 views).
@@ -94,7 +95,8 @@ class TinyBertEncoder(nn.Module):
 
     Token + position embeddings, LayerNorm, post-norm GELU transformer layers, a
     learned [CLS] vector prepended to the chunk; the embedding is Linear(hidden, e)
-    of the [CLS] output. Dropout is 0 (spec 1.7). Token `pad_id` is masked.
+    of the [CLS] output. Dropout is 0 (per-sample outputs, see the module docstring).
+    Token `pad_id` is masked.
     """
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden: int, layers: int, heads: int,
@@ -122,7 +124,7 @@ class TinyBertEncoder(nn.Module):
 class PretrainedBert(nn.Module):
     """Pre-trained BERT (transformers) from a pre-staged directory; Linear(hidden, e) on the first token.
 
-    Dropout is switched off (spec 1.7). The data set's chunks are expected to
+    Dropout is switched off (per-sample outputs, see the module docstring). The data set's chunks are expected to
     start with [CLS] when `cls_token_id` is None; otherwise it is prepended.
     """
 
@@ -164,5 +166,6 @@ def text_client_encoder(vocab_size: int = 2000, embed_dim: int = 128, hidden: in
 
 
 def server_head(in_features: int, num_classes: int, hidden: int = 128) -> nn.Module:
-    """Server top model: Linear(M*e, H)-ReLU-Linear(H, K), no ReLU on the logits (spec 1.1)."""
+    """Server top model: Linear(M*e, H)-ReLU-Linear(H, K), no ReLU on the logits
+    (DPZV §7: "a fully connected model of two linear layers with ReLU activations")."""
     return nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))

@@ -1,4 +1,5 @@
-"""Wide ResNets WRN-d-k (Zagoruyko & Komodakis 2016), FedAL's SVHN client pool (spec §6).
+"""Wide ResNets WRN-d-k (Zagoruyko & Komodakis 2016), FedAL's SVHN client pool
+(FedAL §VI-A: WResNet-10-1, WResNet-10-2, WResNet-16-1).
 
 Pre-activation basic blocks, (d - 4) / 6 blocks per group, group widths 16k, 32k,
 64k after a 3x3 stem of 16 channels, final BN-ReLU and global average pooling.
