@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from fedrepro.algorithms.fedsc.augment import AugmentConfig, _jitter
-from fedrepro.algorithms.fedsc.base import TrainConfig, clients_per_round, local_sgd, uniform_or_size_weights
-from fedrepro.algorithms.fedsc.sc import FedSC
+from fedrepro.algorithms.fedsc.base import TrainConfig, local_sgd, uniform_or_size_weights
+from fedrepro.algorithms.fedsc.fedsc import FedSC
+from fedrepro.algorithms.fedsc.participation import clients_per_round
 from tests.fedsc.helpers import tiny_spec
 
 
@@ -61,9 +62,10 @@ def test_client_weights_uniform_or_proportional_to_size():
 
 
 @pytest.mark.parametrize("clients, participation, expected", [
-    (10, "full", 10), (10, 0.2, 2), (10, 0.1, 2), (20, 0.2, 4), (5, 0.2, 2), (1, 0.5, 1), (10, 3, 3), (4, 9, 4)])
+    (10, "full", 10), (10, 0.2, 2), (10, 0.1, 2), (20, 0.2, 4), (5, 0.2, 2), (1, 0.5, 1), (10, 3, 3), (4, 9, 4),
+    (10, 0.35, 3), (10, 0.39, 3)])
 def test_clients_per_round_is_max_of_p_j_and_two(clients, participation, expected):
-    """The code's partial rule max(int(p J), 2), never more than J."""
+    """The code's partial rule max(int(p J), 2), never more than J; int truncates (0.39 x 10 gives 3, not 4)."""
     assert clients_per_round(clients, participation) == expected
 
 

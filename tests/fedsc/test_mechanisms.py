@@ -14,14 +14,14 @@ import torch
 
 from fedrepro.algorithms.fedsc import byol as byol_mod
 from fedrepro.algorithms.fedsc import fedca as fedca_mod
+from fedrepro.algorithms.fedsc import fedsc as sc_mod
 from fedrepro.algorithms.fedsc import fedx as fedx_mod
-from fedrepro.algorithms.fedsc import sc as sc_mod
 from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.byol import FedBYOL, FedEMA, FedU
 from fedrepro.algorithms.fedsc.fedca import FedCA
+from fedrepro.algorithms.fedsc.fedsc import FedSC
 from fedrepro.algorithms.fedsc.fedx import FedX
 from fedrepro.algorithms.fedsc.loss import alpha_schedule
-from fedrepro.algorithms.fedsc.sc import FedSC
 from fedrepro.privacy.fedsc import clipped_correlation
 from tests.fedsc.helpers import tiny_spec
 

@@ -7,8 +7,8 @@ import torch
 
 from fedrepro.algorithms.fedsc.byol import FedBYOL, FedEMA, FedU
 from fedrepro.algorithms.fedsc.fedca import FedCA
+from fedrepro.algorithms.fedsc.fedsc import FedSC, noise_sigma, planned_shares, shares_at
 from fedrepro.algorithms.fedsc.fedx import FedX
-from fedrepro.algorithms.fedsc.sc import FedSC, noise_sigma, planned_shares, shares_at
 from tests.fedsc.helpers import tiny_spec
 
 torch.set_num_threads(1)
@@ -116,8 +116,7 @@ def test_single_client_fedsc_is_centralized_sc(tiny_digits):
     ref = FedSC(_spec("fedavg_sc", rounds=2), one, seed=0)  # same init and generator
     for t in (1, 2):
         fed.round(t)
-        net = ref.net
-        local_sgd(net, one.x_train, lambda b: local_loss(normclip(ref.views(net, b), 2.0), scale=2.0),
+        local_sgd(ref.net, one.x_train, lambda b: local_loss(normclip(ref.views(ref.net, b), 2.0), scale=2.0),
                   ref.train_cfg, ref.train_cfg.lr_at(t), ref.gen)
     for k, v in fed.net.state_dict().items():
         assert torch.allclose(v, ref.net.state_dict()[k], atol=1e-6)

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from fedrepro.algorithms.fedsc.augment import AugmentConfig, augment, plain
-from fedrepro.fl.optim import SGD, Adam
 from fedrepro.eval.knn import knn_accuracy, knn_predict
 from fedrepro.eval.probe import linear_probe
+from fedrepro.fl.optim import SGD, Adam
 from fedrepro.models import build_model
 
 

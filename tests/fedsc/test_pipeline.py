@@ -9,16 +9,18 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedrepro.algorithms.fedsc import METHODS
 from fedrepro.experiments import fedsc as plan
 from fedrepro.experiments import index
 from fedrepro.pipeline import make_job
 from tests.fedsc.helpers import tiny_spec, write_prepared_digits
 
-QUICK = Path(__file__).resolve().parents[2] / "configs" / "parts" / "fedsc.quick.yaml"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _config():
-    config = yaml.safe_load(QUICK.read_text())
+    """The default run's config (config.yaml: FedSC at quick scale on digits), on CPU."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
     config.update(results="results", device="cpu", checkpoint_every=1)
     return config
 
@@ -54,7 +56,7 @@ def test_planner_cells_and_checks():
     config = _config()
     t2 = plan.table2_cells(config)
     assert {c["column"] for c in t2} == {"digits 10/10", "digits 2/10"}
-    assert {c["row"] for c in t2} == {*plan.ROW_NAMES.values(), plan.RANDOM_ROW}   # + the untrained reference row
+    assert {c["row"] for c in t2} == {row.label for row in METHODS.values()} | {plan.RANDOM_ROW}   # + the untrained reference row
     t5 = plan.dp_table_cells(config, "table5")
     assert {c["row"] for c in t5} == {"FedAvg+SC", "ε=3", "ε=8", "ε=∞", plan.RANDOM_ROW}
     assert {c["column"] for c in t5} == {"digits 2/10"}
@@ -85,7 +87,6 @@ def _prepare(tmp_path):
 
 
 def test_end_to_end_job_probe_and_tables(tmp_path):
-    from fedrepro.algorithms.fedsc import METHODS
     from fedrepro.registry import resolve
     from fedrepro.report import fedsc as report
 
@@ -96,7 +97,7 @@ def test_end_to_end_job_probe_and_tables(tmp_path):
     out = {k: str(run_dir / f) for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"),
                                              ("model", "model.pt"))}
     job = make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0, 1])
-    resolve(METHODS["fedsc"])(job)
+    resolve(METHODS["fedsc"].entry)(job)
     metrics = pd.read_parquet(out["metrics"])
     assert sorted(metrics["seed"].unique()) == [0, 1]
     assert list(metrics.loc[metrics["knn_acc"].notna(), "round"]) == [2, 2]     # the kNN monitor every knn.every rounds
@@ -131,7 +132,7 @@ def test_end_to_end_job_probe_and_tables(tmp_path):
 
 def test_resume_from_checkpoint_gives_same_numbers(tmp_path, monkeypatch):
     """A job killed after some rounds resumes bit-exactly (through fedrepro.fl.runner)."""
-    from fedrepro.algorithms.fedsc.entries import fedavg_byol
+    from fedrepro.algorithms.fedsc.byol import run_fedavg_byol as fedavg_byol
     from fedrepro.fl import loop
 
     data, part = _prepare(tmp_path)

@@ -21,7 +21,7 @@ def test_incremental_update_equals_direct_sum_under_partial_participation(q):
     for j, m in enumerate(_mats(4)):
         server.receive(j, m)
     rng = np.random.default_rng(0)
-    for t in range(30):
+    for _ in range(30):
         for j in rng.choice(4, size=2, replace=False):
             server.receive(int(j), torch.randn(4, 4))
         assert torch.allclose(server.aggregate, server.direct_sum(), atol=1e-10)

@@ -1,16 +1,16 @@
 """Planner of the FedSC paper (pure Python): config section -> runs, probes and report cells.
 
 Runs (one pretraining job per method, dataset, participation, privacy level and seed batch):
-* every method of `methods` except Centralized SC, on every dataset, with full
-  participation (`full`) and partial participation (`partial`: max(int(p J), 2)
-  clients per round, p = `datasets.<d>.partial`);
-* FedSC additionally at every privacy level of `datasets.<d>.privacy` for the
+* every method of `methods` (the methods of the table `fedrepro.algorithms.fedsc.METHODS` this
+  scale runs), on every dataset, with full participation (`full`) and partial participation
+  (`partial`: max(int(p J), 2) clients per round, p = `datasets.<d>.partial`);
+* a `private` method (FedSC) instead at every privacy level of `datasets.<d>.privacy` for the
   participations the level lists; eps = inf (share every round, no noise) always runs;
-* Centralized SC once per dataset (setting `central`).
+* a `centralized` method (Centralized SC) once per dataset (setting `central`).
 Two privacy levels whose runs would be identical (same participation, sharing
 schedule and explicit sigma, e.g. Table 6's (6, 1e-2) and (8, 1e-4) on SVHN) share
-one run that reports its epsilon at both deltas (spec §4: "the same runs under two
-accountings").
+one run that reports its epsilon at both deltas: Table 5's eps = 8 accuracies equal
+Tables 3-4's eps = 6 ones, the same runs under two accountings.
 
 Every run's spec holds only what its method reads; the probe stage's spec only
 the encoder and probe settings. Report cells name the probe/summary files and
@@ -19,19 +19,26 @@ the (row, column) of the paper's tables they fill.
 
 from __future__ import annotations
 
+from fedrepro.algorithms.fedsc import METHODS
+from fedrepro.algorithms.fedsc.participation import clients_per_round
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, number_tag, training_options, seed_tags
+from fedrepro.experiments import Run, number_tag, seed_tags, training_options
 
 PAPER = "fedsc"
-METHOD_ORDER = ("fedavg_byol", "fedavg_sc", "fedu", "fedema", "fedx", "fedca", "fedsc", "centralized_sc")
-ROW_NAMES = {"fedavg_byol": "FedAvg + BYOL", "fedavg_sc": "FedAvg + SC", "fedu": "FedU", "fedema": "FedEMA",
-             "fedx": "FedX", "fedca": "FedCA", "fedsc": "FedSC (Proposed)", "centralized_sc": "Centralized SC"}
 DATASET_NAMES = {"svhn": "SVHN", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
-SC_FAMILY = ("fedsc", "fedavg_sc", "centralized_sc")
-METHOD_KEYS = {"fedavg_byol": ("byol",), "fedu": ("byol", "fedu"), "fedema": ("byol", "fedema"),
-               "fedx": ("fedx",), "fedca": ("fedca",)}
-TRAIN_KEYS = ("lr", "grad_clip")
+TRAIN_KEYS = ("lr", "grad_clip")  # keys of a method block that go into the spec's `train`
 PARTICIPATIONS = ("full", "partial")
+PROPOSED, NO_SHARING = "fedsc", "fedavg_sc"  # the two methods Tables 3-5 and Figure 2 compare
+
+
+def row_name(method: str) -> str:
+    """The method's row in Table 2."""
+    return METHODS[method].label
+
+
+def short_name(method: str) -> str:
+    """The method's name in Tables 3-5 and Figure 2 ('FedAvg+SC', 'FedSC')."""
+    return row_name(method).removesuffix(" (Proposed)").replace(" + ", "+")
 
 
 def partition_tag(ds: dict) -> str:
@@ -41,15 +48,14 @@ def partition_tag(ds: dict) -> str:
     return make_tag("classes", **params)
 
 
-def clients_per_round(ds: dict, participation: str) -> int:
-    """The code's rule: all clients, or max(int(p J), 2) (2/5, 2/10, 4/20)."""
-    j = int(ds["clients"])
-    return j if participation == "full" else min(j, max(int(float(ds["partial"]) * j), 2))
+def participants(ds: dict, participation: str) -> int:
+    """Clients per round of a dataset's `full` or `partial` setting."""
+    return clients_per_round(int(ds["clients"]), "full" if participation == "full" else float(ds["partial"]))
 
 
 def column(dataset: str, ds: dict, participation: str) -> str:
     """The paper's column label, e.g. 'CIFAR10 2/10'."""
-    return f"{DATASET_NAMES.get(dataset, dataset)} {clients_per_round(ds, participation)}/{ds['clients']}"
+    return f"{DATASET_NAMES.get(dataset, dataset)} {participants(ds, participation)}/{ds['clients']}"
 
 
 def _base_spec(config: dict, section: dict, dataset: str, method: str) -> dict:
@@ -62,9 +68,10 @@ def _base_spec(config: dict, section: dict, dataset: str, method: str) -> dict:
             "checkpoint_every": config.get("checkpoint_every", 1)}
     if "normalize" in ds:
         spec["normalize_mean"], spec["normalize_std"] = ds["normalize"]["mean"], ds["normalize"]["std"]
-    for key in METHOD_KEYS.get(method, ()):
-        spec[key] = m.get(key, {})
-    if method in SC_FAMILY:
+    for key in METHODS[method].config_keys:
+        if key not in TRAIN_KEYS:
+            spec[key] = m.get(key, {})
+    if "sc" in METHODS[method].traits:
         spec.update(mu=ds["mu"], loss_scale=section["loss_scale"], sharing=None)
     return spec
 
@@ -111,9 +118,9 @@ def fedsc_settings(ds: dict) -> dict[tuple[str, object, object], str]:
     return out
 
 
-def _fedsc_runs(config, section, dataset, part_tag) -> list[Run]:
+def _private_runs(config, section, dataset, method, part_tag) -> list[Run]:
     ds = section["datasets"][dataset]
-    base = _base_spec(config, section, dataset, "fedsc")
+    base = _base_spec(config, section, dataset, method)
     groups: dict[str, tuple[dict, str, list[float]]] = {}
     settings = fedsc_settings(ds)
     for level in privacy_levels(ds):
@@ -125,12 +132,12 @@ def _fedsc_runs(config, section, dataset, part_tag) -> list[Run]:
     runs = []
     for tag, (level, participation, deltas) in groups.items():
         spec = _fedsc_spec(section, ds, {**base, "participation": _participation(ds, participation)}, level, deltas)
-        runs.append(Run(dataset, "fedsc", tag, spec, part_tag))
+        runs.append(Run(dataset, method, tag, spec, part_tag))
     return runs
 
 
 def _participation(ds: dict, participation: str):
-    return "full" if participation == "full" else clients_per_round(ds, participation)
+    return "full" if participation == "full" else participants(ds, participation)
 
 
 def enabled_datasets(section: dict) -> list[str]:
@@ -145,9 +152,10 @@ def runs(config: dict) -> list[Run]:
         ds = section["datasets"][dataset]
         part_tag = partition_tag(ds)
         for method in section["methods"]:
-            if method == "fedsc":
-                out += _fedsc_runs(config, section, dataset, part_tag)
-            elif method == "centralized_sc":
+            traits = METHODS[method].traits
+            if "private" in traits:
+                out += _private_runs(config, section, dataset, method, part_tag)
+            elif "centralized" in traits:
                 central = section["centralized"]
                 spec = _base_spec(config, section, dataset, method)
                 spec.update(participation="full", rounds=central["rounds"],
@@ -209,15 +217,16 @@ def table2_cells(config: dict) -> list[dict]:
         for dataset in section["tables"]["table2"]["datasets"]:
             ds = section["datasets"][dataset]
             col = column(dataset, ds, participation)
-            for method in METHOD_ORDER:
+            for method in METHODS:
                 if method not in section["methods"]:
                     continue
-                if method == "centralized_sc":
+                traits = METHODS[method].traits
+                if "centralized" in traits:
                     if participation == "full":
-                        cells += _cells(config, dataset, method, "central", ROW_NAMES[method], col)
+                        cells += _cells(config, dataset, method, "central", row_name(method), col)
                     continue
-                setting = fedsc_settings(ds)[(participation, "inf", None)] if method == "fedsc" else participation
-                cells += _cells(config, dataset, method, setting, ROW_NAMES[method], col)
+                setting = fedsc_settings(ds)[(participation, "inf", None)] if "private" in traits else participation
+                cells += _cells(config, dataset, method, setting, row_name(method), col)
             cells += [{"path": path, "row": RANDOM_ROW, "column": col} for path in random_probe_paths(config, dataset)]
     return cells
 
@@ -232,7 +241,7 @@ def dp_table_cells(config: dict, name: str) -> list[dict]:
             ds = section["datasets"][dataset]
             col = column(dataset, ds, participation)
             settings = fedsc_settings(ds)
-            cells += _cells(config, dataset, "fedavg_sc", participation, "FedAvg+SC", col)
+            cells += _cells(config, dataset, NO_SHARING, participation, short_name(NO_SHARING), col)
             for eps in [*table["eps"], "inf"]:
                 delta = None if eps == "inf" else table["delta"]
                 key = (participation, eps, delta)
@@ -241,7 +250,7 @@ def dp_table_cells(config: dict, name: str) -> list[dict]:
                                      f"{participation} participation on {dataset}; add it to "
                                      f"fedsc.datasets.{dataset}.privacy")
                 row = f"ε={number_tag(eps).replace('inf', '∞')}"
-                cells += [{**c, "private": eps != "inf"} for c in _cells(config, dataset, "fedsc", settings[key], row, col)]
+                cells += [{**c, "private": eps != "inf"} for c in _cells(config, dataset, PROPOSED, settings[key], row, col)]
             cells += [{"path": path, "row": RANDOM_ROW, "column": col} for path in random_probe_paths(config, dataset)]
     return cells
 
@@ -263,30 +272,35 @@ def claims(config: dict) -> list[dict]:
         for cell in table2_cells(config) if name == "table2" else dp_table_cells(config, name):
             paths = by_key.setdefault((cell["row"], cell["column"]), {})
             paths.setdefault(cell["path"], cell)
-
-        def add(a_row, b_row, column, claim):
-            if (a_row, column) not in by_key or (b_row, column) not in by_key:
-                return
-            a, b = list(by_key[(a_row, column)].values()), list(by_key[(b_row, column)].values())
-            key = (tuple(c["path"] for c in a), tuple(c["path"] for c in b))
-            if key in seen:
-                return
-            seen.add(key)
-            out.append({"claim": claim, "column": column, "a_name": a_row, "b_name": b_row, "a": a, "b": b})
-
         columns = list(dict.fromkeys(c for _, c in by_key))
         for column in columns:
             if name == "table2":
-                add(ROW_NAMES["fedsc"], ROW_NAMES["fedavg_sc"], column, "FedSC (ε=∞) > FedAvg+SC (Table 2)")
-                for method in METHOD_ORDER:
+                _add_claim(out, seen, by_key, row_name(PROPOSED), row_name(NO_SHARING), column,
+                           f"{short_name(PROPOSED)} (ε=∞) > {short_name(NO_SHARING)} (Table 2)")
+                for method in METHODS:
                     if method in section["methods"]:
-                        add(ROW_NAMES[method], RANDOM_ROW, column, f"{ROW_NAMES[method]} > untrained encoder (Table 2)")
+                        _add_claim(out, seen, by_key, row_name(method), RANDOM_ROW, column,
+                                   f"{row_name(method)} > untrained encoder (Table 2)")
                 continue
             delta = section["tables"][name]["delta"]
             for row, col in by_key:
                 if col == column and row.startswith("ε=") and row != "ε=∞":
-                    add(row, "FedAvg+SC", column, f"FedSC ({row}, δ={delta:g}) > FedAvg+SC (Table {name[-1]})")
+                    _add_claim(out, seen, by_key, row, short_name(NO_SHARING), column,
+                               f"{short_name(PROPOSED)} ({row}, δ={delta:g}) > {short_name(NO_SHARING)} "
+                               f"(Table {name[-1]})")
     return out
+
+
+def _add_claim(out: list, seen: set, by_key: dict, a_row: str, b_row: str, column: str, claim: str) -> None:
+    """Append 'a_row beats b_row in column' when both rows have cells there and no table listed it yet."""
+    if (a_row, column) not in by_key or (b_row, column) not in by_key:
+        return
+    a, b = list(by_key[(a_row, column)].values()), list(by_key[(b_row, column)].values())
+    key = (tuple(c["path"] for c in a), tuple(c["path"] for c in b))
+    if key in seen:
+        return
+    seen.add(key)
+    out.append({"claim": claim, "column": column, "a_name": a_row, "b_name": b_row, "a": a, "b": b})
 
 
 def figure2_cells(config: dict) -> list[dict]:
@@ -296,9 +310,9 @@ def figure2_cells(config: dict) -> list[dict]:
     for dataset in section["tables"]["figure2"]["datasets"]:
         ds = section["datasets"][dataset]
         panel = DATASET_NAMES.get(dataset, dataset)
-        cells += _cells(config, dataset, "fedsc", fedsc_settings(ds)[("full", "inf", None)], "FedSC", panel,
-                        "metrics.parquet")
-        cells += _cells(config, dataset, "fedavg_sc", "full", "FedAvg+SC", panel, "metrics.parquet")
+        cells += _cells(config, dataset, PROPOSED, fedsc_settings(ds)[("full", "inf", None)], short_name(PROPOSED),
+                        panel, "metrics.parquet")
+        cells += _cells(config, dataset, NO_SHARING, "full", short_name(NO_SHARING), panel, "metrics.parquet")
     return cells
 
 
@@ -310,7 +324,7 @@ def privacy_cells(config: dict) -> list[dict]:
         ds = section["datasets"][dataset]
         for tag in sorted(set(fedsc_settings(ds).values())):
             if not tag.endswith("epsinf"):
-                cells += _cells(config, dataset, "fedsc", tag, tag, dataset, "summary.json")
+                cells += _cells(config, dataset, PROPOSED, tag, tag, dataset, "summary.json")
     return cells
 
 

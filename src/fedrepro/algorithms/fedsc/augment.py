@@ -34,7 +34,7 @@ class AugmentConfig:
     std: tuple[float, ...] = (0.5,)
 
     @classmethod
-    def from_spec(cls, spec: dict | None, mean, std) -> "AugmentConfig":
+    def from_spec(cls, spec: dict | None, mean, std) -> AugmentConfig:
         spec = dict(spec or {})
         allowed = {"crop_scale", "crop_ratio", "jitter", "jitter_p", "flip_p", "gray_p"}
         unknown = set(spec) - allowed

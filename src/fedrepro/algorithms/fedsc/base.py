@@ -30,10 +30,11 @@ import torch
 from torch import Tensor, nn
 
 from fedrepro.algorithms.fedsc.augment import AugmentConfig, augment, plain
-from fedrepro.fl.optim import SGD
-from fedrepro.fl.precision import Precision
+from fedrepro.algorithms.fedsc.participation import clients_per_round
 from fedrepro.eval.knn import knn_accuracy
 from fedrepro.fl.aggregate import weighted_average
+from fedrepro.fl.optim import SGD
+from fedrepro.fl.precision import Precision
 from fedrepro.fl.sampling import sample_clients
 from fedrepro.fl.transport import Wire
 from fedrepro.models import build_model
@@ -100,7 +101,7 @@ class TrainConfig:
     views: int = 2                  # 2V views per image in training (DECISION 3: 2, one pair)
 
     @classmethod
-    def from_spec(cls, rounds: int, spec: dict) -> "TrainConfig":
+    def from_spec(cls, rounds: int, spec: dict) -> TrainConfig:
         allowed = {"local_epochs", "batch_size", "lr", "momentum", "weight_decay", "grad_clip", "views"}
         unknown = set(spec) - allowed
         if unknown:
@@ -146,17 +147,6 @@ def uniform_or_size_weights(sizes: list[int], weighting: str) -> list[float]:
     if weighting == "size":
         return [s / sum(sizes) for s in sizes]
     raise ValueError(f"client weighting {weighting!r} unknown; allowed: uniform, size")
-
-
-def clients_per_round(num_clients: int, participation) -> int:
-    """'full', a fraction in (0, 1] or a count; the code's partial rule is max(int(0.2 J), 2)."""
-    if participation == "full":
-        return num_clients
-    if isinstance(participation, float) and 0 < participation <= 1:
-        return max(int(participation * num_clients), min(2, num_clients))
-    if isinstance(participation, int) and participation >= 1:
-        return min(participation, num_clients)
-    raise ValueError(f"participation must be 'full', a fraction in (0, 1] or a count >= 1, got {participation!r}")
 
 
 class FedSSL:

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd
+from fedrepro.algorithms.fedsc.jobs import pretrain
 
 FEDU_RULES = ("dapu", "keep_or_replace")
 FEDEMA_CONVENTIONS = ("paper", "fedsc_code")
@@ -272,3 +273,15 @@ class FedEMA(FedBYOL):
     def summary(self):
         return {**super().summary(), "fedema_convention": self.convention, "fedema_lambdas": dict(self.lambdas),
                 "fedema_downloads": self.divergence_summary()}
+
+
+def run_fedavg_byol(job) -> None:
+    pretrain(job, FedBYOL)
+
+
+def run_fedu(job) -> None:
+    pretrain(job, FedU)
+
+
+def run_fedema(job) -> None:
+    pretrain(job, FedEMA)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd
 from fedrepro.algorithms.fedsc.fedx import nt_xent
+from fedrepro.algorithms.fedsc.jobs import pretrain
 
 
 class FedCA(FedSSL):
@@ -68,3 +69,7 @@ class FedCA(FedSSL):
 
     def load_extra_state(self, state):
         self.own, self.dictionaries, self.negatives = state["own"], state["dictionaries"], state["negatives"]
+
+
+def run_fedca(job) -> None:
+    pretrain(job, FedCA)

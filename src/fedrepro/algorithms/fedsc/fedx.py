@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd
+from fedrepro.algorithms.fedsc.jobs import pretrain
 
 
 def nt_xent(a: torch.Tensor, b: torch.Tensor, tau: float, extra_negatives: torch.Tensor | None = None) -> torch.Tensor:
@@ -75,3 +76,7 @@ class FedX(FedSSL):
 
         loss = local_sgd(self.work, x_local, batch_loss, self.train_cfg, lr, self.gen)
         return self.work.state_dict(), loss
+
+
+def run_fedx(job) -> None:
+    pretrain(job, FedX)

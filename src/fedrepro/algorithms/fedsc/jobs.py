@@ -1,6 +1,7 @@
-"""Pipeline entry points of the FedSC paper: the pretraining jobs.
+"""Pipeline plumbing of the FedSC paper's pretraining jobs.
 
-`pretrain(job, cls)` runs one method and setting over `job.seeds` with
+Each method module's `run_<method>(job)` (the entries of the method table in `__init__`) calls
+`pretrain(job, cls)`, which runs one method and setting over `job.seeds` with
 `fedrepro.fl.runner.run_seeds` (per-round kNN monitor, per-seed checkpoints,
 exact resume) and then writes `job.output["model"]`: the final backbone weights
 of every seed, read from each seed's last checkpoint, for the probe stage.

@@ -42,6 +42,7 @@ import torch
 
 from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd, uniform_or_size_weights
+from fedrepro.algorithms.fedsc.jobs import pretrain
 from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss
 from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out
 from fedrepro.privacy.fedsc import dp_calr
@@ -204,3 +205,24 @@ class FedSC(FedSSL):
                               "epsilons": realised_epsilons(self.shares, self.data.sizes, float(self.mu or 0.0),
                                                             self.sigma, [float(d) for d in deltas])}
         return out
+
+
+def run_fedsc(job) -> None:
+    if job.spec.get("sharing") is None:
+        raise ValueError("fedsc: the spec needs a sharing schedule {after, every}")
+    pretrain(job, FedSC)
+
+
+def run_fedavg_sc(job) -> None:
+    _check_no_sharing(job)
+    pretrain(job, FedSC)
+
+
+def run_centralized_sc(job) -> None:
+    _check_no_sharing(job)
+    pretrain(job, FedSC, centralized=True)
+
+
+def _check_no_sharing(job) -> None:
+    if job.spec.get("sharing") is not None:
+        raise ValueError(f"{job.spec.get('method')}: sharing must be null (no correlation matrices)")
