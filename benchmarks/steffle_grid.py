@@ -1,7 +1,7 @@
 """Time the paper-scale SteFFLe grid on this machine (2 CPU cores), without Snakemake.
 
-Plans the runs of configs/parts/steffle.quick.yaml overridden by
-configs/parts/steffle.paper.yaml (the same merge Snakemake does), keeps the
+Plans the runs of config.yaml overridden by configs/paper.yaml (the same merge
+Snakemake does), keeps the
 families of the chosen data sets and methods, prepares Adult / Credit Card from
 the shipped copies and the Algorithm 3 silos, and runs every job with
 `--workers` processes (like `snakemake -c2`), one torch thread each. Prints the
@@ -15,32 +15,22 @@ seconds of every job and the wall time of the whole grid, and writes them as JSO
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import yaml
+from fedrepro.config import load_yaml, merge_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 SGDA_FAMILY = ["steffle", "steffle_nonprivate", "dp_fermi", "fermi"]
 
 
-def merge(base: dict, override: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in override.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 def paper_config() -> dict:
-    quick = yaml.safe_load((ROOT / "configs/parts/steffle.quick.yaml").read_text())
-    paper = yaml.safe_load((ROOT / "configs/parts/steffle.paper.yaml").read_text())
-    cfg = merge(quick, paper)
-    cfg.update({"scale": "paper", "report": {"decimals": 2}})
-    return cfg
+    """config.yaml with configs/paper.yaml merged over it, as `snakemake --configfile config.yaml
+    configs/paper.yaml` reads them."""
+    return merge_configs(load_yaml(ROOT / "config.yaml"), load_yaml(ROOT / "configs" / "paper.yaml"))
 
 
 def prepare(cache: Path, dataset: str, tag: str | None) -> tuple[str, str | None]:
@@ -88,12 +78,13 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
+    from fedrepro.algorithms import method_table
     from fedrepro.experiments import steffle as plan
 
     cfg = paper_config()
     if args.epochs:
         cfg["steffle"]["train"]["epochs"] = args.epochs
-    methods = plan.METHODS if args.methods == ["all"] else args.methods
+    methods = list(method_table("steffle")) if args.methods == ["all"] else args.methods
     runs = [r for r in plan.main_runs(cfg) if r.dataset in args.datasets and r.method in methods]
     cache = Path(args.cache)
     seeds = list(cfg["steffle"]["seeds"])

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/steffle_speed.py [--quick]
 
 Adult, demographic parity, N = 3 silos from Algorithm 3 (h = 0), the paper-scale job
-of configs/parts/steffle.quick.yaml + steffle.paper.yaml: 15 seeds x 3 eps {1, 3, 9}
+of config.yaml + configs/paper.yaml: 15 seeds x 3 eps {1, 3, 9}
 x 7 lambdas = 315 runs, with the epochs shortened to 4 (--quick) or 20 (the paper
 trains 40). One row per method, SteFFLe (Algorithm 1) and the Ling 2024 baseline:
 
@@ -31,14 +31,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-
 from common import row, seconds, write
-from fedrepro.algorithms.steffle import jobs
-from fedrepro.experiments import steffle as plan
 from steffle_grid import paper_config, prepare
 
+from fedrepro.algorithms import method_table
+from fedrepro.algorithms.steffle import jobs
+from fedrepro.experiments import steffle as plan
+
 DATASET, SETTING = "adult", "dp_N3_h0"
-METHODS = {"steffle": "SteFFLe", "ling2024": "Ling 2024"}
+METHODS = {name: method_table("steffle")[name].label for name in ("steffle", "ling2024")}
 THETA_TOL, METRIC_TOL = 1e-4, 1e-3     # metrics: a borderline test point may flip
 
 

@@ -1,9 +1,22 @@
-"""Small synthetic fair-tabular data for the SteFFLe tests."""
+"""Small synthetic fair-tabular data and the pipeline's own config for the SteFFLe tests."""
+
+from pathlib import Path
 
 import numpy as np
 
 from fedrepro.algorithms.steffle.base import FairData
+from fedrepro.config import load_yaml, merge_configs
 from fedrepro.fl.transport import Wire
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pipeline_config(scale: str = "quick") -> dict:
+    """config.yaml, with configs/paper.yaml merged over it at paper scale (as Snakemake merges them)."""
+    config = load_yaml(ROOT / "config.yaml")
+    if scale == "paper":
+        config = merge_configs(config, load_yaml(ROOT / "configs" / "paper.yaml"))
+    return config
 
 
 def synthetic(n=600, d=6, seed=0, minority=0.35, silos=3):

@@ -92,7 +92,10 @@ def test_strong_concavity_hessian():
     F, s, _, z = _toy(k=k, l=l)
     S, Zs = fermi.onehot(s, k, F.dtype), fermi.onehot(z, 1, F.dtype)
     ip = fermi.strata_inv_sqrt_p(s, z, k, 1)
-    f = lambda w: fermi.psi(F, S, Zs, w.view(1, k, l), ip).mean()
+
+    def f(w):
+        return fermi.psi(F, S, Zs, w.view(1, k, l), ip).mean()
+
     H = torch.autograd.functional.hessian(f, torch.randn(k * l, dtype=DT))
     pbar = F.mean(0)
     expected = -2.0 * torch.kron(torch.eye(k, dtype=DT), torch.diag(pbar))

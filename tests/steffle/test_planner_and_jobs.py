@@ -2,23 +2,19 @@
 
 import copy
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from fedrepro.experiments import steffle as plan
 from fedrepro.report import steffle as report
 
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import pipeline_config
 
 
 def _config():
-    cfg = yaml.safe_load((ROOT / "configs/parts/steffle.quick.yaml").read_text())
-    cfg.update({"scale": "quick", "report": {"decimals": 2}})
-    return cfg
+    return pipeline_config("quick")
 
 
 def test_plan_families_and_specs():
@@ -84,9 +80,9 @@ def test_envelope_reduction_by_hand():
 
 
 def _prepared(tmp_path):
+    from fedrepro.data.arrays import load_prepared
     from fedrepro.data.partition import age_partition, save_partition
     from fedrepro.data.prepare import prepare_dataset
-    from fedrepro.data.arrays import load_prepared
 
     folder = prepare_dataset("synthetic_tabular", tmp_path / "data", tmp_path / "raw", {"n": 1200})
     prepared = load_prepared(folder)
@@ -130,14 +126,19 @@ def test_job_end_to_end(tmp_path, method):
     assert (points["num_silos"] == 3).all() and np.isclose(points["h"], 0.75).all()
 
 
-def test_registry_lists_every_planned_method():
-    from fedrepro.algorithms import methods
+def test_registry_rejects_an_unknown_method():
     from fedrepro.algorithms.steffle import jobs
 
-    registry = methods("steffle")
-    assert set(registry) == set(plan.METHODS) == set(jobs.METHODS)
     with pytest.raises(KeyError, match="allowed values"):
         jobs.build({"method": "bogus"}, None, [0])
+
+
+def test_checkpoint_every_is_the_top_level_key():
+    """One meaning for every paper: rounds of fedrepro.fl.loop, for SteFFLe epochs."""
+    cfg = _config()
+    cfg["checkpoint_every"] = 7
+    assert {r.spec["checkpoint_every"] for r in plan.runs(cfg)} == {7}
+    assert "checkpoint_every" not in cfg["steffle"]
 
 
 def test_adding_a_lambda_trains_only_the_new_cells(tmp_path, caplog):
@@ -175,3 +176,21 @@ def test_adding_a_lambda_trains_only_the_new_cells(tmp_path, caplog):
     assert (s3["cells_trained"], s3["cells_cached"]) == (3, 0)
     pd.testing.assert_frame_equal(again.reset_index(drop=True), grown.reset_index(drop=True), atol=1e-6)
     assert all(v["status"] == "ok" for v in s3["seeds"].values())
+
+
+def test_a_job_checkpoints_every_checkpoint_every_epochs(tmp_path, monkeypatch):
+    """run_job hands the spec's checkpoint_every (epochs) to fl.loop's Checkpoint; the last epoch is always saved."""
+    from fedrepro.algorithms.steffle import jobs
+    from fedrepro.fl.loop import Checkpoint
+    from fedrepro.pipeline import make_job
+
+    saved = []
+    monkeypatch.setattr(Checkpoint, "save", lambda self, algorithm, done, rows: saved.append(done))
+    data, part = _prepared(tmp_path)
+    spec = {"method": "fedavg", "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": ["inf"], "lambdas": [0.0],
+            "train": {"batch": 64, "epochs": 5, "eval_every": 5}, "checkpoint_every": 2}
+    out = tmp_path / "steffle" / "runs" / "synthetic_tabular" / "fedavg" / "N3_h0.75" / "s0_1"
+    job = make_job(spec, {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+                   {"data": str(data), "partition": str(part)}, seeds=[0, 1])
+    jobs.run_job(job)
+    assert saved == [2, 4, 5]

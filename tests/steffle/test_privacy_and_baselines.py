@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.privacy import steffle as accounting
 from fedrepro.algorithms.steffle.baselines import BaselineConfig, FedFDPTrainer, GroupGapTrainer, TranTrainer
 from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
 from fedrepro.fl.transport import Wire
 from fedrepro.privacy import accountant
+from fedrepro.privacy import steffle as accounting
 
 from .helpers import ServerInbox, synthetic
 
@@ -37,7 +37,9 @@ def test_central_noise_is_dp_fermi():
 
 
 def test_calibrated_multiplier_meets_target():
-    comp = lambda z: [accountant.GaussianComposition(z, 300, 0.05, "a"), accountant.GaussianComposition(z, 10, 1.0, "b")]
+    def comp(z):
+        return [accountant.GaussianComposition(z, 300, 0.05, "a"), accountant.GaussianComposition(z, 10, 1.0, "b")]
+
     z, eps_z = accounting.calibrate_multiplier(2.0, 1e-5, comp)
     assert eps_z == pytest.approx(accountant.combined_epsilon(comp(z), 1e-5)) and eps_z <= 2.0
     assert accountant.combined_epsilon(comp(0.97 * z), 1e-5) > 2.0

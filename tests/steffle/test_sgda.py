@@ -9,6 +9,7 @@ import torch
 from fedrepro.algorithms.steffle import fermi
 from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
 from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
+from fedrepro.fl.loop import Checkpoint
 from fedrepro.fl.transport import Wire
 
 from .helpers import synthetic
@@ -159,17 +160,50 @@ def test_seed_results_do_not_depend_on_batching():
     assert torch.equal(both.theta, again.theta)
 
 
-def test_checkpoint_resume_is_exact(tmp_path):
+class Killed(Exception):
+    """Stands in for the job being killed."""
+
+
+def _killed_at(trainer, epoch: int):
+    """`trainer`, made to die when it starts `epoch` (one epoch is one round of fl.loop)."""
+    run_epoch = trainer.round
+
+    def round_or_die(t):
+        if t == epoch:
+            raise Killed
+        return run_epoch(t)
+
+    trainer.round = round_or_die
+    return trainer
+
+
+@pytest.mark.parametrize(("every", "killed_at"), [(1, 3), (2, 4), (2, 2)])
+def test_kill_and_resume_is_exact(tmp_path, every, killed_at):
+    """A job killed at any epoch resumes from its last checkpoint (every `every` epochs: fl.loop's
+    Checkpoint) and ends with the uninterrupted run's numbers, bit for bit."""
     data = synthetic()
-    ckpt = tmp_path / "state.pt"
-    full = _trainer(data, sigma=0.2, epochs=3).run()
-    assert _trainer(data, sigma=0.2, epochs=3).run(checkpoint=ckpt, checkpoint_every=1, stop_after=1) is None
-    resumed = _trainer(data, sigma=0.2, epochs=3).run(checkpoint=ckpt, checkpoint_every=1)
+    full = _trainer(data, sigma=0.2, epochs=4, eval_every=1).run()
+    ckpt = Checkpoint(tmp_path / "state.pt", every=every, minutes=None)
+    with pytest.raises(Killed):
+        _killed_at(_trainer(data, sigma=0.2, epochs=4, eval_every=1), killed_at).run(ckpt)
+    saved = torch.load(ckpt.path, weights_only=False)["rounds_done"] if ckpt.path.exists() else 0
+    assert saved == (killed_at - 1) // every * every
+    resumed = _trainer(data, sigma=0.2, epochs=4, eval_every=1).run(Checkpoint(ckpt.path, every=every, minutes=None))
     assert torch.equal(full.theta, resumed.theta)
-    assert [e for e, _ in resumed.history] == [1, 2, 3]
+    assert torch.equal(full.extra["W"], resumed.extra["W"])
+    assert [e for e, _ in resumed.history] == [1, 2, 3, 4]
+    for (_, got), (_, want) in zip(resumed.history, full.history):
+        assert all(np.array_equal(got[k], want[k]) for k in want)
     assert [f.name for f in tmp_path.iterdir()] == ["state.pt"]          # written by rename: no temporary left
-    ckpt.write_bytes(ckpt.read_bytes()[:100])                         # a torn checkpoint (killed mid-write)
-    again = _trainer(data, sigma=0.2, epochs=3).run(checkpoint=ckpt, checkpoint_every=1)
+
+
+def test_a_torn_checkpoint_trains_from_the_start(tmp_path):
+    data = synthetic()
+    full = _trainer(data, sigma=0.2, epochs=3).run()
+    ckpt = Checkpoint(tmp_path / "state.pt", every=1, minutes=None)
+    _trainer(data, sigma=0.2, epochs=3).run(ckpt)
+    ckpt.path.write_bytes(ckpt.path.read_bytes()[:100])               # a torn file (e.g. a disk fault)
+    again = _trainer(data, sigma=0.2, epochs=3).run(Checkpoint(ckpt.path, every=1, minutes=None))
     assert torch.equal(full.theta, again.theta)                       # detected, dropped, trained from the start
 
 

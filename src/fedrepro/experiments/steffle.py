@@ -1,4 +1,4 @@
-"""Planner of the SteFFLe paper (spec fairfl.md §3-4): config section -> runs and report targets.
+"""Planner of the SteFFLe paper (Section 5, Figs. 1-5): config section -> runs and report targets.
 
 One training job covers one (data set, method, fairness notion, N, h) family and
 trains every seed, epsilon and lambda of it as one vectorised program. Central
@@ -11,21 +11,23 @@ Figures (section `figures`): fig1 / fig3 / fig4 / fig5 are method-comparison gri
 (eps x h panels, one curve per method); fig2 is SteFFLe's ablation over h and N.
 fig4 (Retired Adult) is built only when `enabled` (the file must be downloadable
 or pre-staged); otherwise the claims table says it was not produced. The
-`eta_w_check` runs SteFFLe with the paper's eta_w (1e-5) beside the tuned value
-(spec §6 A4), reported in the eta_w table.
+`eta_w_check` runs SteFFLe with the paper's eta_w (1e-5, App. E.2.1) beside the tuned
+value (1e-5 leaves W near 0, so the fairness term barely acts), reported in the eta_w table.
+Which method is federated, private, fair or trained by SGDA is read from the method table
+(`fedrepro.algorithms.steffle`).
 """
 
 from __future__ import annotations
 
+from fedrepro.algorithms.steffle import with_trait, without_trait
 from fedrepro.data.partition import make_tag
 from fedrepro.experiments import Run, number_tag
 
 PAPER = "steffle"
-METHODS = ("steffle", "steffle_nonprivate", "dp_fermi", "fermi", "tran2021", "ling2024", "ling2024_groupgap",
-           "fedavg", "erm")
-FEDERATED = ("steffle", "steffle_nonprivate", "ling2024", "ling2024_groupgap", "fedavg")
-PRIVATE = ("steffle", "dp_fermi", "tran2021", "ling2024", "ling2024_groupgap")
-SGDA_METHODS = ("steffle", "steffle_nonprivate", "dp_fermi", "fermi", "fedavg", "erm")
+FEDERATED = with_trait("federated")
+PRIVATE = with_trait("private")
+SGDA_METHODS = with_trait("sgda")
+NON_FAIR = without_trait("fair")
 COMPARISON_FIGURES = ("fig1", "fig3", "fig4", "fig5")
 TABLES = ("points", "headline", "claims", "privacy", "eta_w")
 
@@ -33,8 +35,6 @@ TABLES = ("points", "headline", "claims", "privacy", "eta_w")
 def partition_tag(section: dict, num_silos: int, h: float) -> str:
     return make_tag("age", clients=num_silos, h=float(h), seed=section["partition_seed"])
 
-
-NON_FAIR = ("fedavg", "erm")
 
 
 def setting_tag(fairness: str, method: str, num_silos: int, h: float, variant: str = "") -> str:
@@ -129,9 +129,9 @@ def _run(section, config, dataset, method, fairness, n, h, eps_set, variant="", 
          lambdas=None) -> Run:
     spec = {"method": method, "fairness": fairness, "num_silos": n, "h": float(h),
             "epsilons": _eps_sorted(eps_set) if method in PRIVATE else ["inf"],
-            "lambdas": [0.0] if method in ("fedavg", "erm") else [float(v) for v in (lambdas or section["lambdas"])],
+            "lambdas": [0.0] if method in NON_FAIR else [float(v) for v in (lambdas or section["lambdas"])],
             "train": _train_spec(section, method, overrides),
-            "checkpoint_every": section.get("checkpoint_every", 10)}
+            "checkpoint_every": config.get("checkpoint_every", 1)}
     partition = partition_tag(section, n, h) if method in FEDERATED else None
     return Run(dataset, method, setting_tag(fairness, method, n, h, variant), spec, partition)
 

@@ -3,9 +3,9 @@
 Every curve point is one (method, eps, lambda) setting: mean over seeds of the
 test misclassification error (y axis) and the fairness violation (x axis, eq. 11
 for DP panels, eq. 12 for EO panels), with +- one std over seeds as error bars
-(spec §3.7, §4: x = violation, y = error, lower-left is better).
+(App. E.1 and Figs. 1-5: x = violation, y = error, lower-left is better).
 
-Headline numbers ("reduction of violation at a fixed accuracy level", spec §3.8;
+Headline numbers ("reduction of violation at a fixed accuracy level", Section 5;
 the paper does not say how it computed them). Our documented method:
 for one panel, each curve is turned into its lower envelope v(e) = min violation
 over the points with error <= e (the best violation reachable at error level e);
@@ -25,24 +25,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedrepro.algorithms.steffle import METHODS, with_trait, without_trait
 from fedrepro.eval import health
 from fedrepro.report import figures
 from fedrepro.report import tables as table_io
 from fedrepro.report.runs import identity
 
-LABELS = {
-    "steffle": "SteFFLe (ours)",
-    "steffle_nonprivate": "Non-private SteFFLe",
-    "dp_fermi": "DP-FERMI (central DP SteFFLe)",
-    "fermi": "FERMI (non-private central)",
-    "tran2021": "Tran et al. (2021)",
-    "ling2024": "Ling et al. (2024), FedFDP",
-    "ling2024_groupgap": "Ling et al. variant: group-gap penalty",
-    "fedavg": "Non-private non-fair FL (FedAvg)",
-    "erm": "Non-private non-fair central ERM",
-}
-FEDERATED = ("steffle", "steffle_nonprivate", "ling2024", "ling2024_groupgap", "fedavg")
-NON_FAIR = ("fedavg", "erm")
+LABELS = {name: row.label for name, row in METHODS.items()}     # legend order = the table's order
+FEDERATED = with_trait("federated")
+NON_FAIR = without_trait("fair")
 VIOLATION = {"dp": "dp_violation", "eo": "eo_violation"}
 GRID = 50
 EPS_TOLERANCE = 1.1      # realised epsilons within 10 % count as equal privacy
@@ -597,7 +588,7 @@ def tables(job) -> None:
           "panels left out as degenerate (flat or tiny-violation baseline curve, constant predictors, diverged) "
           "and those compared at unequal realised epsilon (method: lower envelopes on a common error grid, see "
           "fedrepro.report.steffle)")
-    write("claims", claims_table(points, panels, values, spec), "SteFFLe: the paper's qualitative claims (spec §4)")
+    write("claims", claims_table(points, panels, values, spec), "SteFFLe: the paper's qualitative claims (Section 5)")
     write("privacy", privacy_table([str(Path(p).parent / "summary.json") for p in job.input["metrics"]]),
           "SteFFLe: noise per run (Theorem 3.3 sigmas or calibrated multipliers), precondition flags, and the "
           "realised epsilon of what the code did (independent accountant, theta and W of one batch accounted "

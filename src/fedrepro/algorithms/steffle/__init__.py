@@ -1,17 +1,49 @@
 """SteFFLe (Gupta, Poornash, Lowy, Razaviyayn 2024): private and fair federated learning.
 
-Methods of the paper's figures (spec fairfl.md §3.6). Each entry is the
-"module:function" that runs one pipeline job; nothing heavy is imported here.
+The methods of the paper's figures (Section 5, Figs. 1-5), in the order of their legends.
+Traits the planner, the report and the jobs select on:
+
+* "sgda": trained by Algorithm 1's noisy SGDA (`sgda.py`) with the section's `train` block;
+  the others are re-implemented baselines (`baselines.py`) with their own block under
+  `baselines`.
+* "federated": trained on the N silos of Algorithm 3's split; "central": on one silo (N = 1,
+  n~ = n), so one job serves every (N, h) panel.
+* "private": trained at the figure's epsilons; the others run once at eps = inf.
+* "fair": trained at every lambda of the grid; the others at lambda = 0 (no fairness term).
+
+Nothing heavy is imported here.
 """
 
-METHODS = {
-    "steffle": "fedrepro.algorithms.steffle.jobs:run_job",
-    "steffle_nonprivate": "fedrepro.algorithms.steffle.jobs:run_job",
-    "dp_fermi": "fedrepro.algorithms.steffle.jobs:run_job",
-    "fermi": "fedrepro.algorithms.steffle.jobs:run_job",
-    "tran2021": "fedrepro.algorithms.steffle.jobs:run_job",
-    "ling2024": "fedrepro.algorithms.steffle.jobs:run_job",
-    "ling2024_groupgap": "fedrepro.algorithms.steffle.jobs:run_job",
-    "fedavg": "fedrepro.algorithms.steffle.jobs:run_job",
-    "erm": "fedrepro.algorithms.steffle.jobs:run_job",
+from fedrepro.algorithms import Method
+
+_ENTRY = "fedrepro.algorithms.steffle.jobs:run_job"
+_SGDA = ("batch", "epochs", "eta_theta", "lr_decay", "decay_every", "eta_w", "w_step", "clip", "radius",
+         "compat_refcode", "iterate", "eval_every", "sampling", "noise")
+
+
+def _row(label: str, traits: str, config_keys: tuple[str, ...] = _SGDA) -> Method:
+    return Method(entry=_ENTRY, label=label, traits=frozenset(traits.split()), config_keys=config_keys)
+
+
+METHODS: dict[str, Method] = {
+    "steffle": _row("SteFFLe (ours)", "sgda federated private fair"),
+    "steffle_nonprivate": _row("Non-private SteFFLe", "sgda federated fair"),
+    "dp_fermi": _row("DP-FERMI (central DP SteFFLe)", "sgda central private fair"),
+    "fermi": _row("FERMI (non-private central)", "sgda central fair"),
+    "tran2021": _row("Tran et al. (2021)", "central private fair", ("clip_primal", "alpha")),
+    "ling2024": _row("Ling et al. (2024), FedFDP", "federated private fair", ("dp_norm", "clip_norm_for_loss")),
+    "ling2024_groupgap": _row("Ling et al. variant: group-gap penalty", "federated private fair",
+                              ("clip_loss", "clip_fair")),
+    "fedavg": _row("Non-private non-fair FL (FedAvg)", "sgda federated"),
+    "erm": _row("Non-private non-fair central ERM", "sgda central"),
 }
+
+
+def with_trait(trait: str) -> tuple[str, ...]:
+    """The methods that have `trait`, in report order."""
+    return tuple(name for name, row in METHODS.items() if trait in row.traits)
+
+
+def without_trait(trait: str) -> tuple[str, ...]:
+    """The methods that lack `trait`, in report order."""
+    return tuple(name for name, row in METHODS.items() if trait not in row.traits)

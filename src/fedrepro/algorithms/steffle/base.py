@@ -9,18 +9,15 @@ a seed's numbers do not depend on which other seeds or settings share the batch.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from fedrepro.eval import fairness
-from fedrepro.pipeline import atomic_write
-
-log = logging.getLogger(__name__)
+from fedrepro.fl.loop import Checkpoint, run_rounds
+from fedrepro.privacy.mechanisms import gaussian_noise
 
 _STREAMS = {"init": 0, "batches": 1, "noise": 2, "iterate": 3}
 
@@ -57,7 +54,7 @@ class FairData:
             raise ValueError("silos overlap: every training index must belong to one silo")
 
     @classmethod
-    def from_arrays(cls, x_train, y_train, s_train, x_test, y_test, s_test, silos) -> "FairData":
+    def from_arrays(cls, x_train, y_train, s_train, x_test, y_test, s_test, silos) -> FairData:
         return cls(
             x=with_bias(x_train), y=torch.as_tensor(np.asarray(y_train)).long(),
             s=torch.as_tensor(np.asarray(s_train)).long(),
@@ -74,7 +71,7 @@ class FairData:
     def silo_sizes(self) -> list[int]:
         return [len(idx) for idx in self.silos]
 
-    def centralised(self) -> "FairData":
+    def centralised(self) -> FairData:
         """The same data as one silo (N = 1): the central baselines."""
         return FairData(self.x, self.y, self.s, [torch.cat(self.silos).sort().values], self.x_test,
                         self.y_test, self.s_test, self.k, self.l)
@@ -249,11 +246,13 @@ class TrainResult:
 
 
 class GridTrainer:
-    """The round loop shared by every trainer of this paper (S seeds x G settings at once).
+    """The epoch loop shared by every trainer of this paper (S seeds x G settings at once).
 
-    Subclasses set `noise_shapes` (per-round standard-normal draws per seed, keyed by
-    name), implement `step(t, local, weight, noise)` and may extend `end_epoch`,
-    `extra_state`/`load_extra_state`. `cfg` is a validated ScheduleConfig.
+    One epoch is one round of `fedrepro.fl.loop.run_rounds` (`round`, `evaluate`,
+    `state_dict`), so checkpoints, resume and the `checkpoint_every` / `checkpoint_minutes`
+    policy are the shared ones. Subclasses set `noise_shapes` (per-round standard-normal
+    draws per seed, keyed by name), implement `step(t, local, weight, noise)` and may extend
+    `end_epoch`, `extra_state`/`load_extra_state`. `cfg` is a validated ScheduleConfig.
     """
 
     noise_shapes: dict[str, tuple[int, ...]] = {}
@@ -289,16 +288,23 @@ class GridTrainer:
         if hit.any():
             self.theta_hat[hit] = self.theta[hit]
 
+    def standard_normal(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """N(0, 1) draws of `shape` per seed, (S, *shape), from each seed's noise generator; the
+        trainers scale them by each setting's sigma, so the settings of a seed share them."""
+        return torch.stack([gaussian_noise(shape, 1.0, g) for g in self.gens["noise"]])
+
     def _draw_epoch(self):
         R = self.schedule.rounds_per_epoch
         batches = [self.schedule.epoch(g) for g in self.gens["batches"]]
         width = max(b[0].shape[-1] for b in batches)               # Poisson batches: pad to the widest
-        pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[-1]))
+
+        def pad(t):
+            return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
+
         local = torch.stack([pad(b[0]) for b in batches])           # (S, N, R, width)
         weight = torch.stack([pad(b[1]) for b in batches])          # (S, N, R, width), 0 = padding
-        noise = {name: torch.stack([torch.randn(R, *shape, generator=g) for g in self.gens["noise"]])
-                 for name, shape in self.noise_shapes.items()}      # each (S, R, *shape)
-        return local, weight, noise
+        noise = {name: self.standard_normal((R, *shape)) for name, shape in self.noise_shapes.items()}
+        return local, weight, noise                                 # each noise (S, R, *shape)
 
     def step(self, t: int, local, weight, noise) -> None:
         raise NotImplementedError
@@ -331,33 +337,29 @@ class GridTrainer:
                 g.set_state(st)
         self.load_extra_state(state["extra"])
 
-    def run(self, checkpoint: Path | None = None, checkpoint_every: int = 5,
-            stop_after: int | None = None) -> TrainResult | None:
-        """Train all epochs, resuming from `checkpoint` if it exists (`stop_after` epochs: for tests)."""
-        cfg, R = self.cfg, self.schedule.rounds_per_epoch
-        if checkpoint is not None and Path(checkpoint).exists():
-            try:
-                state = torch.load(checkpoint, weights_only=False)
-            except Exception as err:  # a torn or corrupt file: name it, drop it, start over
-                log.warning("checkpoint %s is unreadable (%s: %s); training from the start", checkpoint,
-                            type(err).__name__, err)
-                Path(checkpoint).unlink()
-            else:
-                self.load_state_dict(state)
+    def round(self, t: int) -> dict:
+        """Epoch t (1-based) of every model: its rounds of Algorithm 1 (or the baseline's step)."""
+        R = self.schedule.rounds_per_epoch
         with torch.no_grad():
-            while self.epoch < cfg.epochs:
-                local, weight, noise = self._draw_epoch()
-                for r in range(R):
-                    self.step(self.epoch * R + r, local[:, :, r], weight[:, :, r],
-                              {name: value[:, r] for name, value in noise.items()})
-                self.end_epoch()
-                self.epoch += 1
-                if self.epoch % cfg.eval_every == 0 or self.epoch == cfg.epochs:
-                    self.history.append((self.epoch, {**evaluate(self.theta, self.data), **self.diagnostics()}))
-                if checkpoint is not None and self.epoch % checkpoint_every == 0:
-                    atomic_write(checkpoint, lambda tmp: torch.save(self.state_dict(), tmp))
-                if stop_after is not None and stop_after <= self.epoch < cfg.epochs:
-                    return None
+            local, weight, noise = self._draw_epoch()
+            for r in range(R):
+                self.step(self.epoch * R + r, local[:, :, r], weight[:, :, r],
+                          {name: value[:, r] for name, value in noise.items()})
+            self.end_epoch()
+        self.epoch += 1
+        return {}
+
+    def evaluate(self, t: int) -> dict:
+        """Test metrics of every model after epoch t, kept in `history` (arrays do not fit a row)."""
+        with torch.no_grad():
+            self.history.append((self.epoch, {**evaluate(self.theta, self.data), **self.diagnostics()}))
+        return {}
+
+    def run(self, checkpoint: Checkpoint | None = None) -> TrainResult:
+        """Train all epochs, resuming from `checkpoint` if its file exists."""
+        cfg = self.cfg
+        run_rounds(self, cfg.epochs, checkpoint, eval_every=cfg.eval_every, desc="epochs")
+        with torch.no_grad():
             random_metrics = evaluate(self.theta_hat, self.data) if cfg.iterate == "random" else None
         return TrainResult(final_metrics(self.history, cfg.iterate, cfg.epochs, random_metrics),
                            self.history, self.theta, self.rounds, self.result_extra())

@@ -1,7 +1,7 @@
 """The two DP-and-fair baselines of the SteFFLe figures, re-implemented (no public code used).
 
 Both train binary logistic regression as one vectorised program over seeds x
-settings (`common.GridTrainer`) and promote the same fairness notion as the
+settings (`base.GridTrainer`) and promote the same fairness notion as the
 panel: demographic parity (one stratum) or equalized odds (strata = labels).
 For a sample in cell (z, a) (stratum z, sensitive group a) the group rates are
 r_{za} = E[sigma(theta^T x) | z, a] and r_z = E[sigma | z]; the gradient of a
@@ -77,6 +77,7 @@ from fedrepro.fl.transport import Wire
 from . import fermi
 from .base import FairData, GridTrainer, ScheduleConfig, clip_coef, strata
 
+
 @dataclass
 class BaselineConfig(ScheduleConfig):
     clip_primal: float = 10.0   # Tran: C_p
@@ -151,7 +152,7 @@ class TranTrainer(_CellMixin, GridTrainer):
         """Dual step: noisy group sums of sigma over the training set -> violations -> multipliers."""
         p1 = torch.sigmoid(torch.einsum("nd,sgd->sgn", self.data.x, self.theta))
         sums = torch.einsum("sgn,nc->sgc", p1, fermi.onehot(self.cells_of, self.C))
-        noise = torch.stack([torch.randn(self.C, generator=g) for g in self.gens["noise"]])[:, None]
+        noise = self.standard_normal((self.C,))[:, None]
         noisy = sums + (self.z_mult * math.sqrt(2.0))[None, :, None] * noise
         Zk = self.p_cell.shape
         rate = (noisy / self.cell_counts).view(*noisy.shape[:2], *Zk)

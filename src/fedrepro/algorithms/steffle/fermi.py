@@ -1,7 +1,8 @@
 """The FERMI (chi-squared / ERMI) fairness regulariser and its min-max form.
 
-Spec fairfl.md §1.3-1.4. Pure torch; every function broadcasts over leading
-(batch-of-models) dimensions, so one call serves seeds x lambdas x eps x silos.
+SteFFLe Section 3: eqs. (4)-(6), Theorem 3.2 and Appendix D (after Lowy et al.'s FERMI).
+Pure torch; every function broadcasts over leading (batch-of-models) dimensions, so one
+call serves seeds x lambdas x eps x silos.
 
 Samples are described by one-hot tensors that broadcast against F:
 F (..., n, l) class probabilities, S (..., n, k) one-hot sensitive attribute,
@@ -9,18 +10,18 @@ Zs (..., n, Z) one-hot *stratum*:
 
 * demographic parity (DP): Z = 1, every sample in stratum 0, eq. (5);
 * equalized odds (EO): Z = l and stratum = label, one W^{(y)} per label value with
-  the class-conditional P_{S|Y=y} (spec §1.4 "EO variant", DECISION A9).
+  the class-conditional P_{S|Y=y} (eq. 6: D_R conditioned on the label).
 
 A zero row of S/Zs (a padded batch slot) contributes nothing. W has shape
 (..., Z, k, l) and `inv_sqrt_p` (Z, k) holds p(r | stratum)^{-1/2}. The per-sample
-term is (spec §1.4, scalar form; E[y s^T | x, s] taken l x k, the paper's "k x l"
+term is (Appendix D, in scalar form; E[y s^T | x, s] taken l x k, the paper's "k x l"
 being a transposition typo)
 
     psi_i(theta, W) = - sum_{r,u} W[z_i]_{ru}^2 F_u(x_i)
                       + 2 sum_u W[z_i]_{s_i u} F_u(x_i) / sqrt(p(s_i | z_i)) - 1.
 
 Its batch mean is strongly concave in W and its maximum equals the chi-squared
-divergence D_R of eqs. (5)/(6). `compat_refcode` (spec §6 A1) keeps only W entry
+divergence D_R of eqs. (5)/(6). `compat_refcode` (the authors' code) keeps only W entry
 [r=0, u=1]: the authors' 1 x 1 W on sigma(z) and sensitive group 0 is exactly
 this masked form (`w_mask`).
 """
@@ -78,7 +79,7 @@ def psi(F, S, Zs, W, inv_sqrt_p) -> torch.Tensor:
 def coef_a(S, Zs, W, inv_sqrt_p) -> torch.Tensor:
     """a_{iu} = -sum_r W[z_i]_{ru}^2 + 2 W[z_i]_{s_i u} / sqrt(p(s_i|z_i)), shape (..., n, l).
 
-    grad_theta psi_i = sum_u a_{iu} grad_theta F_u(x_i) (chain rule, spec §1.4): this is
+    grad_theta psi_i = sum_u a_{iu} grad_theta F_u(x_i) (chain rule on the scalar form): this is
     what the sensitive division computes from the (F, grad F) messages it receives.
     """
     Wi = _per_sample_w(Zs, W)
@@ -130,7 +131,8 @@ def w_star(F, S, Zs, inv_sqrt_p) -> torch.Tensor:
 
 
 def project_frobenius(W: torch.Tensor, radius: float) -> torch.Tensor:
-    """Pi_W: each W^{(z)} (last two dims) onto the Frobenius ball of `radius` (spec §6 A5)."""
+    """Pi_W: each W^{(z)} (last two dims) onto the Frobenius ball of `radius` (the set W of
+    Algorithm 1 line 11; the paper names no norm, the Frobenius ball is the natural reading)."""
     norm = torch.linalg.matrix_norm(W, ord="fro")[..., None, None]
     return W * (radius / norm.clamp_min(1e-30)).clamp(max=1.0)
 

@@ -3,17 +3,18 @@ panel family, with every seed, epsilon and lambda of it trained as one program.
 
 Spec keys (built by `fedrepro.experiments.steffle`):
   method, fairness ("dp" | "eo"), num_silos, h, epsilons (numbers or "inf"),
-  lambdas, train (the method's hyper-parameters), checkpoint_every (epochs).
+  lambdas, train (the method's hyper-parameters), checkpoint_every (epochs: one epoch is
+  one round of `fedrepro.fl.loop`).
 Inputs: data (arrays.npz), partition (Algorithm 3 silos; federated methods only).
 Outputs: metrics (Parquet: seed, eps, lam, epoch, kind = eval | final, error,
 dp_violation, eo_violation) and summary (JSON: spec, rounds, per-eps privacy
 record: sigmas, Theorem 3.3 precondition flags, library epsilon, time).
 
-Methods (spec §3.6): steffle / steffle_nonprivate (federated, Algorithm 1),
-dp_fermi / fermi (central N = 1: Lowy et al. 2023 / 2022b, the same program on one
-silo with n~ = n), fedavg / erm (lambda = 0, no noise; federated with one local
-step per round, i.e. FedSGD, DECISION: the paper gives no local-step count, one
-step keeps the round and batch budget of SteFFLe / central SGD), tran2021 and
+The methods and their traits are the table in `fedrepro.algorithms.steffle`:
+steffle / steffle_nonprivate (federated, Algorithm 1), dp_fermi / fermi (central N = 1:
+Lowy et al. 2023 / 2022b, the same program on one silo with n~ = n), fedavg / erm (lambda = 0,
+no noise; federated with one local step per round, i.e. FedSGD: the paper gives no local-step
+count, and one step keeps the round and batch budget of SteFFLe / central SGD), tran2021 and
 ling2024 (FedFDP as published) and ling2024_groupgap (the earlier group-gap adaptation), in
 `baselines.py`.
 """
@@ -35,23 +36,21 @@ import torch
 from fedrepro.data.arrays import load_prepared
 from fedrepro.data.partition import load_partition
 from fedrepro.eval import health
+from fedrepro.fl.loop import Checkpoint
 from fedrepro.pipeline import atomic_write, claim_scratch, fingerprint
 from fedrepro.privacy import accountant
-from fedrepro.privacy import steffle as thm
-
 from fedrepro.privacy import steffle as accounting
-from .baselines import BaselineConfig, FedFDPTrainer, GroupGapTrainer, TranTrainer
+
+from . import METHODS, with_trait
 from .base import BatchSchedule, FairData
+from .baselines import BaselineConfig, FedFDPTrainer, GroupGapTrainer, TranTrainer
 from .sgda import SGDAConfig, SteffleTrainer
 
 log = logging.getLogger(__name__)
 
-FEDERATED = ("steffle", "steffle_nonprivate", "fedavg", "ling2024", "ling2024_groupgap")
-CENTRAL = ("dp_fermi", "fermi", "erm", "tran2021")
-NON_FAIR = ("fedavg", "erm")
-NON_PRIVATE = ("steffle_nonprivate", "fermi", "fedavg", "erm")
-METHODS = FEDERATED + CENTRAL
-BASELINES = ("tran2021", "ling2024", "ling2024_groupgap")
+FEDERATED = with_trait("federated")
+CENTRAL = with_trait("central")
+SGDA = with_trait("sgda")
 
 
 def load_data(job) -> FairData:
@@ -70,8 +69,9 @@ def load_data(job) -> FairData:
 def grid(spec: dict) -> tuple[list, list[float]]:
     """(eps, lambda) of every setting, eps-major; non-private / non-fair methods collapse their axis."""
     method = spec["method"]
-    epsilons = ["inf"] if method in NON_PRIVATE else list(spec["epsilons"])
-    lambdas = [0.0] if method in NON_FAIR else [float(v) for v in spec["lambdas"]]
+    traits = METHODS[method].traits
+    epsilons = list(spec["epsilons"]) if "private" in traits else ["inf"]
+    lambdas = [float(v) for v in spec["lambdas"]] if "fair" in traits else [0.0]
     return [(e, lam) for e in epsilons for lam in lambdas], epsilons
 
 
@@ -88,9 +88,9 @@ def _privacy_context(data: FairData, cfg) -> dict:
     n = len(data.y)
     sizes = data.silo_sizes
     schedule = BatchSchedule(sizes, cfg.batch, cfg.sampling)
-    rho = thm.rho_from_attribute(data.s.numpy(), data.k)
+    rho = accounting.rho_from_attribute(data.s.numpy(), data.k)
     return {"n": n, "silo_sizes": sizes, "rounds": cfg.epochs * schedule.rounds_per_epoch, "batch": schedule.batch,
-            "rho": rho, "delta": thm.delta_for_n(n), "sampling": cfg.sampling,
+            "rho": rho, "delta": accounting.delta_for_n(n), "sampling": cfg.sampling,
             "sampling_note": accounting.SAMPLING_NOTES[cfg.sampling]}
 
 
@@ -202,7 +202,7 @@ def _jsonable(value):
     return value
 
 
-GRID_KEYS = ("epsilons", "lambdas", "checkpoint_every")
+GRID_KEYS = ("epsilons", "lambdas", "checkpoint_every")   # keys a cell's numbers do not depend on
 
 
 def cell_cache(job) -> Path:
@@ -239,7 +239,7 @@ def _save_cells(job, frame: pd.DataFrame, settings) -> None:
     for eps, lam in settings:
         rows = frame[(frame["eps"] == str(eps)) & (frame["lam"] == lam)]
         path = cell_cache(job) / f"{cell_key(job, (eps, lam))}.parquet"
-        atomic_write(path, lambda tmp: rows.to_parquet(tmp, index=False))
+        atomic_write(path, lambda tmp, rows=rows: rows.to_parquet(tmp, index=False))
 
 
 def _seed_health(rows: pd.DataFrame) -> health.Health:
@@ -265,11 +265,11 @@ def run_job(job) -> None:
     cached = _load_cells(job, settings)
     todo = [st for st in settings if st not in cached]
     trainer, privacy, _ = build(job.spec, data, job.seeds, only=todo)
-    every = int(job.spec.get("checkpoint_every", 10))
+    checkpoint = Checkpoint(Path(job.scratch) / "state.pt", every=int(job.spec.get("checkpoint_every", 1)))
     claim_scratch(job)
     frames, rounds = [], None
     if trainer is not None:
-        result = trainer.run(checkpoint=Path(job.scratch) / "state.pt", checkpoint_every=every)
+        result = trainer.run(checkpoint)
         fresh = metrics_frame(result, job.seeds, todo)
         _save_cells(job, fresh, todo)
         frames.append(fresh)
@@ -282,7 +282,7 @@ def run_job(job) -> None:
     metrics.to_parquet(job.out("metrics"), index=False)
     log.info("trained %d of %d (eps, lambda) cells; %d from the cell cache", len(todo), len(settings), len(cached))
     if rounds is None:
-        cfg = (_baseline_config if job.spec["method"] in BASELINES else _sgda_config)(job.spec)
+        cfg = (_sgda_config if job.spec["method"] in SGDA else _baseline_config)(job.spec)
         sizes = [len(data.y)] if job.spec["method"] in CENTRAL else data.silo_sizes
         rounds = cfg.epochs * BatchSchedule(sizes, cfg.batch, cfg.sampling).rounds_per_epoch
     summary = {"spec": job.spec, "rounds": rounds, "privacy": privacy, "seconds": time.time() - start,

@@ -20,24 +20,26 @@ goes through the wire and the sensitive division really computes from it; the
 fast mode computes the same quantities in factorised form (grad F_1 = sigma(1-sigma) x,
 so per-sample clipping only needs |c_i| ||x_i||), which a test checks is identical.
 
-DECISIONS (spec §6, config keys in brackets):
-* A2 [compat_refcode=False]: clip grad_theta psi_i (without lambda) to C, take the
-  mean, add noise, apply lambda at the server. compat_refcode=True follows the
-  authors' code instead: clip lambda*grad psi_i per sample, SUM over the batch, add
+Choices the paper leaves open (config keys in brackets):
+* [compat_refcode=False] clip grad_theta psi_i (without lambda) to C, take the
+  mean, add noise, apply lambda at the server (Algorithm 1 lines 8 and 11). compat_refcode=True
+  follows the authors' code instead: clip lambda*grad psi_i per sample, SUM over the batch, add
   noise (not x lambda); W <- W + eta_w mean_j(lambda mean grad_W psi + V); and
-  the 1 x 1 W of A1 (fermi.w_mask), with the authors' per-silo group numbering (`refcode_groups`).
-* A3: grad_W is not clipped (privacy rests on F in [0,1] and ||W|| <= D).
-* A4 [eta_w, w_step]: the paper's 1e-5 is kept as a config value; experiments may set larger,
-  and w_step="capped" keeps eta_w * lambda <= 1/2 so the W ascent cannot flip sign
-  (`w_step_sizes`); each evaluation logs W's norm and sign-flip rate (`diagnostics`).
-* A5 [radius]: D is a Frobenius-ball radius; the same D enters sigma_theta.
-* A6 [sampling="poisson"]: Poisson batches with every sum divided by the expected size m
-  (common.BatchSchedule), so no batch is under-noised and the accountant's subsampled
+  their 1 x 1 W (fermi.w_mask), with their per-silo group numbering (`refcode_groups`).
+* grad_W is not clipped: its sensitivity is bounded by F in [0,1] and ||W|| <= D.
+* [eta_w, w_step] the paper's eta_w = 1e-5 (App. E.2.1) is kept as a config value; experiments
+  may set larger, and w_step="capped" keeps eta_w * lambda <= 1/2 so the W ascent cannot flip
+  sign (`w_step_sizes`); each evaluation logs W's norm and sign-flip rate (`diagnostics`).
+* [radius] D is a Frobenius-ball radius (the set W of Algorithm 1 line 11); the same D enters
+  sigma_theta (Theorem 3.3).
+* [sampling="poisson"] Poisson batches with every sum divided by the expected size m
+  (base.BatchSchedule), so no batch is under-noised and the accountant's subsampled
   Gaussian is what runs; shuffled fixed-size batches and Algorithm 2's replacement as options.
-* A7 [iterate]: "final" (default, spec suggestion), "random" (Algorithm 1 line 13,
-  theta_t with t uniform in {1..T}) or "refcode_avg" (metrics averaged over the
-  evaluations at epochs >= 20, the authors' protocol).
-* A9 EO: one W per label value with P_{S|Y=y}; each gets its own noise and projection.
+* [iterate] "final" (default: the paper's figures plot trained models, not a random draw),
+  "random" (Algorithm 1 line 13, theta_t with t uniform in {1..T}) or "refcode_avg" (metrics
+  averaged over the evaluations at epochs >= 20, the authors' protocol).
+* Equalized odds (eq. 12): one W per label value with P_{S|Y=y}; each gets its own noise and
+  projection.
 * Unequal silo sizes (Algorithm 3 leaves n mod N points with their block): each silo
   averages over its real batch; its sigma may use its own n_j (the caller decides).
 """
@@ -79,7 +81,7 @@ class SGDAConfig(ScheduleConfig):
     clip: float = 1.0          # L_theta: per-sample clip of the sensitive theta-gradient
     radius: float = 1.0        # D: Frobenius radius of the W ball
     compat_refcode: bool = False
-    noise: str = "theorem"     # theorem: Theorem 3.3's sigmas | calibrated: scaled to meet eps (accounting.steffle_noise)
+    noise: str = "theorem"     # theorem: Theorem 3.3's sigmas | calibrated: scaled to meet eps (privacy.steffle.steffle_noise)
 
     positive = ("eta_theta", "clip", "radius")
 
