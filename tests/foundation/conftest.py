@@ -48,3 +48,21 @@ def saved_rounds(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(Checkpoint, "save", recording)
     return rounds
+
+
+class Killed(Exception):
+    """Stands in for the job being killed."""
+
+
+def killed_at(algorithm, t: int):
+    """`algorithm` (anything `fedrepro.fl.loop.run_rounds` drives), made to die when it starts
+    round `t`, after the checkpoints of the rounds before it."""
+    run_round = algorithm.round
+
+    def round_or_die(round_number):
+        if round_number == t:
+            raise Killed
+        return run_round(round_number)
+
+    algorithm.round = round_or_die
+    return algorithm

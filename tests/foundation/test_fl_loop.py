@@ -8,31 +8,17 @@ import pytest
 import torch
 
 from fedrepro.algorithms.baselines.fedavg import FedAvg
-from fedrepro.fl import seeding
-from fedrepro.fl import loop
+from fedrepro.fl import loop, seeding
 from fedrepro.fl.loop import Checkpoint, run_rounds
 from fedrepro.fl.runner import run_seeds
 from fedrepro.pipeline import claim_scratch, make_job
-from tests.foundation.conftest import FEDAVG_SPEC, saved_rounds
-
-
-class Killed(Exception):
-    pass
+from tests.foundation.conftest import FEDAVG_SPEC, Killed, killed_at, saved_rounds
 
 
 def build(blobs, clients, seed, kill_at=None):
     seeding.seed_everything(seed)
     algo = FedAvg(FEDAVG_SPEC, blobs, clients, seed, torch.device("cpu"))
-    if kill_at is not None:
-        original = algo.round
-
-        def round_or_die(t):
-            if t == kill_at:
-                raise Killed
-            return original(t)
-
-        algo.round = round_or_die
-    return algo
+    return algo if kill_at is None else killed_at(algo, kill_at)
 
 
 def test_resume_after_kill_gives_identical_metrics(tmp_path, blobs, clients):
