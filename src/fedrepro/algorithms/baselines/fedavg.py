@@ -83,7 +83,7 @@ class FedAvg:
         steps, size = self.spec["local_steps"], self.spec["batch_size"]
         indices = [self.batches.stacked(chosen, size) for _ in range(steps)]
         updates, losses = [], []
-        for k, (client, params) in enumerate(zip(chosen, received)):
+        for k, params in enumerate(received):
             model = self.new_model()
             model.load_state_dict(params, strict=False)
             optimiser = SGD(model.parameters(), lr=self.spec["lr"], momentum=self.spec.get("momentum", 0.0),

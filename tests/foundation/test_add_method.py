@@ -1,0 +1,173 @@
+"""README, "Add a method", followed step by step on a toy method of the `fedavg` paper key.
+
+The four steps are the method's module, one line in the paper's method table, its config block
+and its schema entry. Nothing else is touched: the config check, the planner, the job (run through
+`fedrepro.pipeline.run_job`, as the workflow's entry script does) and the report take it in.
+"""
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from fedrepro.algorithms import Method, method_table, methods
+from fedrepro.config import PAPER_SECTIONS, ConfigError, check_config
+from fedrepro.data.partition import Partition, save_partition
+from fedrepro.experiments import fedavg as fedavg_plan
+from fedrepro.pipeline import make_job, run_job
+from tests.foundation.test_config import ROOT, SCHEMAS
+
+# Step 1: the method's module. A FedAvg with a server step size: the new global model moves
+# `server_lr` of the way from the old one to the clients' average.
+TOY_MODULE = '''
+"""FedAvg with a server step size (the toy method of tests/foundation/test_add_method.py)."""
+from pathlib import Path
+
+import torch
+
+from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.data.arrays import load_prepared
+from fedrepro.data.partition import load_partition
+from fedrepro.data.tensors import to_tensors
+from fedrepro.fl.device import pick_device
+from fedrepro.fl.runner import run_seeds
+
+
+class ServerStepFedAvg(FedAvg):
+    def round(self, t):
+        before = {name: p.detach().clone() for name, p in self.model.named_parameters()}
+        stats = super().round(t)
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                p.copy_(before[name] + self.spec["server_lr"] * (p - before[name]))
+        return stats
+
+
+def run_job(job):
+    device = pick_device(job.spec.get("device", "auto"))
+    data = to_tensors(load_prepared(Path(job.input["data"]).parent), device)
+    clients = load_partition(job.input["partition"]).clients
+    run_seeds(job, lambda seed: ServerStepFedAvg(job.spec, data, clients, seed, device), job.spec["rounds"],
+              eval_every=job.spec.get("eval_every", 1), checkpoint_every=job.spec.get("checkpoint_every", 1))
+'''
+TOY = "server_step"
+
+
+@pytest.fixture
+def toy_module(tmp_path, monkeypatch) -> str:
+    package = tmp_path / "toy_methods"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / f"{TOY}.py").write_text(textwrap.dedent(TOY_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return f"toy_methods.{TOY}:run_job"
+
+
+def add_table_line(monkeypatch, entry: str) -> None:
+    """Step 2: one line in algorithms/baselines/__init__.py."""
+    fedavg = method_table("fedavg")["fedavg"]
+    row = Method(entry=entry, label="FedAvg, server step 0.5", config_keys=(*fedavg.config_keys, "server_lr"))
+    monkeypatch.setitem(method_table("fedavg"), TOY, row)
+
+
+def fedavg_only_config() -> dict:
+    """config.yaml with only the `fedavg` paper (the other papers' checks are theirs)."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    for paper in PAPER_SECTIONS:
+        if paper != "fedavg":
+            config.pop(paper, None)
+    config["papers"] = ["fedavg"]
+    return config
+
+
+def add_config_block(config: dict) -> None:
+    """Step 3: its block under `fedavg.methods` in config.yaml."""
+    config["fedavg"]["methods"][TOY] = {**config["fedavg"]["methods"]["fedavg"], "server_lr": 0.5}
+
+
+def add_schema_entry(tmp_path) -> str:
+    """Step 4: its entry in workflow/schemas/fedavg.schema.yaml (edited in a copy)."""
+    schemas = shutil.copytree(SCHEMAS, tmp_path / "schemas")
+    path = schemas / "fedavg.schema.yaml"
+    schema = yaml.safe_load(path.read_text())
+    entries = schema["properties"]["methods"]["properties"]
+    toy = json.loads(json.dumps(entries["fedavg"]))
+    toy["properties"]["server_lr"] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+    toy["required"].append("server_lr")
+    entries[TOY] = toy
+    path.write_text(yaml.safe_dump(schema, sort_keys=False))
+    return str(schemas)
+
+
+def config_error(config: dict, schemas) -> str:
+    with pytest.raises(ConfigError) as info:
+        check_config(config, schemas)
+    return str(info.value)
+
+
+def write_digits_shaped_data(folder, num_clients: int) -> dict:
+    """Random data of the digits' shape (64 features, 10 classes), so the planned spec runs as is."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(120, 64)).astype(np.float32), np.arange(120) % 10
+    folder.mkdir(parents=True)
+    np.savez(folder / "arrays.npz", x_train=x[:100], y_train=y[:100], x_test=x[100:], y_test=y[100:])
+    (folder / "meta.json").write_text(json.dumps({"kind": "tabular", "num_classes": 10}))
+    save_partition(Partition("horizontal", clients=np.array_split(np.arange(100), num_clients)),
+                   folder / "partition.npz")
+    return {"data": str(folder / "arrays.npz"), "partition": str(folder / "partition.npz")}
+
+
+def run_planned(run, inputs: dict, results) -> str:
+    """One job of a planned run, as the fedavg_train rule runs it (3 rounds, one seed)."""
+    spec = {**run.spec, "rounds": 3, "device": "cpu"}
+    folder = Path(run.folder(str(results), "fedavg", "s0"))
+    job = make_job(spec, {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")},
+                   input=inputs, seeds=[0])
+    run_job(job, methods("fedavg")[run.method])
+    return job.output["summary"]
+
+
+def test_the_four_steps_add_a_method_to_checks_plan_jobs_and_report(tmp_path, monkeypatch, toy_module):
+    config = fedavg_only_config()
+    add_config_block(config)
+    assert "config key 'fedavg.methods'" in config_error(config, SCHEMAS)   # no schema entry yet
+    schemas = add_schema_entry(tmp_path)
+    assert "not in the method table" in config_error(config, schemas)      # no table line yet
+    add_table_line(monkeypatch, toy_module)
+    check_config(config, schemas)
+
+    runs = fedavg_plan.runs(config)
+    alphas = config["fedavg"]["partition"]["alphas"]
+    assert [run.method for run in runs] == ["fedavg"] * len(alphas) + [TOY] * len(alphas)   # table order
+    toy_run = next(run for run in runs if run.method == TOY)
+    assert toy_run.spec["server_lr"] == 0.5
+
+    inputs = write_digits_shaped_data(tmp_path / "data", config["fedavg"]["partition"]["num_clients"])
+    first = next(run for run in runs if run.method == "fedavg")
+    summaries = [run_planned(first, inputs, tmp_path / "results"), run_planned(toy_run, inputs, tmp_path / "results")]
+    metrics = pd.read_parquet(Path(summaries[1]).with_name("metrics.parquet"))
+    assert metrics["round"].tolist() == [1, 2, 3]
+
+    from fedrepro.report.fedavg import accuracy_table
+
+    out = tmp_path / "results" / "fedavg" / "tables" / "accuracy"
+    table = make_job({"scale": "quick", "decimals": 2}, {"md": f"{out}.md", "csv": f"{out}.csv", "tex": f"{out}.tex"},
+                     input={"summaries": summaries})
+    accuracy_table(table)
+    rows = pd.read_csv(f"{out}.csv")["row"].tolist()
+    assert rows[:2] == ["FedAvg", "FedAvg, server step 0.5"]
+
+
+def test_the_fedavg_table_matches_its_schema_and_config():
+    """Each method's `config_keys` are its schema entry's keys, and every configured method is a row."""
+    schema = yaml.safe_load((SCHEMAS / "fedavg.schema.yaml").read_text())["properties"]["methods"]["properties"]
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())["fedavg"]["methods"]
+    table = method_table("fedavg")
+    assert set(schema) == set(table) and set(config) <= set(table)
+    for name, row in table.items():
+        assert set(row.config_keys) == set(schema[name]["properties"]), name
