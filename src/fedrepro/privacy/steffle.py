@@ -1,20 +1,33 @@
-"""SteFFLe noise calibration, Theorem 3.3 (spec fairfl.md §2), pure math.
+"""SteFFLe's privacy (Gupta et al. 2024), pure math: Theorem 3.3's noise, the accountant's
+view of what the trainers release, and the calibration of the baselines' noise.
 
-Each silo adds Gaussian noise to the batch-mean gradients that touch the
-sensitive attribute:
+1. Theorem 3.3. Each silo adds Gaussian noise to the batch means of the gradients that touch
+   the sensitive attribute (Algorithm 1 line 8):
 
-    sigma_w^2     >= 16 T ln(1/delta) / (eps^2 n~^2 rho)
-    sigma_theta^2 >= 16 L^2 D^2 ln(1/delta) T / (eps^2 n~^2 rho)
+       sigma_w^2     >= 16 T ln(1/delta) / (eps^2 n~^2 rho)
+       sigma_theta^2 >= 16 L^2 D^2 ln(1/delta) T / (eps^2 n~^2 rho)
 
-valid when eps <= 2 ln(1/delta) and T >= (n~ sqrt(eps) / (2 |B|))^2.
-Concrete choices the paper leaves open follow the reference code (spec §2.2):
-delta = 1/n^2 (n all training samples), rho = (min_r count(s = r) - 1)/n,
-T = epochs * ceil(n~/m), L = the per-sample clip of the theta-gradient and
-D = the radius of the ball that W is projected on. eps = inf means sigma = 0.
+   valid when eps <= 2 ln(1/delta) and T >= (n~ sqrt(eps) / (2 |B|))^2. What the paper leaves
+   open follows the authors' code: delta = 1/n^2 (n all training samples),
+   rho = (min_r count(s = r) - 1)/n, T = epochs * ceil(n~/m), L = the per-sample clip of the
+   theta-gradient and D = the radius of the ball that W is projected on; eps = inf means
+   sigma = 0. The hypotheses are returned (`Preconditions`), never raised: the paper's own
+   settings break the T-condition at eps = 9 with N = 3 (Credit: T = 1,200 < 1,931 for 40
+   epochs of batch 256), so a run logs the message and goes on.
+2. The accountant's view (`fedrepro.privacy.accountant`, per silo: ISRL-DP). h_theta and h_w
+   of one Poisson batch are released together (`steffle_composition`, through
+   `joint_multiplier`); `steffle_noise` records, for every epsilon of a job, Theorem 3.3's
+   sigmas, the precondition flags and the epsilon the accountant gives for what ran
+   (`realised_epsilon`: tight PLD, RDP beside it). noise="calibrated" instead scales both
+   sigmas so that the accountant meets eps. `steffle_theta_mechanism` and
+   `steffle_w_mechanism` are the two releases taken one at a time.
+3. The baselines (Tran et al. 2021, Ling et al. 2024) have no closed-form noise: their
+   multiplier is calibrated to the target eps with the accountant (`calibrate_multiplier`,
+   started at `rough_multiplier`).
 
-The preconditions are returned (``Preconditions``), never raised: the paper's
-own settings violate the T-condition at eps = 9 with N = 3 (spec §2.4), so a
-run logs the message and goes on.
+`SAMPLING_NOTES` says, per batch sampling, whether the accountant's Poisson subsampling covers
+what the trainers ran. The noise itself is drawn by the trainers (algorithms/steffle) with
+`fedrepro.privacy.mechanisms.gaussian_noise`: N(0, 1) per seed, scaled by each setting's sigma.
 """
 
 from __future__ import annotations
@@ -44,6 +57,12 @@ def _log_inv_delta(delta: float) -> float:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     return -math.log(delta)
 
+
+def is_private(eps) -> bool:
+    return not math.isinf(float(eps))
+
+
+# -- 1. Theorem 3.3 -------------------------------------------------------------------------------
 
 def delta_for_n(num_samples: int) -> float:
     """delta = 1/n^2 with n the total number of training samples (all silos)."""
@@ -142,6 +161,8 @@ def check_preconditions(eps: float, delta: float, iterations: int, local_size: i
     return Preconditions(True, eps_bound, iterations_bound, tuple(messages))
 
 
+# -- 2. what the accountant sees ------------------------------------------------------------------
+
 STEFFLE_ADJACENCIES = ("replace_one", "add_remove")
 
 
@@ -153,8 +174,8 @@ def steffle_theta_mechanism(sigma_theta: float, clip: float, batch_size: int, lo
     over m; changing one sensitive attribute (the paper's adjacency) moves one
     clipped gradient, so the mean moves by <= 2 C/m (k = 2, replace-one,
     default) or C/m (k = 1, add/remove reading). Lemma B.1's 8 D^2 L^2/(|B|^2 rho)
-    is not used: its 1/|B|^2 is not the sensitivity of a mean (spec §2.1 quotes
-    it as "odd"). The accountant is per silo (ISRL-DP).
+    is not used: its 1/|B|^2 is not the sensitivity of a mean (a mean of m clipped
+    terms moves by O(C/m), not O(1/m^2)). The accountant is per silo (ISRL-DP).
     """
     if adjacency not in STEFFLE_ADJACENCIES:
         raise ValueError(f"adjacency {adjacency!r} unknown; allowed: {', '.join(STEFFLE_ADJACENCIES)}")
@@ -184,20 +205,6 @@ def steffle_w_mechanism(sigma_w: float, batch_size: int, local_size: int, iterat
                                "(replace-one), Poisson q = m/n~ per silo, steps = T")
 
 
-def is_private(eps) -> bool:
-    return not math.isinf(float(eps))
-
-
-SAMPLING_NOTES = {
-    "poisson": "Poisson subsampling at q = m/n_j, sums divided by the expected batch size m: "
-               "exactly the subsampled Gaussian the accountant composes",
-    "shuffle": "shuffled fixed-size batches (remainder dropped); the accountant assumes Poisson "
-               "subsampling at q = m/n_j, which does not cover shuffling",
-    "replacement": "batches drawn with replacement; the accountant assumes Poisson subsampling at "
-                   "q = m/n_j and one copy per sample, which does not cover this sampling",
-}
-
-
 def joint_multiplier(sigmas, sensitivities) -> float:
     """Noise multiplier of several Gaussian releases computed from the SAME batch.
 
@@ -223,7 +230,7 @@ def steffle_composition(sigma_theta: float, sigma_w: float, clip: float, rho: fl
 
     Paper mode: h_theta = (sum of grad psi_i clipped to C)/m + N(0, sigma_theta^2), sensitivity
     2C/m (replace-one of the sensitive attribute); h_w = (sum of grad_W psi_i)/m + N(0, sigma_w^2),
-    sensitivity 2 sqrt(2/rho)/m (`accountant.steffle_w_mechanism`); lambda is applied by the server
+    sensitivity 2 sqrt(2/rho)/m (`steffle_w_mechanism`); lambda is applied by the server
     (post-processing). compat_refcode (the authors' code): the clipped lambda * grad psi_i are SUMMED
     (sensitivity 2C, 0 at lambda = 0) and h_w carries lambda * mean (sensitivity lambda * 2 sqrt(2/rho)/m),
     with the same sigmas: the noise is not scaled with the signal.
@@ -242,6 +249,16 @@ def realised_epsilon(compositions, delta: float) -> dict:
     """The accountant's epsilon for what the code did: tight PLD and the RDP bound beside it."""
     return {"pld": accountant.combined_epsilon(compositions, delta, "pld"),
             "rdp": accountant.combined_epsilon(compositions, delta, "rdp")}
+
+
+SAMPLING_NOTES = {
+    "poisson": "Poisson subsampling at q = m/n_j, sums divided by the expected batch size m: "
+               "exactly the subsampled Gaussian the accountant composes",
+    "shuffle": "shuffled fixed-size batches (remainder dropped); the accountant assumes Poisson "
+               "subsampling at q = m/n_j, which does not cover shuffling",
+    "replacement": "batches drawn with replacement; the accountant assumes Poisson subsampling at "
+                   "q = m/n_j and one copy per sample, which does not cover this sampling",
+}
 
 
 NOISE_RULES = ("theorem", "calibrated")
@@ -307,6 +324,8 @@ def steffle_noise(eps, delta: float, rounds: int, silo_sizes: list[int], rho: fl
         record["realised_by_lambda"] = {str(k): v["pld"] for k, v in by_lambda.items()}
     return record
 
+
+# -- 3. the baselines' calibrated multiplier ------------------------------------------------------
 
 def rough_multiplier(eps: float, delta: float, steps: int, sampling_rate: float) -> float:
     """Starting guess z ~ 2 q sqrt(2 T ln(1/delta)) / eps (small-q RDP of the subsampled Gaussian)."""
