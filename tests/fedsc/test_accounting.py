@@ -1,4 +1,4 @@
-"""Spec §5 item 9: the Table 6 report. The accountant's own regression values and
+"""The Table 6 report (Prop. 6.6 re-accounted). The accountant's own regression values and
 monotonicity are tested once, in tests/privacy/test_fedsc_accounting.py."""
 
 from fedrepro.report.fedsc import table6_frame

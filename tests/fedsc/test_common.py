@@ -1,5 +1,5 @@
 """The shared pieces of the FedSC methods against independent references: colour jitter, local SGD's
-weight decay, client weights, clients per round and the spec defaults."""
+weight decay, client weights, clients per round and the defaults of a spec without them."""
 
 import numpy as np
 import pytest

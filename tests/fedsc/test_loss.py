@@ -1,4 +1,5 @@
-"""Spec §5 items 1-4, 6 and 7: the SC objective's identities on fixed views."""
+"""The SC objective's identities on fixed views: Eq. 1 (App. A), Eqs. 4 and 6, the FedAvg gap (Eq. 3),
+the reductions alpha = 1 and J = 1, and the mini-batch estimators of Section 5.2."""
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ def _float64():
 
 
 def _toy(n_per_client=(7, 4, 9), dim_in=5, hidden=4, two_v=4, seed=0):
-    """A tanh encoder and fixed augmented inputs for 3 non-i.i.d. clients (as the spec's check)."""
+    """A tanh encoder and fixed augmented inputs for 3 non-i.i.d. clients (a toy model small enough for exact checks)."""
     g = torch.Generator().manual_seed(seed)
     weight = torch.randn(hidden, dim_in, generator=g, dtype=torch.float64, requires_grad=True)
     inputs = [torch.randn(two_v, n, dim_in, generator=g, dtype=torch.float64) + 2.0 * j

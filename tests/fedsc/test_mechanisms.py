@@ -129,7 +129,7 @@ def test_fedsc_trains_against_the_leave_one_out_mean_of_the_released_matrices(ti
 
 
 def test_fedsc_training_loss_sees_normclipped_representations(tiny_digits, monkeypatch):
-    """NormClip(z, sqrt(mu)) sits inside the training loss (DECISION 2): every row fed to the loss has
+    """NormClip(z, sqrt(mu)) sits inside the training loss (as the authors' code): every row fed to the loss has
     ||z||^2 <= mu, and the fixture's raw representations are longer than that."""
     mu = 0.01
     algo = FedSC(_spec("fedavg_sc", rounds=1, mu=mu), tiny_digits, seed=0)
@@ -430,7 +430,7 @@ def test_fedca_clients_contrast_against_the_other_clients_dictionaries(tiny_digi
     assert len(used) > 0 and all(n is not None and n.shape[0] == 4 * 24 for n in used)
 
 
-# ----------------------------------------------------------------------------- theory (spec of the paper's §6)
+# ----------------------------------------------------------------------------- theory (the paper's Section 6 and App. B)
 
 def test_proof_constant_q_one_minus_q_squared_is_at_most_4_27():
     """Proof of Theorem 6.10: q_j (1 - q_j)^2 <= 4/27, attained at q_j = 1/3."""

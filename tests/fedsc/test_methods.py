@@ -79,7 +79,7 @@ def test_fedsc_partial_participation_keeps_stale_matrices_and_first_round_collec
 
 
 def test_fedsc_alpha_one_equals_fedavg_sc(tiny_digits):
-    """alpha = 1 makes the received matrices irrelevant: a FedSC client update equals FedAvg+SC's (spec §5 item 6)."""
+    """alpha = 1 makes the received matrices irrelevant: a FedSC client update equals FedAvg+SC's (Eq. 80 at alpha = 1)."""
     torch.manual_seed(0)
     fedsc = FedSC(_spec("fedsc", rounds=2, alpha={"start": 1.0, "end": 1.0}), tiny_digits, seed=0)
     fedsc.round(1)
@@ -102,7 +102,7 @@ def test_fedsc_alpha_one_equals_fedavg_sc(tiny_digits):
 
 
 def test_single_client_fedsc_is_centralized_sc(tiny_digits):
-    """J = 1: one client holding everything, FedAvg over one model = plain SC training (spec §5 item 6)."""
+    """J = 1: one client holding everything, FedAvg over one model = plain SC training (Eq. 4 with q_1 = 1)."""
     from dataclasses import replace
 
     from fedrepro.algorithms.fedsc.base import local_sgd

@@ -99,7 +99,7 @@ def test_linear_probe_learns_separable_features():
 
 
 def test_projector_and_predictor_sizes_of_the_paper():
-    """512-1024-512 heads; the predictor has 1,050,112 parameters and H x H = 262,144 (spec §1.8)."""
+    """512-1024-512 heads; the predictor has 1,050,112 parameters and H x H = 262,144 (Section 5.3)."""
     from fedrepro.algorithms.fedsc.base import SSLNet
 
     backbone = torch.nn.Identity()

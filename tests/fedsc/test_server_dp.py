@@ -1,4 +1,5 @@
-"""Spec §5 items 5, 8 and 10: server bookkeeping, DP-CalR sensitivity and noise moments."""
+"""Server bookkeeping (Algorithm 1, lines 14-20), DP-CalR sensitivity (proof of Prop. 6.6) and the
+noise moment E||N||_F^2 = H^2 sigma^2 of Theorem 6.10."""
 
 import math
 

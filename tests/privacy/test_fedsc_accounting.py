@@ -5,7 +5,7 @@ import pytest
 
 from fedrepro.privacy import fedsc
 
-# spec fedsc.md §2.4 (Table 6 of the paper, arXiv rendering):
+# Table 6 of the paper (arXiv rendering; its PDF rendering garbles the table), with eps recomputed:
 # dataset, eps target, delta, mu, sigma, T_j, |D_j|, eps (paper formula), eps (sqrt 2 sens.)
 TABLE6 = [
     ("SVHN", 3, 1e-2, 2, 0.0034, 100, 10_000, 1.96, 2.87),
@@ -35,7 +35,7 @@ def test_table6_both_columns(row):
 
 
 def test_table6_sqrt2_column_reproduces_targets():
-    # spec §2.4: 9 of 12 rows within 5 % of the target eps, 11 of 12 within 10 %
+    # with the sqrt(2) sensitivity, 9 of 12 rows are within 5 % of the target eps, 11 of 12 within 10 %
     rel = [abs(fedsc.epsilon(r[5], r[3], r[4], r[6], r[2]) / r[1] - 1) for r in TABLE6]
     assert sum(e <= 0.05 for e in rel) == 9
     assert sum(e <= 0.10 for e in rel) == 11
@@ -134,7 +134,7 @@ def _normclip(z, c):
 
 
 def test_replace_one_sensitivity_of_correlation_matrix():
-    # spec §5 item 8: ||R(D) - R(D')||_F <= sqrt(2) mu / |D| for a replaced sample,
+    # proof of Prop. 6.6: ||R(D) - R(D')||_F <= sqrt(2) mu / |D| for a replaced sample,
     # <= mu/|D| when one contribution is zero; Lemma B.4 ||R||_F <= mu
     rng = np.random.default_rng(0)
     mu, n, h = 4.0, 20, 6

@@ -57,7 +57,7 @@ def test_clip_scalar_two_sided_and_one_sided():
 
 
 def test_scalar_mean_sensitivity_is_2c_over_b():
-    # DPZV spec §5 item 7: replace one sample, the clipped batch mean moves <= 2C/B
+    # DPZV's sensitivity: replace one sample, the clipped batch mean moves <= 2C/B
     c, b = 10.0, 16
     g = _gen(4)
     for _ in range(50):
@@ -79,7 +79,7 @@ def test_gaussian_noise_is_reproducible_and_has_right_scale():
     c = gaussian_noise((64, 64), 0.5, _gen(8))
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
-    # E||N||_F^2 = H^2 sigma^2 (FedSC spec §5 item 10)
+    # E||N||_F^2 = H^2 sigma^2 (FedSC's noise term H^2 sigma^2 in Theorem 6.10)
     assert (a**2).sum().item() == pytest.approx(64 * 64 * 0.25, rel=0.05)
     assert abs(a.mean().item()) < 0.03
 

@@ -1,6 +1,6 @@
 """SimCLR-style augmentations as batched tensor ops, driven by one torch.Generator.
 
-The official code applies, per image and twice independently (spec §3.3):
+The authors' code applies, per image and twice independently (Section 7.1 leaves it unstated):
 RandomResizedCrop(size, scale=(0.2, 1)), RandomApply(ColorJitter(0.4, 0.4, 0.4, 0.1), p=0.8),
 RandomHorizontalFlip, RandomGrayscale(p=0.2), then Normalize. Here every image in
 a batch draws its own parameters and the whole batch is transformed at once

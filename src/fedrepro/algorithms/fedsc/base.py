@@ -3,17 +3,18 @@
 * `SSLData`: the training images (uint8, kept whole on the device), labels for
   evaluation only, the clients' index sets and the normalisation statistics.
 * `SSLNet`: backbone -> projector (Linear-ReLU-Linear, 512-1024-512 at paper
-  scale, spec §3.2) and, for the BYOL family, a predictor of the same shape.
+  scale, Section 5.3: H = 512) and, for the BYOL family, a predictor of the same shape.
 * `TrainConfig` and `local_sgd`: the client optimiser of the official code
-  (spec §3.3): SGD momentum 0.9, weight decay 5e-4, re-created every round (the
+  (the paper gives none): SGD momentum 0.9, weight decay 5e-4, re-created every round (the
   momentum buffer is reset), gradient-norm clipping, shuffled batches with the
   last partial batch kept; the round's learning rate comes from the server's
-  cosine schedule lr_t = lr0 (1 + cos(pi (t-1)/T))/2 (spec DECISION 13). `local_epochs`
+  cosine schedule lr_t = lr0 (1 + cos(pi (t-1)/T))/2 (the code's schedule, without its
+  extra cosine factor from calling `get_lr()`). `local_epochs`
   counts passes over the local data, as in the experiments (E = 5), not the local
-  steps of Theorem 6.10 (DECISION 19).
+  steps of Theorem 6.10.
 * `FedSSL`: the round skeleton of Algorithm 1 that all methods share: sample
   J^t, send the global weights over the Wire, train each participant, average
-  the returned weights with equal weights 1/|J^t| (DECISION 11; the full state
+  the returned weights with equal weights 1/|J^t| (Algorithm 1, line 23; the full state
   dict, BN buffers included, as the code does), and the kNN monitor. Methods
   override `client_update` and the hooks `before_training` / `after_training`.
   Training forward passes go through `FedSSL.forward` (config keys `precision`,
@@ -98,7 +99,7 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     grad_clip: float | None = 3.0
-    views: int = 2                  # 2V views per image in training (DECISION 3: 2, one pair)
+    views: int = 2                  # 2V views per image in training: 2, one pair (the paper's "V = 2" read as the code does)
 
     @classmethod
     def from_spec(cls, rounds: int, spec: dict) -> TrainConfig:
@@ -141,7 +142,7 @@ def local_sgd(net: nn.Module, x: Tensor, batch_loss, cfg: TrainConfig, lr: float
 
 
 def uniform_or_size_weights(sizes: list[int], weighting: str) -> list[float]:
-    """q_j: 'uniform' (1/J, the official code) or 'size' (|D_j|/|D|, the theory). DECISION 10."""
+    """q_j: 'uniform' (1/J, the authors' code) or 'size' (|D_j|/|D|, Section 4); equal unless sizes differ."""
     if weighting == "uniform":
         return [1.0 / len(sizes)] * len(sizes)
     if weighting == "size":
@@ -223,7 +224,7 @@ class FedSSL:
 
     @torch.no_grad()
     def encode_eval(self, x: Tensor, batch_size: int = 1024) -> Tensor:
-        """Projector features of the global model on un-augmented images (kNN monitor, spec §3.4)."""
+        """Projector features of the global model on un-augmented images (the kNN monitor of Figure 2)."""
         self.net.eval()
         out = [self.net(plain(x[i:i + batch_size], self.aug_cfg)) for i in range(0, x.shape[0], batch_size)]
         return torch.cat(out)

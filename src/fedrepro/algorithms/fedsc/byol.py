@@ -1,4 +1,4 @@
-"""The BYOL family: FedAvg+BYOL, FedU and FedEMA (FedSC paper §7.1 baselines).
+"""The BYOL family: FedAvg+BYOL, FedU and FedEMA (FedSC paper, Section 7.1 baselines).
 
 Locally every method is BYOL: online = backbone + projector + predictor,
 target = EMA (beta = `byol.ema`, 0.99) of the online backbone + projector,

@@ -1,4 +1,4 @@
-"""FedCA (Zhang et al. 2023), standard form (spec §3.5 item 6, DECISION 18).
+"""FedCA (Zhang et al. 2023), standard form (the authors' FedSC code has no FedCA driver).
 
 Besides the weights, every participant uploads a "dictionary": one L2-normalised
 representation per local sample (mean of the projections of two augmented
@@ -7,7 +7,7 @@ across rounds. The server keeps the latest dictionary of every client and sends
 each participant the dictionaries of all other clients, which serve as extra
 negatives in a SimCLR NT-Xent loss (temperature `fedca.tau` 0.1): positives are
 the two local views, negatives the other local views and the global dictionary.
-The alignment module (it needs public data) is omitted, as the spec recommends.
+The alignment module is omitted: it needs public data, which no FedSC setting has.
 """
 
 from __future__ import annotations

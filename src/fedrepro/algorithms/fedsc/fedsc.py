@@ -1,23 +1,23 @@
 """FedSC (Algorithms 1 and 2), FedAvg+SC and Centralized SC.
 
-FedSC, round t (spec §1.4-1.7):
+FedSC, round t (Algorithm 1, Sections 5.1-5.2, App. C):
 1. The server samples J^t and sends theta^{t-1} to them.
 2. On a sharing round (schedule below) each participant, or every client on the
-   first sharing round (Algorithm 1's t = 1 branch, DECISION 7), runs DP-CalR on
-   the synchronised weights and uploads R~_j; the server updates R~ incrementally
-   (stale matrices kept) and broadcasts it to every client.
+   first sharing round (Algorithm 1's t = 1 branch, also under a DP schedule that starts
+   later), runs DP-CalR on the synchronised weights and uploads R~_j; the server updates
+   R~ incrementally (stale matrices kept, lines 14 and 17) and broadcasts it to every client.
 3. Each participant trains E local epochs on Eq. 80 with
    R~_-j = (R~ - q_j R~_j)/(1 - q_j) held fixed and alpha_t decaying linearly
-   1 -> 0.2 (App. C). Before the first share the loss is local SC (alpha = 1);
-   between shares the last broadcast matrix is reused (DECISION 6).
-4. theta^t = unweighted mean of the returned weights.
+   1 -> 0.2 (App. C). Before the first share the loss is local SC (alpha = 1, as the
+   authors' code); between shares the last broadcast matrix is reused.
+4. theta^t = unweighted mean of the returned weights (line 23).
 
-Config keys of `spec` (DECISIONs of spec §6.1 with the recommended defaults):
-* `loss_scale` 2.0 (DECISION 1: the code's 2x form, for which lr 0.03 is tuned)
-* `mu` NormClip radius^2 in the loss and in DP-CalR (DECISION 2; 2/4/5 at paper scale; null = off)
-* `train.views` 2 (DECISION 3: 2V = 2 views, one positive pair)
+Config keys of `spec` (defaults: the authors' code where the paper is silent):
+* `loss_scale` 2.0 (the code's 2x form of Eq. 5, for which its lr 0.03 is tuned)
+* `mu` NormClip radius^2 in the loss (as the code) and in DP-CalR (2/4/5 at paper scale; null = off)
+* `train.views` 2 (2V = 2 views, one positive pair: the paper's "V = 2" read as the code)
 * `dpcalr.passes` 5, `dpcalr.views_per_pass` 2, `dpcalr.symmetrize_noise` false
-  (DECISION 4; DP-CalR runs in eval mode without gradients, DECISION 5)
+  (Section 7.1's "V = 5" for sharing is the code's 5 passes x 2 views; eval mode, no gradients)
 * `sharing.after` (fraction of T: share only for t > after*T) and `sharing.every`
   (share when t % every == 0): Table 6's "t>100" = {after: 0.5, every: 1},
   "t>150" = {0.75, 1}, "t>100, t%2=0" = {0.5, 2}; eps = inf shares every round.
@@ -25,13 +25,14 @@ Config keys of `spec` (DECISIONs of spec §6.1 with the recommended defaults):
 * `alpha.start` 1.0, `alpha.end` 0.2 (App. C; same alpha for every client)
 * `privacy.sigma` (Table 6) or null to calibrate it from `privacy.eps`/`privacy.delta`
   with Prop. 6.6 for the planned number of shares, the smallest |D_j| and
-  `privacy.sens_factor` (sqrt2 by default, DECISION 8);
-  `privacy.partial_scaling` p (DECISION 7: sigma_partial = sigma_full * s, s in {p, sqrt_p, one});
+  `privacy.sens_factor` (sqrt2 by default: the sensitivity Table 6's sigmas imply);
+  `privacy.partial_scaling` p (sigma_partial = sigma_full * s, s in {p, sqrt_p, one}; Section 7.1 only
+  says sigma changes "according to the ratio of participation", the code multiplies by p);
   `privacy.deltas`: the deltas at which every run reports its realised epsilon.
-* `client_weights` uniform (DECISION 10: q_j = 1/J as the code; `size` = |D_j|/|D|)
+* `client_weights` uniform (q_j = 1/J as the code; `size` = |D_j|/|D| as Section 4)
 
 Centralized SC is this class with one client holding the union of the data and
-no sharing; with J = 1 FedSC is exactly centralized SC (spec §5 item 6).
+no sharing; with J = 1 FedSC is exactly centralized SC (Eq. 4 with q_1 = 1).
 """
 
 from __future__ import annotations

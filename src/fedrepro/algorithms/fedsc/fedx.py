@@ -1,6 +1,6 @@
 """FedX (Han et al. 2022): cross knowledge distillation; only weights cross the network.
 
-Local loss per batch (spec §3.5 item 5, as the FedX code), with a random anchor
+Local loss per batch (as the FedX code and the FedSC authors' FedX baseline), with a random anchor
 batch drawn from the client's own data:
   NT-Xent(z_a, z_b; tau)                       local contrastive
 + NT-Xent(pred(z_a), g_b; tau)                 global contrastive (g = frozen global projector output)

@@ -1,6 +1,6 @@
 """Linear-probe stage of the FedSC paper (kept apart from pretraining in `jobs.py`).
 
-`probe_job(job)` is the separate linear-probe stage (FedSC §7.1 "linear
+`probe_job(job)` is the separate linear-probe stage (FedSC Section 7.1 "linear
 evaluation"): frozen backbone features of the un-augmented training and test
 images, one linear layer trained with Adam; it writes `probe.json` with per-seed
 final and max test accuracy (fractions) and the run's health. Collapse is measured
