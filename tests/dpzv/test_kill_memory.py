@@ -1,0 +1,95 @@
+"""Figure 6's memory job: what it measures, on which data, and what each row records."""
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from fedrepro.algorithms.dpzv.dpzv import DPZV
+from fedrepro.algorithms.dpzv.memory import _subset, measure_rounds, memory_job
+from fedrepro.pipeline import make_job
+from tests.dpzv.conftest import tiny_settings
+from tests.dpzv.test_jobs import prepared  # noqa: F401  (fixture: tiny prepared arrays and partition)
+
+SETTINGS = {"batch_size": 8, "client_model": "vfl_mnist_cnn", "client_kwargs": {"pool": [2, 2], "width": 4},
+            "embed_dim": 4, "server_hidden": 8, "server_update": "sgd"}
+
+
+def run_memory_job(prepared, tmp_path, entries, **changes):  # noqa: F811
+    spec = {"dataset": "tiny", "entries": entries, "settings": SETTINGS, "rounds": 2, "num_samples": 8,
+            "warmup_rounds": 1, "device": "cpu", "eps": "inf", **changes}
+    job = make_job(spec, {"table": str(tmp_path / "memory.csv"), "json": str(tmp_path / "memory.json")},
+                   input=prepared)
+    memory_job(job)
+    table = pd.read_csv(tmp_path / "memory.csv")
+    rows = pd.DataFrame(json.loads((tmp_path / "memory.json").read_text())["rows"])
+    pd.testing.assert_frame_equal(rows, table, check_dtype=False)
+    return table
+
+
+def test_memory_rows_name_each_method_and_measure_the_momentum_buffer(prepared, tmp_path):  # noqa: F811
+    """ZO momentum 0.9 keeps one model-sized buffer: its ratio is about 1 above momentum 0 (the entry's
+    options reach the settings); VAFL's gradients and momentum put it above both."""
+    entries = [{"method": "dpzv", "label": "DPZV (no momentum)", "options": {"zo_momentum": 0.0}},
+               {"method": "dpzv", "label": "DPZV", "options": {"zo_momentum": 0.9}},
+               {"method": "vafl", "label": "VAFL"}]
+    table = run_memory_job(prepared, tmp_path, entries)
+    assert table["method"].tolist() == ["dpzv", "dpzv", "vafl"]
+    assert table["label"].tolist() == ["DPZV (no momentum)", "DPZV", "VAFL"]
+    assert (table["device"] == "cpu").all() and (table["rounds"] == 2).all() and (table["batch_size"] == 8).all()
+    assert (table["warmup_rounds"] == 1).all() and (table["measure"] == "live_tensor_bytes").all()
+    ratio = dict(zip(table["label"], table["ratio"]))
+    assert ratio["DPZV"] - ratio["DPZV (no momentum)"] == pytest.approx(1.0, abs=0.05)
+    assert ratio["VAFL"] > ratio["DPZV"]
+
+
+def test_memory_row_equals_a_direct_measure_of_the_same_run(prepared, tmp_path):  # noqa: F811
+    from fedrepro.algorithms.dpzv.jobs import load_job_data, settings_for
+    from fedrepro.fl.seeding import seed_everything
+
+    table = run_memory_job(prepared, tmp_path, [{"method": "dpzv", "label": "DPZV", "options": {"zo_lambda": 0.01}}])
+    job = make_job({"val": "holdout"}, {"x": str(tmp_path / "x")}, input=prepared)
+    settings = settings_for({**SETTINGS, "zo_lambda": 0.01}, {"eps": "inf"})
+    data = _subset(load_job_data(job, torch.device("cpu")), 8 * 3)
+    seed_everything(0)
+    direct = measure_rounds(DPZV(data, settings, 0, torch.device("cpu")), 2, 1)
+    row = table.iloc[0]
+    assert (row["model_bytes"], row["peak_extra_bytes"]) == (direct["model_bytes"], direct["peak_extra_bytes"])
+    assert row["ratio"] == pytest.approx(direct["ratio"])
+
+
+def test_memory_job_gives_one_batch_per_round_or_the_asked_samples(prepared, tmp_path, monkeypatch):  # noqa: F811
+    sizes = []
+    build = DPZV.__init__
+
+    def recording(self, data, *args, **kwargs):
+        sizes.append(data.num_train)
+        build(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(DPZV, "__init__", recording)
+    entries = [{"method": "dpzv", "label": "DPZV"}]
+    run_memory_job(prepared, tmp_path, entries)  # 8 asked, (2 + 1) rounds of 8 needed
+    run_memory_job(prepared, tmp_path, entries, num_samples=40)
+    run_memory_job(prepared, tmp_path, entries, num_samples=1000)  # capped at the 72 training samples
+    assert sizes == [24, 40, 72]
+
+
+def test_subset_keeps_the_first_training_samples_of_every_client(tiny_data):
+    part = _subset(tiny_data, 10)
+    assert part.num_train == 10 and part.num_clients == tiny_data.num_clients
+    assert all(torch.equal(a, b[:10]) for a, b in zip(part.train, tiny_data.train))
+    assert torch.equal(part.y_train, tiny_data.y_train[:10])
+    assert part.val is tiny_data.val and part.y_val is tiny_data.y_val
+    assert part.test is tiny_data.test and part.y_test is tiny_data.y_test
+    assert part.num_classes == tiny_data.num_classes
+    assert _subset(tiny_data, 10 ** 6).num_train == tiny_data.num_train
+
+
+def test_measured_rounds_train_client_0_only(tiny_data):
+    algo = DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd"}), seed=0)
+    before = [[p.detach().clone() for p in c.params] for c in algo.clients]
+    record = measure_rounds(algo, rounds=2, warmup=1)
+    moved = [not all(torch.equal(a, b) for a, b in zip(old, c.params)) for old, c in zip(before, algo.clients)]
+    assert moved == [True, False]
+    assert record["model_bytes"] == sum(p.numel() * 4 for p in algo.clients[0].model.parameters())
