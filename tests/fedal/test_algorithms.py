@@ -8,13 +8,12 @@ import torch
 from torch import nn
 
 from fedrepro.algorithms.fedal.cfd import CFD
-from fedrepro.algorithms.fedal.client import Client
 from fedrepro.algorithms.fedal.discriminator import Discriminator
-from fedrepro.algorithms.fedal.fedal import FedAL, build
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fd import FD
-from fedrepro.algorithms.fedal.feddf import FedDF
+from fedrepro.algorithms.fedal.fedal import FedAL, build
 from fedrepro.algorithms.fedal.fedavg import FedAvg
+from fedrepro.algorithms.fedal.feddf import FedDF
 from fedrepro.algorithms.fedal.fedproto import FedProto
 from fedrepro.algorithms.fedal.kd import kl_to_logits
 from fedrepro.algorithms.fedal.server import LogitServer

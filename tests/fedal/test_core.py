@@ -1,4 +1,4 @@
-"""Spec §5.2: the checkable properties of FedAL's building blocks."""
+"""The checkable properties of FedAL's building blocks: eqs. (2)-(12), (19), Sec. V and its proofs (Sec. VIII)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import pytest
 import torch
 from torch import nn
 
-from fedrepro.algorithms.fedal.discriminator import (Discriminator, discriminator_loss,
-                                                     payoff_grads, payoffs)
-from fedrepro.algorithms.fedal.kd import (kl_to_logits, kl_to_probs, leave_one_out,
-                                          less_forgetting, non_target_kl, surrogate_from_grad,
-                                          tempered_softmax)
-
+from fedrepro.algorithms.fedal.discriminator import Discriminator, discriminator_loss, payoff_grads, payoffs
+from fedrepro.algorithms.fedal.kd import (
+    kl_to_logits,
+    kl_to_probs,
+    leave_one_out,
+    less_forgetting,
+    non_target_kl,
+    surrogate_from_grad,
+    tempered_softmax,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -260,7 +264,8 @@ def test_non_target_kl_ignores_the_target_class():
 
 
 def test_dirichlet_partition_properties():
-    """Spec §5.2 item 13 on the shared partitioner (scheme `dirichlet`, option `public`)."""
+    """Sec. VI-A's Dirichlet split (q_n ~ Dir(alpha)) with a public set held out, on the shared partitioner
+    (scheme `dirichlet`, option `public`)."""
     from fedrepro.data.partition import dirichlet_partition
 
     labels = np.repeat(np.arange(10), 300)

@@ -16,16 +16,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.fedal import cfd as cfd_module
 from fedrepro.algorithms.fedal import feddf as feddf_module
 from fedrepro.algorithms.fedal.cfd import CFD
-from fedrepro.algorithms.fedal.fedal import AdversarialConfig, FedAL
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fd import FD
+from fedrepro.algorithms.fedal.fedal import AdversarialConfig, FedAL
 from fedrepro.algorithms.fedal.feddf import FedDF
 from fedrepro.algorithms.fedal.fedproto import FedProto
 from fedrepro.algorithms.fedal.kd import cross_correlation_loss
-from fedrepro.algorithms.fedal.server import LogitServer, AdversarialHelper
+from fedrepro.algorithms.fedal.server import AdversarialHelper, LogitServer
 
 from .helpers import POOL, config, make_data
 
@@ -382,7 +381,7 @@ def test_feddf_al_students_add_their_own_payoff_under_the_updated_discriminator(
         for p, b in zip(student.parameters(), before):
             p.data.copy_(b)
 
-        def step_grads(disc, sign=1.0, al=True):
+        def step_grads(disc, sign=1.0, al=True, student=student, g=g):
             f = student(xb)
             loss = kl(mean_logits, f, 2.0)
             if al:
@@ -556,7 +555,7 @@ def test_cfd_server_distils_its_model_then_clients_distil_from_the_updated_serve
         torch.testing.assert_close(p, q)
     with torch.no_grad():
         target = server(xb)
-    for n, before, _, public, grads in rec.steps:
+    for _, before, _, _, grads in rec.steps:
         model = live(before)
         assert_grads(grads, grads_of(kl(target, model(xb), 2.0), model))
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import math
 import json
+import math
 from pathlib import Path
 
 import numpy as np

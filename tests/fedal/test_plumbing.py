@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from fedrepro.algorithms.fedal import cfd, fccl, fd, fedal, fedavg, feddf, fedproto, jobs
-from fedrepro.algorithms.fedal.client import arch_key
 from fedrepro.algorithms.fedal.base import TrainConfig
+from fedrepro.algorithms.fedal.client import arch_key
 
 from .helpers import POOL, config, make_data
 

@@ -16,14 +16,21 @@ from fedrepro.algorithms.fedal.cfd import CFD
 from fedrepro.algorithms.fedal.client import Client, arch_key, assign_architectures, build_client_model
 from fedrepro.algorithms.fedal.diagnostics import chunks_of, gradient_variance
 from fedrepro.algorithms.fedal.discriminator import payoff_grads
-from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fd import FD
+from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.fedavg import FedAvg
 from fedrepro.algorithms.fedal.feddf import FedDF
 from fedrepro.algorithms.fedal.fedproto import FedProto
-from fedrepro.algorithms.fedal.kd import (kl_to_logits, kl_to_probs, less_forgetting, non_target_kl,
-                                          similarity_logits, surrogate_from_grad, tempered_softmax)
+from fedrepro.algorithms.fedal.kd import (
+    kl_to_logits,
+    kl_to_probs,
+    less_forgetting,
+    non_target_kl,
+    similarity_logits,
+    surrogate_from_grad,
+    tempered_softmax,
+)
 from fedrepro.algorithms.fedal.server import AdversarialHelper
 
 from .helpers import POOL, config, make_data

@@ -3,12 +3,13 @@
 A method subclasses `Federation` and implements `round(t)`; `run_rounds` drives
 it (fedrepro.fl.loop), so checkpoints and exact resume come for free.
 
-DECISIONS (spec §8):
-- item 3: one "iteration" is one global-transfer step (equivalently one local
+Choices where the paper is silent:
+- its budgets are in iterations (Tables IV-IX) and its grid search in rounds
+  (Sec. VI-A); here one "iteration" is one global-transfer step (equivalently one local
   step for methods without a global stage); a round of a method with tau steps
   per stage adds tau iterations (`Federation.iteration`).
-- item 12: accuracy is the mean over clients of each client model's accuracy on
-  the whole test split (`acc`); the spread over clients is logged as `acc_std_clients`.
+- the paper does not say how accuracy is aggregated; it is the mean over clients of
+  each client model's accuracy on the whole test split (`acc`); the spread over clients is logged as `acc_std_clients`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedrepro.algorithms.fedal.client import (Client, Stream, arch_key, assign_architectures, cross_entropy,
-                                              build_client_model)
+from fedrepro.algorithms.fedal.client import (
+    Client,
+    Stream,
+    arch_key,
+    assign_architectures,
+    build_client_model,
+    cross_entropy,
+)
 from fedrepro.eval.health import check_chance, majority_rate
 from fedrepro.fl.transport import Wire
 
@@ -43,18 +50,18 @@ class FedData:
 
 @dataclass
 class TrainConfig:
-    """Settings every method reads (spec §3.2 defaults)."""
+    """Settings every method reads (defaults: the paper's Sec. VI-A where it gives them)."""
 
     tau: int = 5
     lr: float = 1e-3
     batch_size: int = 32
     kd_temperature: float = 1.0
-    lf_temperature: float = 1.0          # spec §8 item 8
-    kd_target: str = "leave_one_out"     # item 4: leave_one_out | all
-    weights: dict = field(default_factory=lambda: {"kd": 1.0, "al": 1.0, "lf": 1.0})  # item 7
-    adam_state: str = "persistent"       # item 10: persistent | per_stage (FedAL family)
-    pretrain_iters: int = 0              # item 11
-    assignment: str = "random"           # item 23
+    lf_temperature: float = 1.0          # not given for (11)-(12); see kd
+    kd_target: str = "leave_one_out"     # eq. (5) | all (Algorithm 1 line 21), see kd
+    weights: dict = field(default_factory=lambda: {"kd": 1.0, "al": 1.0, "lf": 1.0})  # (15), (17): unweighted sums
+    adam_state: str = "persistent"       # persistent | per_stage (FedAL family), see client
+    pretrain_iters: int = 0              # the paper mentions no pretraining
+    assignment: str = "random"           # Sec. VI-A: each client randomly selects
     eval_batch_size: int = 1000
     record_messages: bool = False
 

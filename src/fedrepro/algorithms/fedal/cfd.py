@@ -1,4 +1,4 @@
-"""CFD / MHAT (paper refs [23, 24], treated as one method; spec §3.3, §8 item 15).
+"""CFD / MHAT (paper refs [23, 24], treated as one method, Sec. VI-A "Baselines").
 
 "CFD and MHAT utilize unlabeled public data and local model outputs from
 clients to train a global model on the server. This global model output is then
@@ -12,8 +12,8 @@ transmitted back to clients for KD." Per round:
 
 The server model is its own architecture (`server_model`, a pool entry; default
 the first entry of the client pool) and never leaves the server; it is trained
-only on the public inputs and the clients' logits. DECISIONS (spec §8 item 15):
-tau, the server model and its learning rate (`server_lr`, default the client lr)
+only on the public inputs and the clients' logits. Choices (the paper gives no CFD
+settings): tau, the server model and its learning rate (`server_lr`, default the client lr)
 are config keys; CFD's soft-label quantisation/delta coding is not modelled.
 """
 
@@ -23,11 +23,10 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedrepro.fl.optim import Adam
-
-from fedrepro.algorithms.fedal.client import build_client_model
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.client import build_client_model
 from fedrepro.algorithms.fedal.kd import kl_to_logits
+from fedrepro.fl.optim import Adam
 
 
 class ServerModelTrainer:

@@ -4,12 +4,13 @@ The model never leaves the client; the server only receives what a method sends
 through `fedrepro.fl.transport.Wire` (logits, features, per-label summaries, or,
 for the shareable methods FedAvg/FedDF, parameters).
 
-DECISIONS (spec §8):
-- item 10: one persistent Adam per client, shared by the local and the global
-  stage and kept across rounds (`Client.opt`).
-- item 11: random initialisation, no pretraining (FCCL's own pretraining aside).
-- item 23: each client draws its architecture uniformly at random from the pool
-  with the run seed (`assign_architectures`); the draw is recorded in the summary.
+Choices where the paper is silent (Sec. VI-A says only "We use Adam optimizer for
+training all client models" and "Each client randomly selects a local model architecture"):
+- one persistent Adam per client, shared by the local and the global stage and
+  kept across rounds (`Client.opt`);
+- random initialisation, no pretraining (none is mentioned; FCCL's own pretraining aside);
+- each client draws its architecture uniformly at random from the pool with the
+  run seed (`assign_architectures`); the draw is recorded in the summary.
 - Frozen snapshots (the LF anchors) run in the same (training) mode as the model,
   so that r_loc / r_glo are exactly zero at their anchor also with BatchNorm.
 """
@@ -24,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedrepro.fl.optim import Adam
 from fedrepro.data.tensors import ClientBatches
+from fedrepro.fl.optim import Adam
 from fedrepro.models import build_model
 
 
@@ -72,7 +73,7 @@ ASSIGNMENTS = ("random", "round_robin")
 
 def assign_architectures(pool: Sequence[Mapping], num_clients: int, seed: int,
                          mode: str = "random") -> list[int]:
-    """Pool index per client (spec §8 item 23): uniform at random from a generator of
+    """Pool index per client (Sec. VI-A: "each client randomly selects"): uniform at random from a generator of
     its own (`random`, the paper), or client n gets entry n mod |pool| (`round_robin`)."""
     if not pool:
         raise ValueError("the client model pool is empty")
@@ -104,7 +105,7 @@ class Client:
     """One client: model, Adam, its private data and its copy of the public data.
 
     `public_stream` is seeded with the seed all clients share, so every client
-    draws the same public mini-batch P^{t,i} without talking to anyone (spec §1.7).
+    draws the same public mini-batch P^{t,i} without talking to anyone (Algorithm 1).
     """
 
     def __init__(self, cid: int, model: ClientModel, x: torch.Tensor, y: torch.Tensor,
@@ -156,11 +157,11 @@ class Client:
         return frozen
 
     def reset_optimizer(self) -> None:
-        """A fresh Adam (`adam_state: per_stage`, spec §8 item 10)."""
+        """A fresh Adam (`adam_state: per_stage`; the paper does not say whether Adam state persists)."""
         self.opt = Adam(self.model.parameters(), lr=self.lr)
 
     def pretrain(self, steps: int) -> None:
-        """`steps` cross-entropy steps on private batches (`pretrain_iters`, spec §8 item 11)."""
+        """`steps` cross-entropy steps on private batches (`pretrain_iters`; the paper mentions no pretraining)."""
         for _ in range(steps):
             x, y = self.local_batch()
             self.step(cross_entropy(self.model(x), y))

@@ -6,8 +6,8 @@ client (client 0) and for the discriminator:
   sigma_k  KD to the leave-one-out avg   sigma_u   U_n (through the discriminator)
   sigma_rg r_glo on public batches       sigma_n   the discriminator's gradient of the mean payoff
 
-DECISION (spec §8 item 21): the "real" gradient is the mean of the per-batch
-gradients over `batches` disjoint mini-batches of size B (all of the data when
+The paper does not say how Fig. 6's "real" gradient is computed; here it is the
+mean of the per-batch gradients over `batches` disjoint mini-batches of size B (all of the data when
 there are fewer), so sigma^2 = mean_b ||g_b||^2 - ||mean_b g_b||^2. The
 anchors are those of the round that just ended. This is a simulation-side
 measurement, outside the protocol (it reads models and the discriminator

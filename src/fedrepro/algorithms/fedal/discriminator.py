@@ -1,15 +1,15 @@
-"""The server discriminator of FedAL (paper eqs. (7)-(9), spec §1.4).
+"""The server discriminator of FedAL (paper eqs. (7)-(9)).
 
 h: R^K -> R^N reads a temperature-E_d softmax output p_n(x) and returns N logits,
 "which client produced this probability vector". U_n = log softmax(h(p_n))_n (7);
 the server maximises the client mean of U_n (8), i.e. minimises the mean
 cross-entropy with the client index as label; clients minimise their own U_n
-(the saturating minimax form, spec §8 item 6, kept as written).
+(the saturating minimax form of (7) and (13), kept as written).
 
-DECISION (spec §8 item 5): "two fully-connected layers with 32 and 265 neurons" is
+Sec. VI-A: "two fully-connected layers with 32 and 265 neurons"; here that is
 read as hidden widths 32 and 256 (265 taken as a typo) with ReLU, plus an output
 layer to N: Linear(K, 32) - ReLU - Linear(32, 256) - ReLU - Linear(256, N).
-The widths are the config key `disc_hidden`.
+The widths are the config key `discriminator.hidden`.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def payoff_grads(disc: nn.Module, logits: torch.Tensor, temperature: float,
     """Per-sample gradient of the clients' adversarial term w.r.t. their logits (N, B, K).
 
     `saturating` (the paper, (7)): the term is U_n = log D_n(p_n). `non_saturating`
-    (spec §8 item 6, not from the paper): -log(1 - D_n(p_n)), same minimiser, no
+    (not from the paper): -log(1 - D_n(p_n)), same minimiser, no
     vanishing gradient when D is sure. Returns (grads, the term per sample (N, B)).
     Only the logits receive gradient; the discriminator is left untouched.
     """

@@ -32,7 +32,7 @@ with `local_steps` = 30 per round (the authors run 20 local epochs per public ep
 reaches 0.58/0.42. FCCL escapes this through its pretrained intra-domain teacher. The quick
 config keeps local_steps = tau (the same local work as every other method).
 
-DECISIONS (the FedAL paper gives no FCCL settings): the authors' digits settings above
+Choices (the FedAL paper gives no FCCL settings): the authors' digits settings above
 (`off-diagonal weight 0.0051, temperature 0.02, dis_power 3, local_dis_power 3`); tau and
 `pretrain_iters` are config keys; the server average includes the client itself (as in the
 authors' FCCL+ code). Not modelled: the authors' fresh Adam per public batch and local weight
@@ -44,13 +44,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 
-from fedrepro.fl.optim import Adam
-from fedrepro.algorithms.fedal.client import cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
-from fedrepro.algorithms.fedal.kd import (cross_correlation_loss, kl_to_logits, non_target_kl,
-                                          similarity_logits)
+from fedrepro.algorithms.fedal.client import cross_entropy, frozen_logits
+from fedrepro.algorithms.fedal.kd import cross_correlation_loss, kl_to_logits, non_target_kl, similarity_logits
+from fedrepro.fl.optim import Adam
 
 
 class AveragingServer:

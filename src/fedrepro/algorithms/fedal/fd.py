@@ -8,7 +8,7 @@ accumulates its own logits per label; at the end of the round it uploads the
 per-label sums and counts (K*K + K floats); the server returns the global
 per-label sums and counts, from which the client removes its own share.
 
-DECISIONS (spec §8 item 15; the paper's authors had no code either): KL at
+Choices (the paper gives no FD settings, and its authors had no code either): KL at
 temperature E_kd instead of FD's logit MSE, weight `fd_weight` (default 1), tau a
 config key; the per-label averages are accumulated over the round's batches
 (FD's running average) and start empty.
@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedrepro.algorithms.fedal.client import cross_entropy
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.client import cross_entropy
 from fedrepro.algorithms.fedal.kd import kl_to_logits
 
 

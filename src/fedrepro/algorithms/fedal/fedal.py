@@ -1,6 +1,6 @@
 """FedAL and its ablations FedMD-LF and FedMD (paper Algorithm 1, eqs. (13)-(19)).
 
-One class, two switches (spec §1.8):
+One class, two switches (the ablations of Table VIII):
 
 ========= ====== ====== ==============================================
 method    use_lf use_al local stage / global stage
@@ -18,10 +18,9 @@ the server (`LogitServer`) replies with the average logits and, for FedAL,
 dU_n/df_n (2*K*B floats down); the client applies the adversarial term through
 the split gradient (19) without ever holding the discriminator.
 
-DECISIONS (spec §8): items 3, 4, 5, 7, 8, 9, 10 as documented in kd.py,
-server.py, client.py and federation.py; item 6: clients minimise U_n as written
-(saturating form). FedMD-LF's tau is not in the paper; the quick/paper configs
-use 5 like FedAL (key `tau` of the method).
+Where the paper is silent, the choices are documented in kd.py, server.py, client.py
+and base.py; clients minimise U_n as written in (7) (saturating form). FedMD-LF's tau is
+not in the paper; the configs use 5 like FedAL (key `tau` of the method).
 """
 
 from __future__ import annotations
@@ -30,22 +29,22 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.kd import kl_to_logits, leave_one_out, less_forgetting, surrogate_from_grad
 from fedrepro.algorithms.fedal.server import AdversarialHelper, LogitServer
 
 
 @dataclass
 class AdversarialConfig:
-    """The discriminator's settings (spec §3.2, §8 item 5)."""
+    """The discriminator's settings (Sec. VI-A; `server` for what the paper leaves open)."""
 
     hidden: tuple[int, ...] = (32, 256)
     lr: float = 1e-4
     optimizer: str = "adam"
     temperature: float = 2.0
-    form: str = "saturating"      # spec §8 item 6
-    update: str = "before_grad"   # spec §8 item 9
+    form: str = "saturating"      # (7) as written
+    update: str = "before_grad"   # Algorithm 1 lines 17-22
 
 
 def local_loss(client: Client, anchor, cfg: TrainConfig) -> tuple:

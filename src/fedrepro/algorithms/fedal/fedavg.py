@@ -4,14 +4,15 @@ Every round each client loads the global weights (downlink), takes tau Adam
 steps of cross-entropy on private batches, and uploads its whole state dict
 (|theta| floats, plus BatchNorm buffers where the model has them); the server
 averages them weighted by client data size (`fedrepro.fl.aggregate.weighted_average`).
-One "iteration" is one local step, so a round adds tau iterations (spec §8 item 3).
+One "iteration" is one local step, so a round adds tau iterations (as in
+`base`: the paper counts budgets in iterations, Tables IV-IX, without defining one).
 
 Why not `fedrepro.algorithms.baselines.fedavg.FedAvg`: that class trains with
 SGD and a fresh optimiser each round and evaluates one global model, while the
-FedAL paper trains every client model with Adam (spec §3.2) and every method
+FedAL paper trains every client model with Adam (Sec. VI-A) and every method
 here is evaluated, counted and checkpointed the same way (`Federation`). The
 building blocks (weighted averaging, Wire) are shared.
-DECISION: each client keeps its own Adam state across rounds (spec §8 item 10).
+Each client keeps its own Adam state across rounds (the paper does not say; as `client`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig
+from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.kd import less_forgetting
 from fedrepro.fl.aggregate import weighted_average
 

@@ -16,7 +16,7 @@ softmax outputs, takes one step per iteration, and each student adds U_g
 through the same split gradient as FedAL's clients (+ r_glo anchored at the
 averaged model when `use_lf`).
 
-DECISIONS (spec §8 item 16, the paper describes FedDF-AL in one sentence):
+Choices (the paper describes FedDF-AL in one sentence, Sec. VI-A "Baselines"):
 distillation is server-side (as in FedDF); discriminator players = architecture
 groups (clients of one group hold identical models after averaging, so a
 per-client discriminator would have nothing to separate); `use_lf` defaults to
@@ -32,15 +32,14 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedrepro.fl.optim import Adam
-
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.client import build_client_model, frozen_logits
 from fedrepro.algorithms.fedal.fedal import AdversarialConfig
-from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.fedavg import local_update, state_of
 from fedrepro.algorithms.fedal.kd import kl_to_probs, less_forgetting, surrogate_from_grad, tempered_softmax
 from fedrepro.algorithms.fedal.server import AdversarialHelper
 from fedrepro.fl.aggregate import weighted_average
+from fedrepro.fl.optim import Adam
 
 
 class FedDF(Federation):

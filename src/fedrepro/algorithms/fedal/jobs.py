@@ -3,7 +3,8 @@
 A job's spec (made by `fedrepro.experiments.fedal`) holds: `method`, `pool` (list
 of {name, options}), `iterations`, `tau`, `lr`, `batch_size`, `kd_temperature`,
 `evals`, the method's own keys, `discriminator` (adversarial methods only),
-`diagnostics` (optional), `device`, `checkpoint_every`. Inputs: `data`
+`diagnostics` (optional), `device`, `checkpoint_every` (rounds of
+`fedrepro.fl.loop`, each tau iterations). Inputs: `data`
 (arrays.npz of the prepared set) and `partition` (the partition file).
 """
 
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from fedrepro.algorithms.fedal.fedal import AdversarialConfig
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig
+from fedrepro.algorithms.fedal.fedal import AdversarialConfig
 
 Builder = Callable[[FedData, list, TrainConfig, int, dict], Federation]
 
@@ -60,7 +61,7 @@ UNITS = ("step", "round")
 
 
 def rounds_for(iterations: int, tau: int, unit: str = "step") -> int:
-    """Rounds that spend `iterations` (spec §8 item 3): with unit `step` a round
+    """Rounds that spend `iterations` (the paper's budgets, Tables IV-IX): with unit `step` a round
     spends tau iterations; with `round` the budget counts rounds."""
     if unit not in UNITS:
         raise ValueError(f"train.iteration_unit {unit!r} is not one of {', '.join(UNITS)}")

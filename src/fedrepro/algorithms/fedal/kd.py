@@ -1,17 +1,17 @@
-"""Distillation terms of FedAL (paper eqs. (2)-(6), (11)-(12); spec §1.2-§1.5).
+"""Distillation terms of FedAL (paper eqs. (2)-(6), (11)-(12)).
 
 Pure functions on logits. KL is written teacher first, KL(teacher || student),
 as in the paper (confirmed by its gradient (68)); every loss is the mean over
 the batch of the per-sample KL summed over classes (`batchmean`), which is the
 paper's (1/|P^{t,i}|) sum_x.
 
-DECISIONS (spec §8):
-- item 4: the KD target is the leave-one-out average of LOGITS, eq. (5); the
+Choices where the paper is silent or contradicts itself:
+- the KD target is the leave-one-out average of LOGITS, eq. (5); the
   server sends the all-client average (Algorithm 1 line 21) and the client
   removes its own share, `leave_one_out(mean, own, N)`.
-- item 7: every term has weight 1; no E^2 scaling of the KL.
-- item 8: the less-forgetting terms and the local cross-entropy use temperature 1
-  (the `temperature` argument of `less_forgetting` defaults to 1).
+- every term has weight 1 (none is given); no E^2 scaling of the KL.
+- the less-forgetting terms and the local cross-entropy use temperature 1
+  (not given; the `temperature` argument of `less_forgetting` defaults to 1).
 """
 
 from __future__ import annotations

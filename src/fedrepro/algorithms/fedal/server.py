@@ -1,4 +1,4 @@
-"""The FedAL / FedMD server: it sees only logits on public data (spec §1.7, §2).
+"""The FedAL / FedMD server: it sees only logits on public data (Algorithm 1).
 
 Per global-transfer iteration it receives the N clients' logits on the shared
 public batch, takes ONE discriminator step on them (FedAL only), and answers
@@ -7,14 +7,14 @@ gradient dU_n/df_n computed with the UPDATED discriminator w^{t,i+1}
 (Algorithm 1 lines 17-22). It owns no client model and no private data: its
 only inputs are (B, K) logit tensors.
 
-DECISIONS (spec §8):
-- item 5: the discriminator optimiser is the config key `disc_optimizer`
-  (adam | sgd; default adam, lr `disc_lr` = 1e-4); the D-loss is averaged over
-  clients (line 18 read as the gradient of the mean payoff).
-- item 9: D is updated first, on the logits just received, then the payoffs'
+Choices:
+- the paper names no discriminator optimiser: the config key `discriminator.optimizer`
+  (adam | sgd; default adam, lr `discriminator.lr` = 1e-4, Sec. VI-A); the D-loss is
+  averaged over clients (line 18 read as the gradient of the mean payoff (8)).
+- D is updated first, on the logits just received, then the payoffs'
   gradients are computed with the updated D (`update: before_grad`; the
   alternative `after_grad` computes them with w^{t,i} and then steps).
-- item 6: `form` (saturating | non_saturating), see discriminator.payoff_grads.
+- `form` (saturating | non_saturating), see discriminator.payoff_grads.
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ from collections.abc import Sequence
 
 import torch
 
-from fedrepro.fl.optim import SGD, Adam
-
-from fedrepro.algorithms.fedal.discriminator import (Discriminator, discriminator_loss,
-                                                     payoff_grads)
+from fedrepro.algorithms.fedal.discriminator import Discriminator, discriminator_loss, payoff_grads
 from fedrepro.algorithms.fedal.kd import tempered_softmax
+from fedrepro.fl.optim import SGD, Adam
 
 OPTIMIZERS = ("adam", "sgd")
 UPDATES = ("before_grad", "after_grad")
