@@ -1,4 +1,4 @@
-"""Planner of the `fedavg` paper key: the shared supervised FedAvg baseline.
+"""Planner of the `fedavg` paper key: supervised FedAvg as a standalone baseline.
 
 One run per configured method of the table (fedrepro.algorithms.baselines, in its order) and
 Dirichlet alpha; the report is a table of final test accuracy per method and alpha and a

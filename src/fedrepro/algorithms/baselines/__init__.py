@@ -1,4 +1,4 @@
-"""The `fedavg` paper key: supervised FedAvg as one shared, standalone baseline.
+"""The `fedavg` paper key: supervised FedAvg as a standalone baseline.
 
 FedAL and SteFFLe each run their own FedAvg inside their own experiments; this table is the
 foundation's worked example of the whole chain (data, partition, training, report), and the
