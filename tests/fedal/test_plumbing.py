@@ -191,3 +191,10 @@ def test_run_turns_the_budget_into_rounds_and_evaluation_points(tiny_job, monkey
     assert seen["cfg"].tau == spec["tau"] and seen["seed"] == 0 and seen["pool"] == tiny_job.spec["pool"]
     assert seen["data"].num_clients == 2
     assert asked == [spec.get("device", "auto")]
+
+
+def test_an_unknown_discriminator_optimizer_names_its_config_key():
+    from fedrepro.algorithms.fedal.server import make_optimizer
+
+    with pytest.raises(ValueError, match=r"discriminator\.optimizer 'rmsprop' is not one of adam, sgd"):
+        make_optimizer("rmsprop", [torch.zeros(1, requires_grad=True)], 1e-3)

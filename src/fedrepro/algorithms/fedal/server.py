@@ -36,7 +36,7 @@ def make_optimizer(name: str, params, lr: float):
         return Adam(params, lr=lr)
     if name == "sgd":
         return SGD(params, lr=lr)
-    raise ValueError(f"disc_optimizer {name!r} is not one of {', '.join(OPTIMIZERS)}")
+    raise ValueError(f"discriminator.optimizer {name!r} is not one of {', '.join(OPTIMIZERS)}")
 
 
 class AdversarialHelper:
