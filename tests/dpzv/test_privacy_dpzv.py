@@ -1,4 +1,4 @@
-"""DPZV's clipping sensitivity and noise calibration (spec 2 and 5, properties 7-8)."""
+"""DPZV's clipping sensitivity (2C/B, Section 6) and noise calibration (Theorem 6.1, eq. 11)."""
 
 import math
 
@@ -35,7 +35,7 @@ def test_dpzv_noise_reproduces_the_paper_calibration_for_mnist():
     assert rec["gdp_mu"] == pytest.approx(0.388401, abs=1e-5)
     assert rec["sigma"] == pytest.approx(0.69542, abs=1e-4)
     assert rec["noise_multiplier"] == pytest.approx(rec["sigma"] * 64 / 20)
-    # the CLT mu of the subsampled composition is larger than the claimed mu (spec 2 [FLAG])
+    # the CLT mu of the subsampled composition is larger than the claimed mu (the paper's linear-in-r subsampling step is optimistic)
     assert rec["mu_clt"] > rec["gdp_mu"]
     assert rec["eps_library"] > 0 and math.isfinite(rec["eps_library"])
 

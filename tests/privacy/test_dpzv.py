@@ -4,7 +4,7 @@ import pytest
 
 from fedrepro.privacy import dpzv
 
-# spec dpzv.md §2: mu for (eps, delta), tolerance 1e-5
+# mu for (eps, delta) from eq. (11), computed outside this code; tolerance 1e-5
 MU_TABLE = [
     (0.05, 0.033322, 0.017310),
     (0.1, 0.057457, 0.032521),
@@ -87,7 +87,7 @@ def test_sigma_dp_direct_example_and_infinite_eps():
 
 
 def test_clt_diagnostic_examples():
-    # spec §2: MNIST B = 64 at eps = 1 gives sigma~ = 2.23, mu_CLT = 0.409 vs 0.388;
+    # MNIST (D = 60000, M = 7, 100 epochs) B = 64 at eps = 1 gives sigma~ = 2.23, mu_CLT = 0.409 vs 0.388;
     # at eps = 0.1 exactly 0.0575; at eps = 10 sigma~ = 0.35 and mu_CLT ~ 50
     t, d, b, c = 656_600, 60_000, 64, 10.0
     r = b / d

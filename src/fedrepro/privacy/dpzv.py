@@ -1,21 +1,41 @@
-"""DPZV privacy calibration with Gaussian DP (Dong, Roth, Su), pure math.
+"""DPZV's privacy in one place: the paper's Gaussian-DP formula, its calibration, the
+accountant adapter and the privacy record every run writes. Pure math, no torch: the noise
+itself is drawn by `fedrepro.privacy.mechanisms`.
 
-DPZV (spec dpzv.md §2) adds one scalar z ~ N(0, sigma_dp^2) per round to the
-batch mean of per-sample ZO scalars clipped to [-C, C] (replace-one
-sensitivity 2C/B). The paper calibrates
+Formula (Section 6 and Appendix C; Gaussian DP of Dong, Roth and Su). DPZV adds one
+scalar z ~ N(0, sigma_dp^2) per server round to the batch mean of the per-sample ZO
+differences clipped to [-C, C] (eq. 8; replace-one sensitivity 2C/B). A mu-GDP run is
+(eps, delta(eps))-DP for every eps >= 0, with
 
-    sigma_dp = 2 C sqrt(T) / (D mu)        (Theorem 6.1)
+    delta(eps; mu) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)    (eq. 11),
+
+so an (eps, delta) target fixes mu (`mu_from_eps_delta`).
+
+Calibration (Theorem 6.1). The paper sets
+
+    sigma_dp = 2 C sqrt(T) / (D mu),
 
 so that each round is (mu/sqrt(T))-GDP with the sampling rate r = B/D entering
-linearly, T rounds compose to mu-GDP, and mu-GDP is (eps, delta(eps))-DP with
+linearly, and T rounds compose to mu-GDP; T counts every server round, one client
+each (`total_rounds`). The baselines' clipped embeddings get the same paper-style
+accounting with sensitivity 2 C_h (`sigma_embedding`): the paper applies VAFL's
+"clipping the embeddings and adding calibrated vector noise" to them, without a formula.
 
-    delta(eps; mu) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)    (eq. 11).
-
-The linear-in-r step is the small-signal limit of the CLT for
+Diagnostic. The linear-in-r step is the small-signal limit of the CLT for
 Poisson-subsampled Gaussians, mu_CLT = r sqrt(T (exp(1/s^2) - 1)) with noise
-multiplier s = sigma_dp/(2C/B); ``mu_clt`` and ``clt_epsilon`` report it as a
-diagnostic. The paper's calibration is reproduced exactly; the diagnostic shows
-where it is too optimistic (s < 1, large eps).
+multiplier s = sigma_dp/(2C/B) (`mu_clt`, `clt_epsilon`). The paper's calibration
+is reproduced exactly; the diagnostic shows where it is too optimistic (s < 1,
+large eps).
+
+Accountant adapter. `dpzv_mechanism` describes DPZV's noise as an
+`accountant.GaussianComposition` (multiplier s, T steps, Poisson rate B/D) for the
+numerical accountants of `fedrepro.privacy.accountant` (the dp-accounting library's
+RDP, the tight PLD epsilon).
+
+Run records. `dpzv_noise` (DPZV's scalar) and `embedding_noise` (the baselines'
+embeddings) give the sigma a run draws with and the privacy fields its summary holds;
+`label_privacy_record` adds the epsilon of the label channel (Algorithm 1 trains the
+server head on the raw labels).
 """
 
 from __future__ import annotations
@@ -31,6 +51,35 @@ _MU_BRACKET = (1e-6, 100.0)
 # Above this mu, eps(delta) > mu^2/2 = 5e7: no meaningful guarantee, and the logs of eq. (11)
 # lose all precision (|eps/mu| ~ mu/2 ~ 1e4 squared), so eps_from_mu answers inf.
 _MU_MEANINGLESS = 1e4
+PAIR_RELEASES = ("joint", "separate")
+SAMPLING = ("Poisson subsampling at q = B/D assumed by every accountant; the runs draw shuffled "
+            "fixed-size batches (drop_last), which the Poisson guarantee does not cover")
+
+
+# ---------------------------------------------------------------------- config values and argument checks
+
+def parse_eps(value) -> float:
+    """eps from config: a positive number or the string "inf" (no privacy)."""
+    if isinstance(value, str):
+        if value.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        raise ValueError(f"eps {value!r}: use a number > 0 or the string 'inf'")
+    value = float(value)
+    if not value > 0:
+        raise ValueError(f"eps must be > 0 or 'inf', got {value}")
+    return value
+
+
+def parse_clip(value) -> float:
+    """A clip threshold from config: a number > 0 or "inf" (no clipping)."""
+    if isinstance(value, str):
+        if value.strip().lower() in ("inf", "infinity", "none"):
+            return math.inf
+        raise ValueError(f"clip {value!r}: use a number > 0 or the string 'inf'")
+    value = float(value)
+    if not value > 0:
+        raise ValueError(f"clip must be > 0 or 'inf', got {value}")
+    return value
 
 
 def _check_eps(eps: float) -> float:
@@ -53,6 +102,8 @@ def _positive(name: str, value: float) -> float:
         raise ValueError(f"{name} must be > 0, got {value}")
     return value
 
+
+# --------------------------------------------------------------------------- the formula: eq. (11)
 
 def gdp_delta(eps: float, mu: float) -> float:
     """delta(eps; mu) of eq. (11), evaluated in log space.
@@ -109,9 +160,12 @@ def eps_from_mu(mu: float, delta: float) -> float:
     return float(brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 
+# ------------------------------------------------------------------------ calibration: Theorem 6.1
+
 def total_rounds(epochs: int, num_clients: int, num_samples: int, batch_size: int,
                  drop_last: bool = False) -> int:
-    """T = epochs * M * batches per epoch (spec §6 item 8: every client passes once per epoch)."""
+    """T = epochs * M * batches per epoch (the paper defines neither T nor an epoch: here every client
+    passes once over the data per epoch, as in the VFL-CZOFO code)."""
     for name, value in (("epochs", epochs), ("num_clients", num_clients),
                         ("num_samples", num_samples), ("batch_size", batch_size)):
         _positive(name, value)
@@ -142,6 +196,29 @@ def noise_multiplier(sigma: float, clip: float, batch_size: int) -> float:
     return float(sigma) * _positive("batch_size B", batch_size) / (2.0 * _positive("clip C", clip))
 
 
+def sigma_embedding(clip_h: float, batch_size: int, releases: int, num_samples: int, mu: float,
+                    embeddings_per_release: int = 1) -> float:
+    """Per-coordinate noise for the baselines' clipped embeddings (Section 7 names VAFL's mechanism, no formula).
+
+    Same paper-style GDP accounting as DPZV: a batch release of embeddings
+    clipped to ||h|| <= C_h has replace-one sensitivity 2 C_h, so
+    sigma_h = r 2 C_h sqrt(T_rel)/mu = 2 C_h B sqrt(T_rel)/(D mu).
+    ZOO-VFL sends k = 2 embeddings per round; treating the pair as one release
+    multiplies the sensitivity by sqrt(k) (same sigma as T_rel = 2T).
+    """
+    k = int(embeddings_per_release)
+    if k < 1:
+        raise ValueError(f"embeddings_per_release must be >= 1, got {embeddings_per_release}")
+    clip_h = _positive("clip C_h", clip_h)
+    mu = _positive("GDP mu", mu)
+    if math.isinf(mu):
+        return 0.0
+    rate = _positive("batch_size B", batch_size) / _positive("num_samples D", num_samples)
+    return rate * 2.0 * clip_h * math.sqrt(k) * math.sqrt(_positive("releases T_rel", releases)) / mu
+
+
+# ----------------------------------------------- diagnostic: the CLT of the subsampled composition
+
 def mu_clt(sampling_rate: float, rounds: int, noise_mult: float) -> float:
     """CLT mu of T Poisson-subsampled Gaussian rounds: r sqrt(T (exp(1/s^2) - 1))."""
     r = float(sampling_rate)
@@ -165,26 +242,7 @@ def clt_epsilon(sampling_rate: float, rounds: int, noise_mult: float, delta: flo
     return eps_from_mu(mu_clt(sampling_rate, rounds, noise_mult), delta)
 
 
-def sigma_embedding(clip_h: float, batch_size: int, releases: int, num_samples: int, mu: float,
-                    embeddings_per_release: int = 1) -> float:
-    """Per-coordinate noise for the baselines' clipped embeddings (spec §3.4 DECISION).
-
-    Same paper-style GDP accounting as DPZV: a batch release of embeddings
-    clipped to ||h|| <= C_h has replace-one sensitivity 2 C_h, so
-    sigma_h = r 2 C_h sqrt(T_rel)/mu = 2 C_h B sqrt(T_rel)/(D mu).
-    ZOO-VFL sends k = 2 embeddings per round; treating the pair as one release
-    multiplies the sensitivity by sqrt(k) (same sigma as T_rel = 2T).
-    """
-    k = int(embeddings_per_release)
-    if k < 1:
-        raise ValueError(f"embeddings_per_release must be >= 1, got {embeddings_per_release}")
-    clip_h = _positive("clip C_h", clip_h)
-    mu = _positive("GDP mu", mu)
-    if math.isinf(mu):
-        return 0.0
-    rate = _positive("batch_size B", batch_size) / _positive("num_samples D", num_samples)
-    return rate * 2.0 * clip_h * math.sqrt(k) * math.sqrt(_positive("releases T_rel", releases)) / mu
-
+# ------------------------------------------------------------------------------ accountant adapter
 
 def dpzv_mechanism(sigma_dp: float, clip: float, batch_size: int, num_samples: int,
                    rounds: int) -> accountant.GaussianComposition:
@@ -205,36 +263,7 @@ def dpzv_mechanism(sigma_dp: float, clip: float, batch_size: int, num_samples: i
                                "steps = T server rounds (one client each)")
 
 
-PAIR_RELEASES = ("joint", "separate")
-
-
-def parse_eps(value) -> float:
-    """eps from config: a positive number or the string "inf" (no privacy)."""
-    if isinstance(value, str):
-        if value.strip().lower() in ("inf", "infinity"):
-            return math.inf
-        raise ValueError(f"eps {value!r}: use a number > 0 or the string 'inf'")
-    value = float(value)
-    if not value > 0:
-        raise ValueError(f"eps must be > 0 or 'inf', got {value}")
-    return value
-
-
-def parse_clip(value) -> float:
-    """A clip threshold from config: a number > 0 or "inf" (no clipping)."""
-    if isinstance(value, str):
-        if value.strip().lower() in ("inf", "infinity", "none"):
-            return math.inf
-        raise ValueError(f"clip {value!r}: use a number > 0 or the string 'inf'")
-    value = float(value)
-    if not value > 0:
-        raise ValueError(f"clip must be > 0 or 'inf', got {value}")
-    return value
-
-
-SAMPLING = ("Poisson subsampling at q = B/D assumed by every accountant; the runs draw shuffled "
-            "fixed-size batches (drop_last), which the Poisson guarantee does not cover")
-
+# ------------------------------------------------------------------------------------- run records
 
 def _record(eps, delta, mu, sigma, multiplier, rounds, rate, method) -> dict:
     """The privacy fields every run writes (sigma = 0 and eps = inf when non-private).
@@ -272,7 +301,7 @@ def dpzv_noise(eps: float, delta: float, clip: float, rounds: int, num_samples: 
 def embedding_noise(eps: float, delta: float, clip_h: float, rounds: int, num_samples: int, batch_size: int,
                     embeddings_per_round: int = 1, pair_release: str = "joint",
                     library_method: str = "rdp") -> dict:
-    """Per-coordinate noise sigma_h of the baselines' clipped embeddings (spec 3.4 DECISION).
+    """Per-coordinate noise sigma_h of the baselines' clipped embeddings (`sigma_embedding`) and its record.
 
     sigma_h = 2 C_h B sqrt(T_rel)/(D mu). ZOO-VFL sends two embeddings a round:
     `pair_release="joint"` treats the pair as one release of sensitivity
