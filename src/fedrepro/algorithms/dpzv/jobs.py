@@ -7,6 +7,11 @@ start-up; paper scale runs one variant per job. Each variant runs through
 `fedrepro.fl.runner.run_seeds` with its own checkpoint folder, so a killed job
 resumes where it stopped.
 
+One round of the shared loop (`fedrepro.fl.loop`) is one evaluation period:
+1/evals_per_epoch of an epoch, i.e. M floor(D/B) / evals_per_epoch server rounds,
+one row of the metrics. `checkpoint_every` counts these loop rounds, as for
+every paper (with evals_per_epoch = 1, one checkpoint per epoch).
+
 Outputs: `metrics` (Parquet: one row per evaluation block with seed, variant,
 eps, clip) and `summary` (JSON: the spec and, per variant, the per-seed
 summaries: best-validation test accuracy and the privacy record).
@@ -14,6 +19,7 @@ summaries: best-validation test accuracy and the privacy record).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -21,11 +27,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from fedrepro.privacy.dpzv import parse_clip, parse_eps
 from fedrepro.algorithms.dpzv.base import VFLData, VFLSettings, build_vfl_data
 from fedrepro.fl.device import pick_device
 from fedrepro.fl.runner import run_seeds
 from fedrepro.pipeline import Job, atomic_write, atomic_write_text, claim_scratch, fingerprint
+from fedrepro.privacy.dpzv import parse_clip, parse_eps
 
 SETTING_KEYS = ("batch_size", "epochs", "evals_per_epoch", "client_model", "client_kwargs", "embed_dim",
                 "server_hidden", "lr_server", "lr_client", "momentum", "delta", "schedule", "client_weights",
@@ -127,13 +133,10 @@ def run_vfl_job(job: Job, algorithm_class) -> None:
         sub = Job(spec=job.spec, seeds=job.seeds, threads=job.threads, scratch=job.scratch / tag,
                   output={"metrics": str(job.scratch / tag / "metrics.parquet"),
                           "summary": str(job.scratch / tag / "summary.json")})
-        every = max(1, int(job.spec.get("checkpoint_every", 1))) * settings.evals_per_epoch
-
-        def build(seed: int):
-            return algorithm_class(data, settings, seed, device)
-
+        build = functools.partial(algorithm_class, data, settings, device=device)
         metrics = run_seeds(sub, build, settings.epochs * settings.evals_per_epoch, eval_every=1,
-                            checkpoint_every=every).assign(variant=tag, eps=eps, clip=clip)
+                            checkpoint_every=int(job.spec.get("checkpoint_every", 1))
+                            ).assign(variant=tag, eps=eps, clip=clip)
         seeds = json.loads(Path(sub.output["summary"]).read_text())["seeds"]
         save_cell(folder, stamp, metrics, seeds)
         frames.append(metrics)
