@@ -35,7 +35,7 @@ from common import row, seconds, write
 from steffle_grid import paper_config, prepare
 
 from fedrepro.algorithms import method_table
-from fedrepro.algorithms.steffle import jobs
+from fedrepro.algorithms.steffle import jobs, sgda
 from fedrepro.experiments import steffle as plan
 
 DATASET, SETTING = "adult", "dp_N3_h0"
@@ -89,7 +89,7 @@ def bench_method(job, data, seeds: list[int], cells: int, epochs: int) -> dict:
 def run(quick: bool) -> list[dict]:
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    logging.getLogger(jobs.__name__).setLevel(logging.ERROR)  # short runs break Thm 3.3's T bound: expected
+    logging.getLogger(sgda.__name__).setLevel(logging.ERROR)  # short runs break Thm 3.3's T bound: expected
     logging.getLogger("absl").setLevel(logging.ERROR)          # accountant's RDP-order notes while calibrating
     epochs, cells = (4, 4) if quick else (20, 8)
     specs, seeds = job_specs(epochs)

@@ -21,8 +21,10 @@ def test_rows_are_methods_with_one_setting_and_a_runnable_entry():
         assert row.traits <= {"sgda", "federated", "central", "private", "fair"}, name
     entries = methods("steffle")
     assert set(entries) == set(METHODS)
-    module, function = entries["steffle"].split(":")
-    assert getattr(jobs, function) is jobs.run_job and module == jobs.__name__
+    for name, entry in entries.items():
+        module = jobs.method_module(name)
+        assert entry == f"{module.__name__}:run_job" and callable(module.run_job), name
+        assert callable(module.config) and callable(module.build), name
 
 
 def test_schema_lists_exactly_the_table():
@@ -52,7 +54,7 @@ def test_readers_take_groups_and_labels_from_the_table():
     assert list(report.LABELS) == list(METHODS)
     assert [report.LABELS[m] for m in METHODS] == [row.label for row in METHODS.values()]
     assert report.FEDERATED == plan.FEDERATED == jobs.FEDERATED == with_trait("federated")
-    assert jobs.CENTRAL == with_trait("central") and plan.SGDA_METHODS == jobs.SGDA == with_trait("sgda")
+    assert jobs.CENTRAL == with_trait("central") and plan.SGDA_METHODS == with_trait("sgda")
     assert plan.NON_FAIR == report.NON_FAIR == ("fedavg", "erm")
     assert plan.PRIVATE == ("steffle", "dp_fermi", "tran2021", "ling2024", "ling2024_groupgap")
 

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.steffle.baselines import BaselineConfig, FedFDPTrainer, GroupGapTrainer, TranTrainer
+from fedrepro.algorithms.steffle.baselines import BaselineConfig
+from fedrepro.algorithms.steffle.ling2024 import FedFDPTrainer, GroupGapTrainer
 from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
+from fedrepro.algorithms.steffle.tran2021 import TranTrainer
 from fedrepro.fl.transport import Wire
 from fedrepro.privacy import accountant
 from fedrepro.privacy import steffle as accounting

@@ -22,8 +22,8 @@ view of what the trainers release, and the calibration of the baselines' noise.
    sigmas so that the accountant meets eps. `steffle_theta_mechanism` and
    `steffle_w_mechanism` are the two releases taken one at a time.
 3. The baselines (Tran et al. 2021, Ling et al. 2024) have no closed-form noise: their
-   multiplier is calibrated to the target eps with the accountant (`calibrate_multiplier`,
-   started at `rough_multiplier`).
+   multiplier is calibrated to the target eps with the accountant (`baseline_noise`, through
+   `calibrate_multiplier` started at `rough_multiplier`).
 
 `SAMPLING_NOTES` says, per batch sampling, whether the accountant's Poisson subsampling covers
 what the trainers ran. The noise itself is drawn by the trainers (algorithms/steffle) with
@@ -358,3 +358,21 @@ def calibrate_multiplier(eps: float, delta: float, compositions, z0: float = 1.0
         b += tol / 2
         fb = log_eps(math.exp(b)) - target
     return math.exp(b), math.exp(fb + target)
+
+
+def baseline_noise(eps, ctx: dict, compositions, steps: int, rate: float) -> dict:
+    """A baseline's privacy record at `eps`: its multiplier z calibrated (RDP) to eps for the
+    `compositions(z)` it releases, and the realised (PLD) epsilon of the same compositions.
+
+    ctx holds the job's delta and sampling (`jobs.privacy_context`); `steps` and `rate` give
+    the secant search its start (`rough_multiplier`).
+    """
+    base = {"sampling": ctx["sampling"], "sampling_note": ctx["sampling_note"], "delta": ctx["delta"]}
+    if not is_private(eps):
+        return {**base, "eps": "inf", "noise_multiplier": 0.0, "library_epsilon": math.inf,
+                "realised_epsilon": math.inf, "realised_epsilon_rdp": math.inf}
+    z0 = rough_multiplier(float(eps), ctx["delta"], steps, rate)
+    z, library = calibrate_multiplier(float(eps), ctx["delta"], compositions, z0=z0)
+    realised = realised_epsilon(compositions(z), ctx["delta"])
+    return {**base, "eps": float(eps), "noise_multiplier": z, "library_epsilon": library,
+            "realised_epsilon": realised["pld"], "realised_epsilon_rdp": realised["rdp"]}

@@ -4,8 +4,8 @@ The methods of the paper's figures (Section 5, Figs. 1-5), in the order of their
 Traits the planner, the report and the jobs select on:
 
 * "sgda": trained by Algorithm 1's noisy SGDA (`sgda.py`) with the section's `train` block;
-  the others are re-implemented baselines (`baselines.py`) with their own block under
-  `baselines`.
+  the others are re-implemented baselines (`tran2021.py`, `ling2024.py`) with their own block
+  under `baselines`.
 * "federated": trained on the N silos of Algorithm 3's split; "central": on one silo (N = 1,
   n~ = n), so one job serves every (N, h) panel.
 * "private": trained at the figure's epsilons; the others run once at eps = inf.
@@ -16,26 +16,27 @@ Nothing heavy is imported here.
 
 from fedrepro.algorithms import Method
 
-_ENTRY = "fedrepro.algorithms.steffle.jobs:run_job"
 _SGDA = ("batch", "epochs", "eta_theta", "lr_decay", "decay_every", "eta_w", "w_step", "clip", "radius",
          "compat_refcode", "iterate", "eval_every", "sampling", "noise")
 
 
-def _row(label: str, traits: str, config_keys: tuple[str, ...] = _SGDA) -> Method:
-    return Method(entry=_ENTRY, label=label, traits=frozenset(traits.split()), config_keys=config_keys)
+def _row(module: str, label: str, traits: str, config_keys: tuple[str, ...] = _SGDA) -> Method:
+    return Method(entry=f"fedrepro.algorithms.steffle.{module}:run_job", label=label,
+                  traits=frozenset(traits.split()), config_keys=config_keys)
 
 
 METHODS: dict[str, Method] = {
-    "steffle": _row("SteFFLe (ours)", "sgda federated private fair"),
-    "steffle_nonprivate": _row("Non-private SteFFLe", "sgda federated fair"),
-    "dp_fermi": _row("DP-FERMI (central DP SteFFLe)", "sgda central private fair"),
-    "fermi": _row("FERMI (non-private central)", "sgda central fair"),
-    "tran2021": _row("Tran et al. (2021)", "central private fair", ("clip_primal", "alpha")),
-    "ling2024": _row("Ling et al. (2024), FedFDP", "federated private fair", ("dp_norm", "clip_norm_for_loss")),
-    "ling2024_groupgap": _row("Ling et al. variant: group-gap penalty", "federated private fair",
+    "steffle": _row("sgda", "SteFFLe (ours)", "sgda federated private fair"),
+    "steffle_nonprivate": _row("sgda", "Non-private SteFFLe", "sgda federated fair"),
+    "dp_fermi": _row("sgda", "DP-FERMI (central DP SteFFLe)", "sgda central private fair"),
+    "fermi": _row("sgda", "FERMI (non-private central)", "sgda central fair"),
+    "tran2021": _row("tran2021", "Tran et al. (2021)", "central private fair", ("clip_primal", "alpha")),
+    "ling2024": _row("ling2024", "Ling et al. (2024), FedFDP", "federated private fair",
+                     ("dp_norm", "clip_norm_for_loss")),
+    "ling2024_groupgap": _row("ling2024", "Ling et al. variant: group-gap penalty", "federated private fair",
                               ("clip_loss", "clip_fair")),
-    "fedavg": _row("Non-private non-fair FL (FedAvg)", "sgda federated"),
-    "erm": _row("Non-private non-fair central ERM", "sgda central"),
+    "fedavg": _row("sgda", "Non-private non-fair FL (FedAvg)", "sgda federated"),
+    "erm": _row("sgda", "Non-private non-fair central ERM", "sgda central"),
 }
 
 

@@ -15,14 +15,17 @@ steffle / steffle_nonprivate (federated, Algorithm 1), dp_fermi / fermi (central
 Lowy et al. 2023 / 2022b, the same program on one silo with n~ = n), fedavg / erm (lambda = 0,
 no noise; federated with one local step per round, i.e. FedSGD: the paper gives no local-step
 count, and one step keeps the round and batch budget of SteFFLe / central SGD), tran2021 and
-ling2024 (FedFDP as published) and ling2024_groupgap (the earlier group-gap adaptation), in
-`baselines.py`.
+ling2024 (FedFDP as published) and ling2024_groupgap (the earlier group-gap adaptation).
+Each method's table entry names the module that runs it (`sgda.py`, `tran2021.py`,
+`ling2024.py`): its `run_job` calls `run_job` here, which asks that module for the method's
+`config(spec)` and `build(...)` (its trainer and noise); everything else is shared here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import logging
 import math
@@ -38,19 +41,15 @@ from fedrepro.data.partition import load_partition
 from fedrepro.eval import health
 from fedrepro.fl.loop import Checkpoint
 from fedrepro.pipeline import atomic_write, claim_scratch, fingerprint
-from fedrepro.privacy import accountant
 from fedrepro.privacy import steffle as accounting
 
 from . import METHODS, with_trait
 from .base import BatchSchedule, FairData
-from .baselines import BaselineConfig, FedFDPTrainer, GroupGapTrainer, TranTrainer
-from .sgda import SGDAConfig, SteffleTrainer
 
 log = logging.getLogger(__name__)
 
 FEDERATED = with_trait("federated")
 CENTRAL = with_trait("central")
-SGDA = with_trait("sgda")
 
 
 def load_data(job) -> FairData:
@@ -75,15 +74,7 @@ def grid(spec: dict) -> tuple[list, list[float]]:
     return [(e, lam) for e in epsilons for lam in lambdas], epsilons
 
 
-def _sgda_config(spec: dict) -> SGDAConfig:
-    return SGDAConfig(fairness=spec["fairness"], **spec["train"])
-
-
-def _baseline_config(spec: dict) -> BaselineConfig:
-    return BaselineConfig(fairness=spec["fairness"], **spec["train"])
-
-
-def _privacy_context(data: FairData, cfg) -> dict:
+def privacy_context(data: FairData, cfg) -> dict:
     """What the accountant needs, from the same BatchSchedule the trainer uses (rounds, m, q)."""
     n = len(data.y)
     sizes = data.silo_sizes
@@ -94,75 +85,15 @@ def _privacy_context(data: FairData, cfg) -> dict:
             "sampling_note": accounting.SAMPLING_NOTES[cfg.sampling]}
 
 
-def _build_steffle(spec, data, seeds, settings, epsilons):
-    cfg = _sgda_config(spec)
-    ctx = _privacy_context(data, cfg)
-    lambdas = sorted({lam for _, lam in grid(spec)[0]})
-    noise = {str(e): accounting.steffle_noise(e, ctx["delta"], ctx["rounds"], ctx["silo_sizes"], ctx["rho"],
-                                              cfg.clip, cfg.radius, ctx["batch"], cfg.compat_refcode,
-                                              cfg.sampling, lambdas, cfg.noise) for e in epsilons}
-    for e, record in noise.items():
-        if record["precondition_messages"]:
-            log.warning("eps=%s: Theorem 3.3 preconditions broken: %s", e, "; ".join(record["precondition_messages"]))
-    lam = [lam for _, lam in settings]
-    sig_t = [noise[str(e)]["sigma_theta"] for e, _ in settings]
-    sig_w = [noise[str(e)]["sigma_w"] for e, _ in settings]
-    trainer = SteffleTrainer(data, cfg, seeds, lam, sig_t, sig_w) if settings else None
-    return trainer, {**ctx, "per_eps": noise}
-
-
-def _calibrated(eps, ctx, compositions, steps: int, rate: float) -> dict:
-    """z calibrated (RDP) to the target eps, and the realised PLD epsilon of the same compositions."""
-    base = {"sampling": ctx["sampling"], "sampling_note": ctx["sampling_note"], "delta": ctx["delta"]}
-    if not accounting.is_private(eps):
-        return {**base, "eps": "inf", "noise_multiplier": 0.0, "library_epsilon": math.inf,
-                "realised_epsilon": math.inf, "realised_epsilon_rdp": math.inf}
-    z0 = accounting.rough_multiplier(float(eps), ctx["delta"], steps, rate)
-    z, library = accounting.calibrate_multiplier(float(eps), ctx["delta"], compositions, z0=z0)
-    realised = accounting.realised_epsilon(compositions(z), ctx["delta"])
-    return {**base, "eps": float(eps), "noise_multiplier": z, "library_epsilon": library,
-            "realised_epsilon": realised["pld"], "realised_epsilon_rdp": realised["rdp"]}
-
-
-def _build_tran(spec, data, seeds, settings, epsilons):
-    cfg = _baseline_config(spec)
-    ctx = _privacy_context(data, cfg)
-    q = min(1.0, ctx["batch"] / ctx["n"])
-
-    def compositions(z):  # T primal releases (q = m/n) + one dual release per epoch (q = 1)
-        return [accountant.GaussianComposition(z, ctx["rounds"], q, "PF-LD primal"),
-                accountant.GaussianComposition(z, cfg.epochs, 1.0, "PF-LD dual")]
-
-    noise = {str(e): _calibrated(e, ctx, compositions, ctx["rounds"], q) for e in epsilons}
-    mult = [noise[str(e)]["noise_multiplier"] for e, _ in settings]
-    trainer = TranTrainer(data, cfg, seeds, [lam for _, lam in settings], mult) if settings else None
-    return trainer, {**ctx, "per_eps": noise}
-
-
-def _build_ling(spec, data, seeds, settings, epsilons):
-    """FedFDP (ling2024) or the group-gap variant (ling2024_groupgap): each silo releases two
-    Gaussian statistics of one Poisson batch per round with the same multiplier z (FedFDP: the
-    reweighted clipped gradient, sensitivity C, and the clipped loss sum, sensitivity B_t, both
-    record-level add/remove; the variant: gradient and group sums, replace-one)."""
-    cfg = _baseline_config(spec)
-    ctx = _privacy_context(data, cfg)
-    q = min(1.0, ctx["batch"] / min(ctx["silo_sizes"]))         # smallest silo: conservative for all
-
-    def compositions(z):  # per silo and round: gradient and group statistics of ONE batch, both with
-        # multiplier z, released together: one Gaussian with multiplier z / sqrt(2) (joint_multiplier)
-        joint = accounting.joint_multiplier([z, z], [1.0, 1.0])
-        return [accountant.GaussianComposition(joint, ctx["rounds"], q, "FedFDP gradient and group statistics")]
-
-    noise = {str(e): _calibrated(e, ctx, compositions, 2 * ctx["rounds"], q) for e in epsilons}
-    mult = [noise[str(e)]["noise_multiplier"] for e, _ in settings]
-    cls = FedFDPTrainer if spec["method"] == "ling2024" else GroupGapTrainer
-    trainer = cls(data, cfg, seeds, [lam for _, lam in settings], mult) if settings else None
-    return trainer, {**ctx, "per_eps": noise}
+def method_module(method: str):
+    """The module that runs `method` (its table entry's): its `config(spec)` and
+    `build(spec, data, seeds, settings, epsilons)`."""
+    return importlib.import_module(METHODS[method].entry.split(":")[0])
 
 
 def build(spec: dict, data: FairData, seeds: list[int], only: list | None = None):
-    """The trainer of one job (of the settings `only`, default all; None if there are none) and
-    the privacy record of every epsilon of the job."""
+    """The trainer of one job (of the settings `only`, default all; None if there are none),
+    the privacy record of every epsilon of the job, and the settings."""
     method = spec["method"]
     if method not in METHODS:
         raise KeyError(f"unknown SteFFLe method {method!r}; allowed values: {', '.join(METHODS)}")
@@ -170,11 +101,7 @@ def build(spec: dict, data: FairData, seeds: list[int], only: list | None = None
         data = data.centralised()
     settings, epsilons = grid(spec)
     settings = settings if only is None else list(only)
-    if method == "tran2021":
-        return (*_build_tran(spec, data, seeds, settings, epsilons), settings)
-    if method in ("ling2024", "ling2024_groupgap"):
-        return (*_build_ling(spec, data, seeds, settings, epsilons), settings)
-    return (*_build_steffle(spec, data, seeds, settings, epsilons), settings)
+    return (*method_module(method).build(spec, data, seeds, settings, epsilons), settings)
 
 
 def metrics_frame(result, seeds, settings) -> pd.DataFrame:
@@ -282,7 +209,7 @@ def run_job(job) -> None:
     metrics.to_parquet(job.out("metrics"), index=False)
     log.info("trained %d of %d (eps, lambda) cells; %d from the cell cache", len(todo), len(settings), len(cached))
     if rounds is None:
-        cfg = (_sgda_config if job.spec["method"] in SGDA else _baseline_config)(job.spec)
+        cfg = method_module(job.spec["method"]).config(job.spec)
         sizes = [len(data.y)] if job.spec["method"] in CENTRAL else data.silo_sizes
         rounds = cfg.epochs * BatchSchedule(sizes, cfg.batch, cfg.sampling).rounds_per_epoch
     summary = {"spec": job.spec, "rounds": rounds, "privacy": privacy, "seconds": time.time() - start,

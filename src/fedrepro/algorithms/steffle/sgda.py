@@ -46,15 +46,19 @@ Choices the paper leaves open (config keys in brackets):
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from fedrepro.fl.transport import Wire
+from fedrepro.privacy import steffle as accounting
 
-from . import fermi
+from . import fermi, jobs
 from .base import FairData, GridTrainer, ScheduleConfig, clip_coef, strata
+
+log = logging.getLogger(__name__)
 
 W_STEPS = ("capped", "fixed")
 
@@ -251,3 +255,31 @@ class SteffleTrainer(GridTrainer):
 
     def result_extra(self) -> dict:
         return {"W": self.W}
+
+
+def config(spec: dict) -> SGDAConfig:
+    return SGDAConfig(fairness=spec["fairness"], **spec["train"])
+
+
+def build(spec, data, seeds, settings, epsilons):
+    """The SGDA trainer of `settings` and Theorem 3.3's noise for every epsilon of the job."""
+    cfg = config(spec)
+    ctx = jobs.privacy_context(data, cfg)
+    lambdas = sorted({lam for _, lam in jobs.grid(spec)[0]})
+    noise = {str(e): accounting.steffle_noise(e, ctx["delta"], ctx["rounds"], ctx["silo_sizes"], ctx["rho"],
+                                              cfg.clip, cfg.radius, ctx["batch"], cfg.compat_refcode,
+                                              cfg.sampling, lambdas, cfg.noise) for e in epsilons}
+    for e, record in noise.items():
+        if record["precondition_messages"]:
+            log.warning("eps=%s: Theorem 3.3 preconditions broken: %s", e, "; ".join(record["precondition_messages"]))
+    lam = [lam for _, lam in settings]
+    sig_t = [noise[str(e)]["sigma_theta"] for e, _ in settings]
+    sig_w = [noise[str(e)]["sigma_w"] for e, _ in settings]
+    trainer = SteffleTrainer(data, cfg, seeds, lam, sig_t, sig_w) if settings else None
+    return trainer, {**ctx, "per_eps": noise}
+
+
+def run_job(job) -> None:
+    """Pipeline entry of the methods trained by Algorithm 1: steffle, steffle_nonprivate,
+    dp_fermi, fermi, fedavg and erm (`fedrepro.algorithms.steffle.METHODS`)."""
+    jobs.run_job(job)
