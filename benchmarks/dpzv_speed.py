@@ -20,7 +20,7 @@ changes nothing in a round). Client 0 is the active client. Two rows per method 
 * x model size: peak training memory as a multiple of the client model's parameter bytes, from
   `fedrepro.algorithms.dpzv.memory.measure_rounds` on the fresh object (live CPU tensor bytes,
   or the CUDA allocator on a GPU). ours = parameter bytes + peak extra bytes, reference =
-  parameter bytes. Targets (paper Figure 6 and spec 1.5 / 3.5 item 5), only for the large
+  parameter bytes. Targets (paper Figure 6 and Appendix F), only for the large
   models the paper's claim is about (for the ~3k-parameter digits CNN, activations dominate):
   DPZV without ZO momentum ~1 (< 1.5); DPZV with ZO momentum ~2 (< 2.5: one momentum buffer);
   VAFL > 2; ZOO-VFL above DPZV at the same ZO momentum; VFL-CZOFO above DPZV at ZO momentum 0.9.
@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import gc
 import tempfile
 from pathlib import Path
 
 import torch
 import yaml
-
 from common import row, seconds, write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,8 +62,8 @@ def load_config(datasets: tuple[str, ...]) -> dict:
 
 def vfl_data(config: dict, dataset: str, folder: Path, device: torch.device):
     """The pipeline's data path: prepare, vertical partition, build_vfl_data; first n samples."""
-    from fedrepro.algorithms.dpzv.memory import _subset
     from fedrepro.algorithms.dpzv.base import build_vfl_data
+    from fedrepro.algorithms.dpzv.memory import _subset
     from fedrepro.data.arrays import load_prepared
     from fedrepro.data.partition import make_partition
     from fedrepro.data.prepare import prepare_dataset
@@ -90,18 +90,18 @@ def client0_rounds(algorithm, rounds: int) -> None:
 def measure_entry(entry: dict, data, device: torch.device, memory_rounds: int, timing: tuple[int, int]) -> dict:
     """Memory pass on a fresh object (tracker on), then timed blocks on the same object (tracker off)."""
     from fedrepro.algorithms.dpzv.jobs import settings_for
-    from fedrepro.algorithms.dpzv.memory import CLASSES, measure_rounds
+    from fedrepro.algorithms.dpzv.memory import algorithm_class, measure_rounds
     from fedrepro.fl.seeding import seed_everything
-    from fedrepro.registry import resolve
 
     settings = settings_for({**entry["options"], "table_init": "zeros"}, {"eps": "inf"})
     seed_everything(0)
-    algorithm = resolve(CLASSES[entry["method"]])(data, settings, 0, device)
+    algorithm = algorithm_class(entry["method"])(data, settings, 0, device)
     memory = measure_rounds(algorithm, memory_rounds)
     client0_rounds(algorithm, 1)  # warm-up outside the tracker
     rounds, blocks = timing
-    speed = rounds / seconds(lambda: client0_rounds(algorithm, rounds), repeats=blocks)
-    del algorithm
+    block = functools.partial(client0_rounds, algorithm, rounds)
+    speed = rounds / seconds(block, repeats=blocks)
+    del algorithm, block
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()

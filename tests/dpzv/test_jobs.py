@@ -6,11 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedrepro.algorithms.dpzv import METHODS
+from fedrepro.algorithms import methods
 from fedrepro.data.partition import make_partition, save_partition
 from fedrepro.pipeline import make_job
 from fedrepro.registry import resolve
 from tests.dpzv.conftest import tiny_images
+
+ENTRIES = methods("dpzv")
 
 
 @pytest.fixture()
@@ -38,7 +40,7 @@ def test_dpzv_job_writes_metrics_and_summary_per_variant(prepared, tmp_path):
     job = make_job(spec("dpzv", [{"eps": 1.0, "clip": 10}, {"eps": "inf", "clip": "inf"}]),
                    {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
                    input=prepared, seeds=[0, 1])
-    resolve(METHODS["dpzv"])(job)
+    resolve(ENTRIES["dpzv"])(job)
     metrics = pd.read_parquet(out / "metrics.parquet")
     assert set(metrics["variant"]) == {"eps1-C10", "epsinf-Cinf"}
     assert set(metrics["seed"]) == {0, 1} and len(metrics) == 2 * 2 * 2  # variants x seeds x evals
@@ -55,12 +57,12 @@ def test_dpzv_job_writes_metrics_and_summary_per_variant(prepared, tmp_path):
 
 
 def test_all_four_methods_run_as_jobs(prepared, tmp_path):
-    for method in METHODS:
+    for method in ENTRIES:
         out = tmp_path / f"dpzv/runs/tiny/{method}/x/s0"
         job = make_job(spec(method, [{"eps": 1.0}]), {"metrics": str(out / "m.parquet"),
                                                        "summary": str(out / "s.json")},
                        input=prepared, seeds=[0])
-        resolve(METHODS[method])(job)
+        resolve(ENTRIES[method])(job)
         assert pd.read_parquet(out / "m.parquet")["test_acc"].notna().all()
 
 
@@ -78,7 +80,7 @@ def test_adding_one_eps_runs_only_the_new_variant(prepared, tmp_path, monkeypatc
         job = make_job({**spec("dpzv", variants), **changes},
                        {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
                        input=prepared, seeds=[0])
-        resolve(METHODS["dpzv"])(job)
+        resolve(ENTRIES["dpzv"])(job)
         return json.loads((out / "summary.json").read_text())
 
     first = run("a", [{"eps": 1.0, "clip": 10}, {"eps": "inf", "clip": 10}])
@@ -88,3 +90,27 @@ def test_adding_one_eps_runs_only_the_new_variant(prepared, tmp_path, monkeypatc
     assert second["variants"]["eps1-C10"] == first["variants"]["eps1-C10"]
     run("c", [{"eps": 1.0, "clip": 10}], lr_client=1e-3)  # a changed setting retrains
     assert trained[3:] == ["eps1-C10"]
+
+
+def test_checkpoint_every_counts_loop_rounds(prepared, tmp_path, monkeypatch):
+    """`checkpoint_every` counts rounds of the shared loop (here an evaluation period: half an epoch),
+    as for every paper; it is not scaled by evals_per_epoch."""
+    import fedrepro.algorithms.dpzv.jobs as jobs
+
+    seen = []
+    real = jobs.run_seeds
+    monkeypatch.setattr(jobs, "run_seeds", lambda sub, *a, **k: seen.append(k["checkpoint_every"]) or real(sub, *a, **k))
+    out = tmp_path / "dpzv/runs/tiny/vafl/x/s0"
+    job = make_job({**spec("vafl", [{"eps": "inf"}]), "checkpoint_every": 3},
+                   {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+                   input=prepared, seeds=[0])
+    resolve(ENTRIES["vafl"])(job)
+    assert job.spec["evals_per_epoch"] == 2 and seen == [3]
+
+
+def test_each_table_entry_runs_the_algorithm_of_its_method():
+    """Figure 6's memory job builds the class the training entry runs (`ALGORITHM` of the entry's module)."""
+    from fedrepro.algorithms.dpzv.memory import algorithm_class
+
+    for method in ENTRIES:
+        assert algorithm_class(method).method == method

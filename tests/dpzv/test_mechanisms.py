@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.dpzv.czofo import VFLCZOFO
 from fedrepro.algorithms.dpzv.dpzv import DPZV
 from fedrepro.algorithms.dpzv.vafl import VAFL
+from fedrepro.algorithms.dpzv.vfl_czofo import VFLCZOFO
 from fedrepro.algorithms.dpzv.zo import Direction, fd_divisor, sample_sphere, two_point_estimate
 from fedrepro.algorithms.dpzv.zoo_vfl import ZOOVFL
 from fedrepro.privacy.mechanisms import clip_scalar
@@ -101,7 +101,7 @@ def test_dpzv_noise_on_the_wire_has_std_sigma_and_is_fresh(tiny_data):
         msg, _ = algo.client_query(client, ids)
         sent = []
         original = algo.wire.send
-        algo.wire.send = lambda s, r, k, p: sent.append(p) or original(s, r, k, p)
+        algo.wire.send = lambda s, r, k, p, sent=sent, original=original: sent.append(p) or original(s, r, k, p)
         clean = frozen(DPZV(tiny_data, tiny_settings(eps=math.inf, extra={"server_update": "sgd"}), seed=0))
         reference = float(clean.server_answer(0, msg)[0])
         for _ in range(3000):

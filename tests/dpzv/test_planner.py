@@ -1,4 +1,4 @@
-"""DPZV planner: runs, per-method specs, figure inputs, config checks (pure Python)."""
+"""DPZV planner: runs, per-method specs, figure inputs, report params, config checks (pure Python)."""
 
 import copy
 from pathlib import Path
@@ -6,17 +6,24 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedrepro.algorithms import method_table
 from fedrepro.experiments import dpzv as plan
+from fedrepro.plan import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
+TABLE = method_table("dpzv")
 
 
 @pytest.fixture()
 def config():
-    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
-    part = yaml.safe_load((ROOT / "configs/parts/dpzv.quick.yaml").read_text())
-    cfg["dpzv"] = part["dpzv"]
-    return cfg
+    """config.yaml as Snakemake reads it (quick scale)."""
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def paper_config():
+    """config.yaml with configs/paper.yaml merged in, as Snakemake merges them (paper scale)."""
+    return load_config([str(ROOT / "config.yaml"), str(ROOT / "configs/paper.yaml")])
 
 
 def test_every_figure_variant_is_planned(config):
@@ -52,11 +59,68 @@ def test_variants_per_job_splits_runs(config):
 
 
 def test_figure_inputs(config):
+    config["dpzv"]["figures"]["fig3"] = ["digits", "synthetic_text"]
     runs = plan.runs(config)
     figs = plan.figure_runs(config, runs)
     assert {r.method for r in figs["fig4"]} == {"dpzv"}
     assert {r.dataset for r in figs["fig2"]} == {"digits", "synthetic_multiview"}
-    assert {r.dataset for r in figs["fig3"]} == {"digits", "synthetic_multiview", "synthetic_text"}
+    assert {r.dataset for r in figs["fig3"]} == {"digits", "synthetic_text"}
+    assert {r.method for r in figs["fig3"]} == set(config["dpzv"]["methods"])
+
+
+def test_paper_scale_runs_one_variant_per_job_on_the_papers_data(paper_config):
+    runs = plan.runs(paper_config)
+    assert all(len(r.spec["variants"]) == 1 for r in runs)
+    assert {r.dataset for r in runs} == {"mnist", "cifar10", "modelnet40", "amazon_polarity"}
+    fig2 = plan.figure_runs(paper_config, runs)["fig2"]
+    assert {(r.dataset, r.spec["variants"][0]["eps"]) for r in fig2} == {("mnist", 1.0), ("cifar10", 1.0),
+                                                                         ("modelnet40", 10.0)}
+    mnist = next(r for r in runs if r.dataset == "mnist" and r.method == "vfl_czofo")
+    assert mnist.spec["lr_client"] == 1e-7 and mnist.spec["epochs"] == 100   # Table 2, Section 7
+
+
+def test_method_table_gives_the_spec_keys_and_the_labels(config):
+    """A run's spec holds the shared keys of its own table row only; Figure 6's labels are the table's."""
+    shared = config["dpzv"]["shared"]
+    for name, row in TABLE.items():
+        spec = plan.method_spec(config, "digits", name)
+        table_keys = {k for k in shared if k in row.config_keys or k in plan.COMMON_KEYS}
+        if spec.get("server_update") == "zo":
+            table_keys.discard("momentum")
+        assert {k for k in spec if k in shared} == table_keys, name
+    entries = plan.memory_spec(config, "synthetic_text")["entries"]
+    assert {e["label"].split(" (ZO momentum")[0] for e in entries if e["method"] == "zoo_vfl"} == {"ZOO-VFL"}
+    assert all(e["label"].split(" (ZO momentum")[0] == TABLE[e["method"]].label for e in entries)
+
+
+def test_schema_allows_exactly_the_table(config):
+    schema = yaml.safe_load((ROOT / "workflow/schemas/dpzv.schema.yaml").read_text())
+    assert schema["properties"]["methods"]["items"]["enum"] == list(TABLE)
+    assert set(schema["properties"]["datasets"]["additionalProperties"]["properties"]["lr"]["properties"]) == set(TABLE)
+    known = set(schema["properties"]["shared"]["properties"])
+    for name, row in TABLE.items():
+        assert set(row.config_keys) <= known, name
+    assert config["dpzv"]["methods"] == list(TABLE)  # config.yaml runs every method, in the table's order
+
+
+def test_report_params_hold_only_each_jobs_own_options(config):
+    """One figure's option re-runs that figure (and the claims that read it), not the other figures."""
+    before = copy.deepcopy({job: plan.report_spec(config, job) for job in plan.REPORT_JOBS})
+    config["dpzv"]["figures"]["fig5"]["clips"] = [10, 50]
+    after = copy.deepcopy({job: plan.report_spec(config, job) for job in plan.REPORT_JOBS})
+    assert {job for job in before if before[job] != after[job]} == {"figure5", "claims"}
+    config["report"]["decimals"] = 3
+    changed = {job for job in after if after[job] != plan.report_spec(config, job)}
+    assert changed == {"table3", "table6", "claims"}
+    assert set(plan.FIGURE_JOBS) == {"fig2_accuracy_curves", "fig3_privacy_tradeoff", "fig4_clipping",
+                                     "fig5_clip_threshold", "fig6_memory"}
+
+
+def test_report_inputs_name_what_each_function_reads():
+    inputs = plan.report_inputs("figure2", ["runs/a"], ["memory/x.csv"])
+    assert inputs == {"metrics": ["runs/a/metrics.parquet"], "summaries": ["runs/a/summary.json"]}
+    assert plan.report_inputs("table6", [], ["memory/x.csv"]) == {"tables": ["memory/x.csv"]}
+    assert plan.report_inputs("claims", ["runs/a"], ["m.csv"])["memory"] == ["m.csv"]
 
 
 def test_memory_spec_has_both_zo_momentum_settings(config):

@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
-from fedrepro.privacy import dpzv as privacy
 from fedrepro.algorithms.dpzv.dpzv import DPZV
 from fedrepro.algorithms.dpzv.jobs import DATA_KEYS, SETTING_KEYS, settings_for
 from fedrepro.algorithms.dpzv.vafl import VAFL
 from fedrepro.algorithms.dpzv.zo import fd_divisor
 from fedrepro.algorithms.dpzv.zoo_vfl import ZOOVFL
+from fedrepro.privacy import dpzv as privacy
 from tests.dpzv.conftest import tiny_settings
 
 

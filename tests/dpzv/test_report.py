@@ -53,7 +53,7 @@ def test_figure3_table_prints_status_not_number_and_pld_beside_eps(tmp_path):
         input = {"summaries": paths}
         output = {"png": str(out / "fig3.png"), "md": str(out / "fig3.md")}
 
-    report.figure3(Job())
+    report.table3(Job())
     text = (out / "fig3.md").read_text()
     assert "digits eps=1 (PLD 1.04)" in text
     assert "diverged (made up)" in text
@@ -92,3 +92,10 @@ def test_a_chance_run_at_the_smallest_eps_is_the_fall_not_a_degenerate_side(tmp_
     assert falls_verdict("dpzv", [(0.1, 0.1, "chance"), (math.inf, 0.95, "ok")]) == "holds"
     assert falls_verdict("vafl", [(0.1, 0.1, "diverged"), (math.inf, 0.95, "ok")]).startswith("not tested")
     assert falls_verdict("zoo_vfl", [(0.1, 0.1, "chance"), (math.inf, 0.1, "chance")]).startswith("not tested")
+
+
+def test_dpzv_is_compared_with_the_zeroth_order_methods_first():
+    """Figure 2's caption: DPZV "surpasses all other ZO-based methods" and "outperforms first-order VFL
+    methods"; the claims follow that order (traits of the method table), whatever order the config lists."""
+    assert report.compared_with_dpzv(["vafl", "dpzv", "vfl_czofo", "zoo_vfl"]) == ["zoo_vfl", "vfl_czofo", "vafl"]
+    assert report.compared_with_dpzv(["dpzv", "vafl"]) == ["vafl"]

@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 import torch
 
-from fedrepro.algorithms.dpzv.czofo import VFLCZOFO
+from fedrepro.algorithms.dpzv.base import _client_view, build_vfl_data
 from fedrepro.algorithms.dpzv.dpzv import DPZV
 from fedrepro.algorithms.dpzv.memory import LiveTensorTracker, measure_rounds
 from fedrepro.algorithms.dpzv.vafl import VAFL
-from fedrepro.algorithms.dpzv.base import _client_view, build_vfl_data
+from fedrepro.algorithms.dpzv.vfl_czofo import VFLCZOFO
 from fedrepro.algorithms.dpzv.zoo_vfl import ZOOVFL
 from fedrepro.data.partition import vertical_partition
 from fedrepro.fl.loop import Checkpoint, run_rounds

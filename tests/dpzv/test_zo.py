@@ -1,4 +1,5 @@
-"""Zeroth-order estimator and in-place perturbation (spec 5, properties 1-3 and invariant 10)."""
+"""Zeroth-order estimator and in-place perturbation: the direction sampler, Lemma A.6 on known functions,
+the MeZO in-place sequence and regenerated directions (eq. 9 reuses the client's u)."""
 
 import math
 

@@ -8,8 +8,14 @@ DPZV = dpzv_index(DPZV_RUNS)
 DPZV_FIGURE_RUNS = dpzv_plan.figure_runs(config, DPZV_RUNS)
 DPZV_OUT = f"{RESULTS}/dpzv"
 DPZV_RUN = "{dataset}/{method}/{setting}/{seeds}"
-DPZV_REPORT = dpzv_plan.report_spec(config)
 DPZV_MEMORY = dpzv_plan.memory_datasets(config)
+DPZV_MEMORY_TABLES = expand(f"{DPZV_OUT}/memory/{{dataset}}.csv", dataset=DPZV_MEMORY)
+
+
+DPZV_REPORT_INPUTS = {
+    job: dpzv_plan.report_inputs(job, run_folders("dpzv", DPZV_FIGURE_RUNS.get(reads["runs"], [])), DPZV_MEMORY_TABLES)
+    for job, reads in dpzv_plan.REPORT_JOBS.items()
+}
 
 
 rule dpzv_train:
@@ -61,19 +67,20 @@ rule dpzv_memory:
         ENTRY
 
 
-rule dpzv_fig2:
+rule dpzv_figure:
     input:
-        metrics=[f"{f}/metrics.parquet" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["fig2"])],
-        summaries=[f"{f}/summary.json" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["fig2"])],
-        code=code_for("fedrepro.report.dpzv:figure2"),
+        unpack(lambda w: DPZV_REPORT_INPUTS[dpzv_plan.FIGURE_JOBS[w.figure]]),
+        code=code_for(lambda w: f"fedrepro.report.dpzv:{dpzv_plan.FIGURE_JOBS[w.figure]}"),
     output:
-        png=report(f"{DPZV_OUT}/figures/fig2_accuracy_curves.png", caption="../report/dpzv.rst", category="DPZV"),
-        pdf=f"{DPZV_OUT}/figures/fig2_accuracy_curves.pdf",
+        png=report(f"{DPZV_OUT}/figures/{{figure}}.png", caption="../report/dpzv.rst", category="DPZV"),
+        pdf=f"{DPZV_OUT}/figures/{{figure}}.pdf",
+    wildcard_constraints:
+        figure="|".join(dpzv_plan.FIGURE_JOBS),
     log:
-        f"{RESULTS}/logs/dpzv/fig2.log",
+        f"{RESULTS}/logs/dpzv/{{figure}}.log",
     params:
-        entry="fedrepro.report.dpzv:figure2",
-        spec=DPZV_REPORT,
+        entry=lambda w: f"fedrepro.report.dpzv:{dpzv_plan.FIGURE_JOBS[w.figure]}",
+        spec=lambda w: dpzv_plan.report_spec(config, dpzv_plan.FIGURE_JOBS[w.figure]),
     resources:
         **cpu_resources(),
     conda:
@@ -82,84 +89,21 @@ rule dpzv_fig2:
         ENTRY
 
 
-rule dpzv_fig3:
+rule dpzv_table:
     input:
-        summaries=[f"{f}/summary.json" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["fig3"])],
-        code=code_for("fedrepro.report.dpzv:figure3"),
+        unpack(lambda w: DPZV_REPORT_INPUTS[dpzv_plan.TABLE_JOBS[w.table]]),
+        code=code_for(lambda w: f"fedrepro.report.dpzv:{dpzv_plan.TABLE_JOBS[w.table]}"),
     output:
-        png=report(f"{DPZV_OUT}/figures/fig3_privacy_tradeoff.png", caption="../report/dpzv.rst", category="DPZV"),
-        pdf=f"{DPZV_OUT}/figures/fig3_privacy_tradeoff.pdf",
-        md=f"{DPZV_OUT}/tables/fig3_accuracy.md",
-        csv=f"{DPZV_OUT}/tables/fig3_accuracy.csv",
-        tex=f"{DPZV_OUT}/tables/fig3_accuracy.tex",
+        md=f"{DPZV_OUT}/tables/{{table}}.md",
+        csv=f"{DPZV_OUT}/tables/{{table}}.csv",
+        tex=f"{DPZV_OUT}/tables/{{table}}.tex",
+    wildcard_constraints:
+        table="|".join(dpzv_plan.TABLE_JOBS),
     log:
-        f"{RESULTS}/logs/dpzv/fig3.log",
+        f"{RESULTS}/logs/dpzv/table_{{table}}.log",
     params:
-        entry="fedrepro.report.dpzv:figure3",
-        spec=DPZV_REPORT,
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
-    script:
-        ENTRY
-
-
-rule dpzv_fig4:
-    input:
-        metrics=[f"{f}/metrics.parquet" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["fig4"])],
-        code=code_for("fedrepro.report.dpzv:figure4"),
-    output:
-        png=report(f"{DPZV_OUT}/figures/fig4_clipping.png", caption="../report/dpzv.rst", category="DPZV"),
-        pdf=f"{DPZV_OUT}/figures/fig4_clipping.pdf",
-    log:
-        f"{RESULTS}/logs/dpzv/fig4.log",
-    params:
-        entry="fedrepro.report.dpzv:figure4",
-        spec=DPZV_REPORT,
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
-    script:
-        ENTRY
-
-
-rule dpzv_fig5:
-    input:
-        metrics=[f"{f}/metrics.parquet" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["fig5"])],
-        code=code_for("fedrepro.report.dpzv:figure5"),
-    output:
-        png=report(f"{DPZV_OUT}/figures/fig5_clip_threshold.png", caption="../report/dpzv.rst", category="DPZV"),
-        pdf=f"{DPZV_OUT}/figures/fig5_clip_threshold.pdf",
-    log:
-        f"{RESULTS}/logs/dpzv/fig5.log",
-    params:
-        entry="fedrepro.report.dpzv:figure5",
-        spec=DPZV_REPORT,
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
-    script:
-        ENTRY
-
-
-rule dpzv_fig6:
-    input:
-        tables=expand(f"{DPZV_OUT}/memory/{{dataset}}.csv", dataset=DPZV_MEMORY),
-        code=code_for("fedrepro.report.dpzv:figure6"),
-    output:
-        png=report(f"{DPZV_OUT}/figures/fig6_memory.png", caption="../report/dpzv.rst", category="DPZV"),
-        pdf=f"{DPZV_OUT}/figures/fig6_memory.pdf",
-        md=f"{DPZV_OUT}/tables/fig6_memory.md",
-        csv=f"{DPZV_OUT}/tables/fig6_memory.csv",
-        tex=f"{DPZV_OUT}/tables/fig6_memory.tex",
-    log:
-        f"{RESULTS}/logs/dpzv/fig6.log",
-    params:
-        entry="fedrepro.report.dpzv:figure6",
-        spec=DPZV_REPORT,
+        entry=lambda w: f"fedrepro.report.dpzv:{dpzv_plan.TABLE_JOBS[w.table]}",
+        spec=lambda w: dpzv_plan.report_spec(config, dpzv_plan.TABLE_JOBS[w.table]),
     resources:
         **cpu_resources(),
     conda:
@@ -170,9 +114,7 @@ rule dpzv_fig6:
 
 rule dpzv_claims:
     input:
-        summaries=[f"{f}/summary.json" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["claims"])],
-        metrics=[f"{f}/metrics.parquet" for f in run_folders("dpzv", DPZV_FIGURE_RUNS["claims"])],
-        memory=expand(f"{DPZV_OUT}/memory/{{dataset}}.csv", dataset=DPZV_MEMORY),
+        **DPZV_REPORT_INPUTS["claims"],
         code=code_for("fedrepro.report.dpzv:claims"),
     output:
         md=f"{DPZV_OUT}/tables/claims.md",
@@ -185,7 +127,7 @@ rule dpzv_claims:
         f"{RESULTS}/logs/dpzv/claims.log",
     params:
         entry="fedrepro.report.dpzv:claims",
-        spec=DPZV_REPORT,
+        spec=dpzv_plan.report_spec(config, "claims"),
     resources:
         **cpu_resources(),
     conda:
@@ -195,11 +137,8 @@ rule dpzv_claims:
 
 
 PAPER_TARGETS["dpzv"] = [
-    *rules.dpzv_fig2.output,
-    *rules.dpzv_fig3.output,
-    *rules.dpzv_fig4.output,
-    *rules.dpzv_fig5.output,
-    *rules.dpzv_fig6.output,
+    *[f"{DPZV_OUT}/figures/{stem}.{ext}" for stem in dpzv_plan.FIGURE_JOBS for ext in ("png", "pdf")],
+    *[f"{DPZV_OUT}/tables/{stem}.{ext}" for stem in dpzv_plan.TABLE_JOBS for ext in ("md", "csv", "tex")],
     *rules.dpzv_claims.output,
 ]
 

@@ -5,29 +5,21 @@ C for DPZV). The variants a (data set, method) needs are the union over the
 figures: Figure 3's eps grid, Figure 2's eps, Figure 4's clipped/unclipped
 DPZV at eps = inf and Figure 5's C sweep at eps = 1. `variants_per_job` groups
 them (quick: several per job to save start-up; paper: 1). A run's spec holds
-only the keys its method reads (`METHOD_KEYS`), so changing, say, ZOO-VFL's
-pair-release rule re-runs only ZOO-VFL.
+only the keys every method reads (`COMMON_KEYS`) and the `config_keys` of its
+row of the method table (`fedrepro.algorithms.dpzv.METHODS`), so changing, say,
+ZOO-VFL's pair-release rule re-runs only ZOO-VFL.
 """
 
 from __future__ import annotations
 
 import math
 
+from fedrepro.algorithms import method_table
 from fedrepro.data.partition import make_tag
 from fedrepro.experiments import Run, number_tag
 
 PAPER = "dpzv"
-METHODS = ("dpzv", "vafl", "zoo_vfl", "vfl_czofo")
-LABELS = {"dpzv": "DPZV", "vafl": "VAFL", "zoo_vfl": "ZOO-VFL", "vfl_czofo": "VFL-CZOFO"}
 COMMON_KEYS = ("schedule", "client_weights", "table_init", "val", "val_fraction", "library_accountant")
-METHOD_KEYS = {
-    "dpzv": ("zo_lambda", "clip_mode", "fd_denominator", "direction", "zo_momentum", "server_update",
-             "momentum", "table_update", "label_privacy", "head_clip"),
-    "vafl": ("embed_clip", "momentum"),
-    "zoo_vfl": ("embed_clip", "zo_lambda", "direction", "zo_momentum", "zoo_pair_release", "zoo_noise",
-                "server_update", "momentum"),
-    "vfl_czofo": ("embed_clip", "momentum", "zo_lambda", "perturbations"),
-}
 FIGURES = ("fig2", "fig3", "fig4", "fig5", "fig6")
 
 
@@ -60,8 +52,8 @@ def method_spec(config: dict, dataset: str, method: str) -> dict:
         "device": config.get("device", "auto"), "checkpoint_every": config.get("checkpoint_every", 1),
     }
     spec.update({k: shared[k] for k in COMMON_KEYS if k in shared})
-    spec.update({k: shared[k] for k in METHOD_KEYS[method] if k in shared})
-    if method in ("dpzv", "zoo_vfl") and spec.get("server_update") == "zo":
+    spec.update({k: shared[k] for k in method_table(PAPER)[method].config_keys if k in shared})
+    if spec.get("server_update") == "zo":
         spec.pop("momentum", None)  # a ZO server reads zo_momentum only
     return spec
 
@@ -131,7 +123,7 @@ def runs(config: dict) -> list[Run]:
     return out
 
 
-def runs_for(all_runs: list[Run], datasets, methods=METHODS, eps=None, clip=None) -> list[Run]:
+def runs_for(all_runs: list[Run], datasets, methods, eps=None, clip=None) -> list[Run]:
     """The runs holding a variant of `datasets` x `methods` (optionally with a given eps / clip)."""
     chosen = []
     for run in all_runs:
@@ -186,9 +178,10 @@ def memory_spec(config: dict, dataset: str) -> dict:
         for key in ("dataset", "method", "device", "checkpoint_every"):
             spec.pop(key)
         momenta = fig6.get("zo_momentum", [spec.get("zo_momentum", 0.9)]) if "zo_momentum" in spec else [None]
+        name = method_table(PAPER)[method].label
         for m in momenta:
             options = dict(spec) if m is None else {**spec, "zo_momentum": m}
-            label = LABELS[method] if m is None else f"{LABELS[method]} (ZO momentum {m:g})"
+            label = name if m is None else f"{name} (ZO momentum {m:g})"
             entries.append({"method": method, "label": label, "options": options})
     return {"dataset": dataset, "entries": entries, "settings": {}, "rounds": fig6["rounds"],
             "warmup_rounds": fig6.get("warmup_rounds", 1),
@@ -196,12 +189,56 @@ def memory_spec(config: dict, dataset: str) -> dict:
             "val": section["shared"].get("val", "holdout"), "val_fraction": section["shared"].get("val_fraction", 0.1)}
 
 
-def report_spec(config: dict) -> dict:
+# The report jobs, one per function of fedrepro.report.dpzv, and each one's output stem: `runs` names the
+# runs it reads (a key of `figure_runs`), `files` which of their outputs, `memory` the input name of Figure
+# 6's memory tables where it reads them, `keys` and `figures` the options it reads (its params: a job re-runs
+# when its own options change, not when another figure's do).
+REPORT_JOBS = {
+    "figure2": {"stem": "fig2_accuracy_curves", "runs": "fig2", "files": ("metrics", "summaries"),
+                "keys": ("scale", "delta", "clip"), "figures": ("fig2",)},
+    "figure3": {"stem": "fig3_privacy_tradeoff", "runs": "fig3", "files": ("summaries",),
+                "keys": ("scale", "delta", "clip"), "figures": ("fig3",)},
+    "figure4": {"stem": "fig4_clipping", "runs": "fig4", "files": ("metrics",), "keys": ("scale",),
+                "figures": ("fig4",)},
+    "figure5": {"stem": "fig5_clip_threshold", "runs": "fig5", "files": ("metrics",), "keys": ("scale",),
+                "figures": ("fig5",)},
+    "figure6": {"stem": "fig6_memory", "runs": None, "files": (), "memory": "tables", "keys": ("scale",),
+                "figures": ()},
+    "table3": {"stem": "fig3_accuracy", "runs": "fig3", "files": ("summaries",),
+               "keys": ("scale", "decimals", "delta", "clip", "embed_clip", "server_update"), "figures": ("fig3",)},
+    "table6": {"stem": "fig6_memory", "runs": None, "files": (), "memory": "tables", "keys": ("scale", "decimals"),
+               "figures": ()},
+    "claims": {"stem": None, "runs": "claims", "files": ("summaries", "metrics"), "memory": "memory",
+               "keys": ("scale", "decimals", "clip", "methods"), "figures": ("fig3", "fig4", "fig5")},
+}
+FIGURE_JOBS = {job["stem"]: name for name, job in REPORT_JOBS.items() if name.startswith("figure")}
+TABLE_JOBS = {job["stem"]: name for name, job in REPORT_JOBS.items() if name.startswith("table")}
+
+
+def report_inputs(job: str, run_folders: list[str], memory_tables: list[str]) -> dict[str, list[str]]:
+    """Input files of one report job: the `files` it reads from each run folder and, where it reads
+    them, Figure 6's memory tables."""
+    reads = REPORT_JOBS[job]
+    names = {"metrics": "metrics.parquet", "summaries": "summary.json"}
+    inputs = {key: [f"{folder}/{names[key]}" for folder in run_folders] for key in reads["files"]}
+    if "memory" in reads:
+        inputs[reads["memory"]] = list(memory_tables)
+    return inputs
+
+
+def report_spec(config: dict, job: str | None = None) -> dict:
+    """Every report option; with `job` (a key of REPORT_JOBS) only the options that job reads."""
     section = config[PAPER]
     figures = {**section["figures"], "fig2": fig2_panels(config)}
-    return {"scale": config["scale"], "decimals": config["report"]["decimals"], "delta": section["delta"],
+    full = {"scale": config["scale"], "decimals": config["report"]["decimals"], "delta": section["delta"],
             "figures": figures, "methods": section["methods"], "clip": section["shared"]["clip"],
-            "embed_clip": section["shared"].get("embed_clip"), "server_update": section["shared"].get("server_update")}
+            "embed_clip": section["shared"].get("embed_clip"),
+            "server_update": section["shared"].get("server_update")}
+    if job is None:
+        return full
+    reads = REPORT_JOBS[job]
+    return {**{k: full[k] for k in reads["keys"]},
+            "figures": {f: figures[f] for f in reads["figures"] if f in figures}}
 
 
 def check(config: dict) -> list[str]:

@@ -3,8 +3,8 @@
 The paper has no numeric result tables; the only numbers its text quotes are
 bounds for CIFAR-10 at eps = 0.1 (DPZV "over 90%", ZOO-VFL and VFL-CZOFO "below
 30%"), kept in `published/dpzv_quoted.csv`. The claims table checks the paper's
-qualitative claims (spec section 4) on our runs and says which ones our scale
-can test. Accuracy is the test accuracy at the best-validation evaluation.
+qualitative claims (Section 7 and the captions of Figures 2-6) on our runs and
+says which ones our scale can test. Accuracy is the test accuracy at the best-validation evaluation.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedrepro.algorithms import method_table
 from fedrepro.eval.health import Health, cell_status, verdict
 from fedrepro.report import figures, tables
 from fedrepro.report.runs import identity, load_metrics
 
-LABELS = {"dpzv": "DPZV", "vafl": "VAFL", "zoo_vfl": "ZOO-VFL", "vfl_czofo": "VFL-CZOFO"}
+METHODS = method_table("dpzv")
+LABELS = {name: row.label for name, row in METHODS.items()}
 PRIVACY_FIELDS = ("sigma", "noise_multiplier", "gdp_mu", "mu_clt", "eps_clt", "eps_library", "eps_pld",
                   "eps_pld_sound", "releases")
 # The paper's flaw, reproduced (Algorithm 1): the server head is trained on the raw labels without
@@ -109,7 +111,7 @@ def figure2(job) -> None:
 
 
 def figure3(job) -> None:
-    """Best-validation test accuracy against eps per data set and method; table beside the quoted bounds."""
+    """Best-validation test accuracy against eps per data set and method."""
     spec = job.spec
     best = load_best(job.input["summaries"])
     datasets = spec["figures"]["fig3"]
@@ -129,6 +131,13 @@ def figure3(job) -> None:
         ax.set(title=f"{dataset}, δ = {spec['delta']:g}{dropped}", xlabel="ε (label leak: see privacy table)",
                ylabel="test accuracy (%)")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
+
+
+def table3(job) -> None:
+    """Figure 3 as a table, beside the bounds the paper's text quotes."""
+    spec = job.spec
+    best = load_best(job.input["summaries"])
+    datasets = spec["figures"]["fig3"]
     rows = best[best["dataset"].isin(datasets) & ((best["method"] != "dpzv") | (best["clip"] == float(spec["clip"])))]
     ours = pd.DataFrame({"row": rows["label"], "column": rows["dataset"] + " eps=" + rows["eps"].map(eps_label),
                          "seed": rows["seed"], "value": 100 * rows["best_test_acc"],
@@ -190,7 +199,7 @@ def load_memory(paths: list[str]) -> pd.DataFrame:
 
 
 def figure6(job) -> None:
-    """Peak training memory normalised by the client model's parameter bytes (bars), and its table."""
+    """Peak training memory normalised by the client model's parameter bytes (bars)."""
     spec = job.spec
     memory = load_memory(job.input["tables"])
     datasets = list(dict.fromkeys(memory["dataset"]))
@@ -202,6 +211,12 @@ def figure6(job) -> None:
         measure = ", ".join(sorted(set(data["measure"])))
         ax.set(title=f"{dataset} ({measure})", xlabel="peak memory / model size")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
+
+
+def table6(job) -> None:
+    """Figure 6 as a table: peak memory over the client model's parameter bytes, and how it was measured."""
+    spec = job.spec
+    memory = load_memory(job.input["tables"])
     columns = ["dataset", "label", "measure", "model_bytes", "peak_extra_bytes", "ratio", "reserved_ratio",
                "warmup_rounds"]
     table = memory[[c for c in columns if c in memory]]
@@ -245,6 +260,14 @@ def falls_as_eps_falls(accs: list[float], stds: list[float], at_chance: list[boo
         for lo, hi, sd_lo, sd_hi, chance_lo, chance_hi in steps)
 
 
+def compared_with_dpzv(methods: list[str]) -> list[str]:
+    """The methods DPZV's accuracy claims compare against, in the claims' order: the other
+    zeroth-order methods, then the first-order ones (Figure 2's caption), each in table order."""
+    others = [m for m in METHODS if m in methods and m != "dpzv"]
+    return ([m for m in others if "zeroth_order" in METHODS[m].traits]
+            + [m for m in others if "zeroth_order" not in METHODS[m].traits])
+
+
 def _claim_rows(best: pd.DataFrame, metrics: pd.DataFrame, memory: pd.DataFrame, spec: dict) -> list[dict]:
     """Every comparison goes through `health.verdict`: "not tested (why)" when a side is degenerate."""
     clip = spec["clip"]
@@ -259,7 +282,7 @@ def _claim_rows(best: pd.DataFrame, metrics: pd.DataFrame, memory: pd.DataFrame,
         data = _select(best, dataset, clip=clip)
         grid = sorted(data["eps"].unique())
         cell = {(m, e): _cell(best, dataset, m, e, clip) for m in spec["methods"] for e in grid}
-        others = [m for m in ("zoo_vfl", "vfl_czofo", "vafl") if m in spec["methods"]]
+        others = compared_with_dpzv(spec["methods"])
         if "dpzv" in spec["methods"]:
             for e in grid:
                 label = eps_with_pld(e, pld.get((dataset, e)))
@@ -312,7 +335,7 @@ def _claim_rows(best: pd.DataFrame, metrics: pd.DataFrame, memory: pd.DataFrame,
 
 
 def claims(job) -> None:
-    """The paper's qualitative claims (spec section 4) checked on our runs, and the privacy diagnostics."""
+    """The paper's qualitative claims (Section 7) checked on our runs, and the privacy diagnostics."""
     spec = job.spec
     best = load_best(job.input["summaries"])
     metrics = load_metrics(job.input["metrics"])

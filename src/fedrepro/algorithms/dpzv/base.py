@@ -1,6 +1,6 @@
 """The asynchronous one-client-per-round vertical-FL simulation shared by DPZV and its baselines.
 
-Setting (spec 1.1-1.2): M clients each hold a feature slice of every training
+Setting (Section 4, eqs. 1-5): M clients each hold a feature slice of every training
 sample and a bottom model; the server holds the labels, the top model and a
 table of the latest (possibly stale) embedding of every client for every
 training sample. Each server round activates one client, which takes its next
@@ -8,7 +8,7 @@ mini-batch of sample ids; what the client sends, what the server answers and
 how both update is the method (`exchange` hooks of `VFLAlgorithm`). Everything
 that crosses the network goes through `fedrepro.fl.transport.Wire`.
 
-DECISIONs recorded here (spec 1.2, 3.1, 6):
+Choices the paper leaves open (the ones with a name in backquotes are config keys):
 * schedule `random` (default): each round client m ~ Categorical(q), q uniform
   or `client_weights` (heterogeneity); `permutation`: the VFL-CZOFO schedule,
   every client exactly one pass over its data per epoch, in random order.
@@ -119,7 +119,7 @@ def build_vfl_data(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
 
 @dataclass
 class VFLSettings:
-    """Settings every method shares (spec 1, 3.1, 3.3); method options live in `extra`."""
+    """Settings every method shares (Tables 2 and 3); method options live in `extra`."""
 
     batch_size: int = 64
     epochs: int = 10
@@ -254,7 +254,7 @@ class Server:
 
 
 def sgd(params, lr: float, momentum: float) -> SGD:
-    """SGD with Table 3's momentum (spec 1.5 DECISION: every first-order part)."""
+    """SGD with Table 3's momentum (the paper does not say which optimiser it belongs to: every first-order part)."""
     return SGD(params, lr=lr, momentum=momentum)
 
 

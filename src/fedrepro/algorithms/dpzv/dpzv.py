@@ -1,6 +1,6 @@
 """DPZV (Algorithm 1): zeroth-order client updates, per-sample clipping and one scalar of noise.
 
-One server round with client m (spec 1.6):
+One server round with client m (Algorithm 1 with eqs. 7-9):
   client: u from a fresh seed over its parameters; w += lambda u -> H+; w -= 2 lambda u -> H-;
           w += lambda u (restore, in place, MeZO style)
   client -> server: sample ids, H+, H-                       (two embedding batches)
@@ -17,11 +17,14 @@ only): per-sample head gradients clipped to `head_clip`, Gaussian noise with the
 as Delta; both releases use the same batch, so the accountant composes them jointly (one Gaussian of
 multiplier s / sqrt(2) per round: `eps_pld_sound` in the privacy record).
 
-DECISIONs / FLAGs as config keys (spec 1.3-1.5, 6): `fd_denominator` lambda (eq. 7,
-default) | 2lambda; `clip_mode` symmetric (default; the proof's |clip| <= C) |
+Where the paper is silent or contradicts itself, a config key holds the choice:
+`fd_denominator` lambda (eq. 7, default) | 2lambda (eqs. 3, 12 and the proofs);
+`clip_mode` symmetric (default; the proof of Theorem 6.1 needs |clip| <= C) |
 one_sided (min{delta, C} as printed); `server_update` zo (Algorithm 1, default) |
-sgd; `direction` sphere | gaussian; `zo_momentum` (0.9 per Table 3; 0 keeps the
-update in place); the table stores the midpoint (`table_update: midpoint`) or H+.
+sgd (Section 4's alternative); `direction` sphere | gaussian; `zo_momentum` (0.9
+per Table 3; 0 keeps the update in place); the table stores the midpoint
+(`table_update: midpoint`) or H+ (the paper says only that the server "updates
+its embeddings copy").
 The server's own ZO step uses the eq. (3) denominator 2 lambda and no DP (the
 paper's DP statement covers the Delta messages only). The forward embeddings are
 not protected (the paper says so).
@@ -35,9 +38,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedrepro.privacy import dpzv as privacy
 from fedrepro.algorithms.dpzv.base import CLIP_MODES, SERVER_UPDATES, VFLAlgorithm, choice, sgd
 from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, check_direction, fd_divisor
+from fedrepro.privacy import dpzv as privacy
 from fedrepro.privacy.mechanisms import clip_scalar, gaussian_noise
 
 TABLE_UPDATES = ("midpoint", "plus")
@@ -169,8 +172,11 @@ class DPZV(VFLAlgorithm):
                 "mechanism": "scalar Gaussian on the clipped mean of per-sample ZO differences"}
 
 
+ALGORITHM = DPZV
+
+
 def run_job(job) -> None:
     from fedrepro.algorithms.dpzv.jobs import run_vfl_job
 
-    run_vfl_job(job, DPZV)
+    run_vfl_job(job, ALGORITHM)
 

@@ -5,11 +5,11 @@ where "extra" is everything the rounds allocate beyond what existed before the
 first round (data, embedding table and models are allocated before): gradients,
 optimiser and momentum buffers (created lazily at the first step), activations,
 perturbation temporaries and model copies. DPZV without ZO momentum should be
-close to 1; first-order VAFL above 2 (spec 3.5 item 5).
+close to 1; first-order VAFL above 2 (Appendix F, Figure 6).
 
 Two measures, labelled in every record:
-* `cuda_allocator` (GPU): torch.cuda.reset_peak_memory_stats / max_memory_allocated,
-  as the spec prescribes.
+* `cuda_allocator` (GPU): torch.cuda.reset_peak_memory_stats / max_memory_allocated
+  (the paper's Figure 6 compares GPU memory).
 * `live_tensor_bytes` (CPU): a TorchDispatchMode that counts the bytes of every
   new tensor storage an op allocates and releases them when the tensor dies;
   its peak is the CPU counterpart of the allocator's peak (tracemalloc and RSS
@@ -116,7 +116,6 @@ def memory_job(job) -> None:
     from fedrepro.algorithms.dpzv.jobs import load_job_data, settings_for
     from fedrepro.fl.device import pick_device
     from fedrepro.fl.seeding import seed_everything
-    from fedrepro.registry import resolve
 
     spec = job.spec
     torch.set_num_threads(max(1, int(job.threads)))
@@ -125,7 +124,7 @@ def memory_job(job) -> None:
     warmup = int(spec.get("warmup_rounds", 1))
     rows = []
     for entry in spec["entries"]:
-        cls = resolve(CLASSES[entry["method"]])
+        cls = algorithm_class(entry["method"])
         settings = settings_for({**spec["settings"], **entry.get("options", {})}, {"eps": spec.get("eps", "inf")})
         # at least one batch per warm-up and measured round (client 0 walks its own loader)
         need = settings.batch_size * (int(spec["rounds"]) + warmup)
@@ -142,12 +141,12 @@ def memory_job(job) -> None:
     job.out("json").write_text(json.dumps({"spec": spec, "rows": rows}, indent=2, default=float))
 
 
-CLASSES = {
-    "dpzv": "fedrepro.algorithms.dpzv.dpzv:DPZV",
-    "vafl": "fedrepro.algorithms.dpzv.vafl:VAFL",
-    "zoo_vfl": "fedrepro.algorithms.dpzv.zoo_vfl:ZOOVFL",
-    "vfl_czofo": "fedrepro.algorithms.dpzv.czofo:VFLCZOFO",
-}
+def algorithm_class(method: str):
+    """The algorithm class of `method`: the `ALGORITHM` of the module its method-table entry names."""
+    from fedrepro.algorithms import methods
+    from fedrepro.registry import resolve
+
+    return resolve(methods("dpzv")[method].split(":")[0] + ":ALGORITHM")
 
 
 def _subset(data, n: int):

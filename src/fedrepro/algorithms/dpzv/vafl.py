@@ -1,4 +1,4 @@
-"""VAFL (Chen et al. 2020) as DPZV's first-order baseline (spec 3.4).
+"""VAFL (Chen et al. 2020) as DPZV's first-order baseline (Section 7).
 
 One server round with client m: the client computes h = h(w_m; x_ids) with
 autograd, clips each row to C_h and adds N(0, sigma_h^2) per coordinate (local
@@ -6,7 +6,8 @@ Gaussian DP, none at eps = inf) and sends (ids, h~). The server writes h~ into
 its table, backpropagates the batch-mean cross-entropy, takes an SGD step on its
 head and returns dL/dh_m (a B x e matrix, not privatised, as in the paper). The
 client backpropagates that through its own model and takes an SGD step.
-Both sides use torch.optim.SGD with momentum 0.9 (spec 1.5 DECISION).
+Both sides use SGD with Table 3's momentum 0.9 (the paper does not say which optimiser the
+momentum belongs to; every first-order part uses it).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedrepro.privacy import dpzv as privacy
 from fedrepro.algorithms.dpzv.base import VFLAlgorithm, embedding_input_scale, noisy_embedding, sgd
+from fedrepro.privacy import dpzv as privacy
 from fedrepro.privacy.mechanisms import clip_by_norm
 
 
@@ -95,7 +96,10 @@ class VAFL(EmbeddingBaseline):
         return h_m.grad.detach(), {"train_loss": loss.item()}
 
 
+ALGORITHM = VAFL
+
+
 def run_job(job) -> None:
     from fedrepro.algorithms.dpzv.jobs import run_vfl_job
 
-    run_vfl_job(job, VAFL)
+    run_vfl_job(job, ALGORITHM)

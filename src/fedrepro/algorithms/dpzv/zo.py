@@ -1,17 +1,19 @@
 """Zeroth-order estimation: direction sampler, two-point estimator, in-place perturbation.
 
-Notation (spec, "notation clash"): `zo_lambda` is the ZO smoothing parameter
-(DPZV's lambda = 1e-3); the Gaussian-DP level is called `gdp_mu` elsewhere.
+Notation: `zo_lambda` is the ZO smoothing parameter (DPZV's lambda = 1e-3,
+Table 3); the Gaussian-DP level mu is called `gdp_mu` elsewhere (MeZO and the
+VFL-CZOFO code call the smoothing parameter mu, hence the explicit names).
 
-Directions (spec 1.3, DECISION): by default u is uniform on the sphere of radius
+Directions (eqs. 3 and 12): by default u is uniform on the sphere of radius
 sqrt(d) (the paper's u ~ Uniform(sqrt(d) S^{d-1}); ||u||^2 = d, E[u u^T] = I),
 built as u = sqrt(d) z / ||z|| with z ~ N(0, I). `direction="gaussian"` uses
 u = z (MeZO's choice; the same estimator in expectation).
 
-MeZO-style in place (spec 1.3): a `Direction` stores only a seed and one scalar
-scale. Every use regenerates z tensor by tensor from the seed, so perturbing,
-restoring and updating the parameters never allocates more than one
-parameter-tensor-sized temporary, and no second copy of the model exists.
+MeZO-style in place (Section 3: "we adopt the MeZO methodology"): a
+`Direction` stores only a seed and one scalar scale. Every use regenerates z
+tensor by tensor from the seed, so perturbing, restoring and updating the
+parameters never allocates more than one parameter-tensor-sized temporary, and
+no second copy of the model exists.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def check_direction(kind: str) -> str:
 def fd_divisor(zo_lambda: float, fd_denominator: str) -> float:
     """Divisor of the loss difference: lambda (DPZV eq. 7, default) or 2 lambda (eqs. 3, 12).
 
-    [FLAG] eq. (7) divides by lambda, which is exactly twice the central-difference
+    The paper is inconsistent here: eq. (7) divides by lambda, which is exactly twice the central-difference
     directional derivative of eqs. (3)/(12); the factor can be absorbed into the
     learning rate and C (C=10 with /lambda equals C=5 with /2lambda).
     """
@@ -76,7 +78,7 @@ class Direction:
     `z(i)` regenerates the Gaussian draw of tensor i; the direction is
     u_i = scale * z_i, with scale = sqrt(d)/||z|| (sphere) or 1 (gaussian).
     The generator is re-seeded at every pass, so the same seed always gives
-    bit-identical tensors (spec 5, invariant 10).
+    bit-identical tensors (eq. 9 updates along the same u the client perturbed with).
     """
 
     def __init__(self, params: Sequence[torch.Tensor], seed: int, kind: str = "sphere"):
@@ -124,8 +126,9 @@ class Direction:
 class ZOUpdater:
     """SGD (optionally with momentum) along ZO directions: theta -= lr * g with g = coeff * u.
 
-    [DECISION] spec 1.5: `zo_momentum` 0.9 follows Table 3 but needs one
-    parameter-sized buffer; 0.0 keeps the update fully in place (MeZO memory).
+    `zo_momentum` 0.9 follows Table 3 (which does not say which optimiser its momentum
+    belongs to) but needs one parameter-sized buffer; 0.0 keeps the update fully in place
+    (MeZO memory, Appendix F's "memory ~ model size").
     """
 
     def __init__(self, params: Sequence[torch.Tensor], lr: float, momentum: float = 0.0):

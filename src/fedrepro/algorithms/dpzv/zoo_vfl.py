@@ -1,9 +1,11 @@
-"""ZOO-VFL (Zhang et al., CIKM 2021) as DPZV's ZO baseline (spec 3.4, 6 item 12).
+"""ZOO-VFL (Zhang et al., CIKM 2021) as DPZV's ZO baseline (Section 7).
 
-Follows the VFL-CZOFO repository's "ZO" framework: ZO on the client's and the
-server's parameters, one-sided differences [L(w + lambda u) - L(w)]/lambda with
-u uniform on the sqrt(d)-sphere (the code's unit u times phi = d), and a deep
-copy of the model for the perturbed forward pass (no MeZO memory trick).
+The paper says only that it "substitutes the first order optimization by ZO
+optimization"; the details follow the VFL-CZOFO repository's "ZO" framework:
+ZO on the client's and the server's parameters, one-sided differences
+[L(w + lambda u) - L(w)]/lambda with u uniform on the sqrt(d)-sphere (the code's
+unit u times phi = d), and a deep copy of the model for the perturbed forward
+pass (no MeZO memory trick).
 
 One server round with client m: the client sends (ids, h, h') with h from w_m
 and h' from a perturbed copy, both clipped and noised (the pair as one release
@@ -32,10 +34,16 @@ import copy
 import numpy as np
 import torch
 
-from fedrepro.privacy import dpzv as privacy
-from fedrepro.algorithms.dpzv.base import (SERVER_UPDATES, VFLAlgorithm, choice, embedding_input_scale,
-                                          noisy_embedding, sgd)
+from fedrepro.algorithms.dpzv.base import (
+    SERVER_UPDATES,
+    VFLAlgorithm,
+    choice,
+    embedding_input_scale,
+    noisy_embedding,
+    sgd,
+)
 from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, check_direction
+from fedrepro.privacy import dpzv as privacy
 from fedrepro.privacy.mechanisms import clip_by_norm, gaussian_noise
 
 NOISE_MODES = ("shared", "independent")
@@ -137,7 +145,10 @@ class ZOOVFL(VFLAlgorithm):
                 "mechanism": "clipped embedding pair plus Gaussian vector noise (local, per coordinate)"}
 
 
+ALGORITHM = ZOOVFL
+
+
 def run_job(job) -> None:
     from fedrepro.algorithms.dpzv.jobs import run_vfl_job
 
-    run_vfl_job(job, ZOOVFL)
+    run_vfl_job(job, ALGORITHM)

@@ -1,4 +1,7 @@
-"""VFL-CZOFO (Wang et al., NeurIPS 2023): ZO on the embedding, backprop on both sides (spec 3.4).
+"""VFL-CZOFO (Wang et al., NeurIPS 2023): ZO on the embedding, backprop on both sides.
+
+DPZV's third baseline (Section 7): it "computes the intermediate gradient via ZOO,
+while keeping the back propagation on both server and client".
 
 The client sends its (clipped, noised) embedding like VAFL. The server estimates
 dL/dh_m by zeroth order in the embedding space: n perturbations (Table 3: n = 5),
@@ -6,9 +9,9 @@ each a per-sample direction v_i uniform on the unit sphere of R^e, and
     g = (1/n) sum_k (e / lambda) [L(h + lambda V_k) - L(h)] V_k
 with L the batch-mean loss (the authors' `ZO_output_optim`, phi = e). It sends g
 (B x e) back; the client backpropagates it first-order. The server trains its
-head by SGD on the unperturbed loss. [DECISION] both losses of the estimate use
-the head before its SGD step (the reference code computes the perturbed loss
-after the step, mixing two heads).
+head by SGD on the unperturbed loss. Both losses of the estimate use the head
+before its SGD step (the reference code computes the perturbed loss after the
+step, which mixes two heads in one difference).
 """
 
 from __future__ import annotations
@@ -49,7 +52,10 @@ class VFLCZOFO(EmbeddingBaseline):
         return grad, {"train_loss": loss}
 
 
+ALGORITHM = VFLCZOFO
+
+
 def run_job(job) -> None:
     from fedrepro.algorithms.dpzv.jobs import run_vfl_job
 
-    run_vfl_job(job, VFLCZOFO)
+    run_vfl_job(job, ALGORITHM)
