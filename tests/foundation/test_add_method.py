@@ -5,8 +5,13 @@ and its schema entry. Nothing else is touched: the config check, the planner, th
 `fedrepro.pipeline.run_job`, as the workflow's entry script does) and the report take it in.
 """
 
+import filecmp
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -90,9 +95,8 @@ def add_config_block(config: dict) -> None:
     config["fedavg"]["methods"][TOY] = {**config["fedavg"]["methods"]["fedavg"], "server_lr": 0.5}
 
 
-def add_schema_entry(tmp_path) -> str:
-    """Step 4: its entry in workflow/schemas/fedavg.schema.yaml (edited in a copy)."""
-    schemas = shutil.copytree(SCHEMAS, tmp_path / "schemas")
+def add_schema_entry(schemas: Path) -> None:
+    """Step 4: its entry in fedavg.schema.yaml of `schemas` (a copy of workflow/schemas)."""
     path = schemas / "fedavg.schema.yaml"
     schema = yaml.safe_load(path.read_text())
     entries = schema["properties"]["methods"]["properties"]
@@ -101,7 +105,6 @@ def add_schema_entry(tmp_path) -> str:
     toy["required"].append("server_lr")
     entries[TOY] = toy
     path.write_text(yaml.safe_dump(schema, sort_keys=False))
-    return str(schemas)
 
 
 def config_error(config: dict, schemas) -> str:
@@ -136,7 +139,8 @@ def test_the_four_steps_add_a_method_to_checks_plan_jobs_and_report(tmp_path, mo
     config = fedavg_only_config()
     add_config_block(config)
     assert "config key 'fedavg.methods'" in config_error(config, SCHEMAS)   # no schema entry yet
-    schemas = add_schema_entry(tmp_path)
+    schemas = shutil.copytree(SCHEMAS, tmp_path / "schemas")
+    add_schema_entry(schemas)
     assert "not in the method table" in config_error(config, schemas)      # no table line yet
     add_table_line(monkeypatch, toy_module)
     check_config(config, schemas)
@@ -171,3 +175,44 @@ def test_the_fedavg_table_matches_its_schema_and_config():
     assert set(schema) == set(table) and set(config) <= set(table)
     for name, row in table.items():
         assert set(row.config_keys) == set(schema[name]["properties"]), name
+
+
+
+@pytest.mark.pipeline
+def test_four_files_add_a_method_to_the_workflow(tmp_path):
+    """The four steps as file edits in a copy of the repository: Snakemake plans the new method's
+    training jobs (its code inputs included), and no other file differs from the original."""
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(ROOT / name, copy / name)
+    for name in ("src", "workflow"):
+        shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    baselines = copy / "src" / "fedrepro" / "algorithms" / "baselines"
+    (baselines / f"{TOY}.py").write_text(textwrap.dedent(TOY_MODULE))
+    keys = (*method_table("fedavg")["fedavg"].config_keys, "server_lr")
+    line = f'    "{TOY}": Method(entry="fedrepro.algorithms.baselines.{TOY}:run_job", label="Toy", config_keys={keys}),\n'
+    table = baselines / "__init__.py"
+    text = table.read_text()
+    table.write_text(text[: text.rindex("}")] + line + text[text.rindex("}"):])
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    add_config_block(config)
+    (copy / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    add_schema_entry(copy / "workflow" / "schemas")
+
+    changed = [str(path.relative_to(copy)) for path in sorted(copy.rglob("*")) if path.is_file()
+               and "__pycache__" not in path.parts
+               and not ((ROOT / path.relative_to(copy)).exists()
+                        and filecmp.cmp(path, ROOT / path.relative_to(copy), shallow=False))]
+    assert sorted(changed) == sorted(["config.yaml", f"src/fedrepro/algorithms/baselines/{TOY}.py",
+                                      "src/fedrepro/algorithms/baselines/__init__.py",
+                                      "workflow/schemas/fedavg.schema.yaml"])
+
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "fedavg", "--config", "papers=[fedavg]",
+                             f"results={tmp_path / 'results'}"], cwd=copy, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PYTHONPATH": str(copy / "src")})
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    alphas = len(config["fedavg"]["partition"]["alphas"])
+    assert re.search(rf"^fedavg_train\s+{2 * alphas}\s*$", output, flags=re.MULTILINE), output[-3000:]
+    assert output.count(f"method={TOY},") == alphas
