@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 PAPER_SENS_FACTOR = 1.0
 RIGOROUS_SENS_FACTOR = math.sqrt(2.0)
+SENS_FACTORS = {"one": PAPER_SENS_FACTOR, "sqrt2": RIGOROUS_SENS_FACTOR}  # their names in the config
 PARTIAL_SCALINGS = ("p", "sqrt_p", "one")
 
 
@@ -167,7 +168,7 @@ def partial_participation_sigma(sigma_full: float, participation: float, scaling
 
 
 def fedsc_mechanism(sigma: float, mu: float, local_size: int, shares: int,
-                    sens_factor: float = math.sqrt(2.0)) -> accountant.GaussianComposition:
+                    sens_factor: float = RIGOROUS_SENS_FACTOR) -> accountant.GaussianComposition:
     """FedSC DP-CalR: z = sigma / (sens_factor mu / |D_j|), T_j shares, q = 1.
 
     Exactly the mechanism Prop. 6.6 composes (no subsampling: every sample

@@ -46,10 +46,9 @@ from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd, uniform_or_size_we
 from fedrepro.algorithms.fedsc.jobs import pretrain
 from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss
 from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out
+from fedrepro.privacy import fedsc as fedsc_privacy
 from fedrepro.privacy.fedsc import dp_calr
 from fedrepro.privacy.mechanisms import normclip
-
-SENS_FACTORS = {"one": 1.0, "sqrt2": math.sqrt(2.0)}  # fedrepro.privacy.fedsc's PAPER_/RIGOROUS_SENS_FACTOR
 
 
 def shares_at(t: int, num_rounds: int, sharing: dict | None) -> bool:
@@ -73,8 +72,6 @@ def noise_sigma(spec: dict, sizes: list[int], per_round: int) -> float:
     eps = priv.get("eps", "inf")
     if eps in ("inf", math.inf):
         return 0.0
-    from fedrepro.privacy import fedsc as fedsc_privacy  # scipy: imported only by private runs
-
     if spec.get("mu") is None:
         raise ValueError("privacy.eps is finite but mu is null: DP-CalR needs NormClip (mu > 0) to bound the sensitivity")
     sigma = priv.get("sigma")
@@ -90,16 +87,14 @@ def noise_sigma(spec: dict, sizes: list[int], per_round: int) -> float:
 
 def sens_factor(priv: dict) -> float:
     name = priv.get("sens_factor", "sqrt2")
-    if name not in SENS_FACTORS:
-        raise ValueError(f"privacy.sens_factor {name!r} unknown; allowed: {', '.join(SENS_FACTORS)}")
-    return SENS_FACTORS[name]
+    if name not in fedsc_privacy.SENS_FACTORS:
+        raise ValueError(f"privacy.sens_factor {name!r} unknown; allowed: {', '.join(fedsc_privacy.SENS_FACTORS)}")
+    return fedsc_privacy.SENS_FACTORS[name]
 
 
 def realised_epsilons(shares: list[int], sizes: list[int], mu: float, sigma: float, deltas: list[float]) -> list[dict]:
     """Per client: T_j and eps under the paper formula, the sqrt(2) sensitivity and the library accountant
     (RDP, and PLD: the tight value of the composed Gaussian mechanism)."""
-    from fedrepro.privacy import fedsc as fedsc_privacy
-
     rows = []
     for j, (t_j, n_j) in enumerate(zip(shares, sizes)):
         for delta in deltas:
