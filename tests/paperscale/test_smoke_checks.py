@@ -48,3 +48,16 @@ def test_a_table_without_a_row_of_the_papers_table_fails(tmp_path, monkeypatch):
     frame[frame["row"] != "FedMD"].to_csv(tables / "table7.csv", index=False)
     with pytest.raises(AssertionError, match="FedMD"):
         smoke.test_every_table_has_the_rows_of_the_papers_table({"results": tmp_path}, "fedal")
+
+
+@pytest.mark.parametrize("pending, failing", [({}, set()),
+                                              ({"fedal_train": 2, "fedal_table": 1, "index": 1, "all": 1}, {"fedal"}),
+                                              ({"index": 1, "all": 1}, set(smoke.PAPERS))])
+def test_a_job_left_to_run_fails_its_papers_output_check(monkeypatch, pending, failing):
+    monkeypatch.setattr(smoke, "SELECTED", list(smoke.PAPERS))
+    for paper in smoke.PAPERS:
+        if paper in failing:
+            with pytest.raises(AssertionError, match="still to run"):
+                smoke.test_every_output_of_the_paper_target_exists({"log": ""}, pending, paper)
+        else:
+            smoke.test_every_output_of_the_paper_target_exists({"log": ""}, pending, paper)
