@@ -17,7 +17,9 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-PAPER_SECTIONS = ("fedavg", "fedsc", "dpzv", "fedal", "steffle")
+from fedrepro.algorithms import PAPERS
+
+PAPER_SECTIONS = tuple(PAPERS)   # the paper keys: config sections, `papers:` values, method tables
 
 
 class ConfigError(ValueError):
@@ -31,6 +33,7 @@ def load_schema(schema_dir: str | Path, papers: list[str]) -> dict:
 
     schema = yaml.safe_load((schema_dir / "config.schema.yaml").read_text())
     schema["$defs"]["dataset"]["enum"] = sorted(DATASETS)
+    schema["properties"]["papers"]["items"]["enum"] = list(PAPER_SECTIONS)
     for paper in papers:
         schema["properties"][paper] = yaml.safe_load((schema_dir / f"{paper}.schema.yaml").read_text())
         schema.setdefault("required", []).append(paper)
