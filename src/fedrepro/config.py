@@ -171,7 +171,7 @@ def load_yaml(path: str | Path):
     path = Path(path)
     try:
         with open(path) as stream:
-            return yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+            return yaml.load(stream, Loader=_StrictLoader)  # a SafeLoader: builds no Python objects
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedrepro.config import ConfigError, check_config
+from fedrepro.config import ConfigError, check_config, coerce_overrides, load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "workflow" / "schemas"
@@ -98,7 +98,6 @@ def test_every_error_is_reported_at_once(config):
 
 
 # Issue 15, item 6: values no schema type catches, YAML files, --config overrides.
-from fedrepro.config import coerce_overrides, load_yaml  # noqa: E402
 
 
 @pytest.mark.parametrize("mutate, key, words", [
