@@ -131,61 +131,17 @@ rule steffle:
         PAPER_TARGETS["steffle"],
 
 
-rule steffle_fig1:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/figures/fig1.png",
+# one target rule per figure and table (`snakemake steffle_fig2`, `snakemake steffle_headline`)
+STEFFLE_TARGETS = {
+    **{name: f"{STEFFLE_OUT}/figures/{name}.png" for name in steffle_plan.FIGURES},
+    **{name: f"{STEFFLE_OUT}/tables/{name}.md" for name in steffle_plan.TABLES},
+}
 
+for _name, _target in STEFFLE_TARGETS.items():
 
-rule steffle_fig2:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/figures/fig2.png",
-
-
-rule steffle_fig3:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/figures/fig3.png",
-
-
-rule steffle_fig4:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/figures/fig4.png",
-
-
-rule steffle_fig5:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/figures/fig5.png",
-
-
-rule steffle_headline:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/tables/headline.md",
-
-
-rule steffle_points:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/tables/points.md",
-
-
-rule steffle_claims:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/tables/claims.md",
-
-
-rule steffle_privacy:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/tables/privacy.md",
-
-
-rule steffle_eta_w:
-    localrule: True
-    input:
-        f"{STEFFLE_OUT}/tables/eta_w.md",
+    rule:
+        name:
+            f"steffle_{_name}"
+        localrule: True
+        input:
+            _target,

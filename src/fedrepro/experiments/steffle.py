@@ -28,6 +28,7 @@ FEDERATED = with_trait("federated")
 PRIVATE = with_trait("private")
 SGDA_METHODS = with_trait("sgda")
 NON_FAIR = without_trait("fair")
+FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5")
 COMPARISON_FIGURES = ("fig1", "fig3", "fig4", "fig5")
 TABLES = ("points", "headline", "claims", "privacy", "eta_w")
 
@@ -160,7 +161,7 @@ def figure_spec(config: dict, name: str) -> dict:
 
 def figures(config: dict) -> list[str]:
     section = config[PAPER]["figures"]
-    return [name for name in ("fig1", "fig2", "fig3", "fig4", "fig5")
+    return [name for name in FIGURES
             if name in section and section[name].get("enabled", True)]
 
 
@@ -168,7 +169,7 @@ def report_spec(config: dict) -> dict:
     section = config[PAPER]
     return {"scale": config["scale"], "decimals": config["report"]["decimals"],
             "figures": {name: figure_spec(config, name)["layout"] for name in figures(config)},
-            "disabled_figures": [n for n in ("fig1", "fig2", "fig3", "fig4", "fig5") if n not in figures(config)],
+            "disabled_figures": [n for n in FIGURES if n not in figures(config)],
             "eta_w": {"tuned": section["train"]["eta_w"], "paper": section["eta_w_paper"],
                       "w_step_tuned": section["train"].get("w_step", "capped")},
             "refcode_epochs": section.get("refcode_grid", {}).get("train", {}).get("epochs")}
