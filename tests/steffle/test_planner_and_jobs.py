@@ -194,3 +194,41 @@ def test_a_job_checkpoints_every_checkpoint_every_epochs(tmp_path, monkeypatch):
                    {"data": str(data), "partition": str(part)}, seeds=[0, 1])
     jobs.run_job(job)
     assert saved == [2, 4, 5]
+
+
+class Killed(Exception):
+    """Stands in for the job being killed."""
+
+
+def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_numbers(tmp_path, monkeypatch):
+    from fedrepro.algorithms.steffle import jobs
+    from fedrepro.algorithms.steffle.base import GridTrainer
+    from fedrepro.pipeline import make_job
+
+    data, part = _prepared(tmp_path)
+    spec = {"method": "steffle", "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": [3], "lambdas": [0.0, 1.0],
+            "train": {"batch": 64, "epochs": 3, "eval_every": 1, "eta_w": 1.0, "clip": 2.0, "radius": 2.0},
+            "checkpoint_every": 1}
+
+    def run(folder):
+        out = tmp_path / folder / "steffle" / "runs" / "synthetic_tabular" / "steffle" / "dp_N3_h0.75" / "s0_1"
+        job = make_job(spec, {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+                       {"data": str(data), "partition": str(part)}, seeds=[0, 1])
+        jobs.run_job(job)
+        return pd.read_parquet(out / "metrics.parquet")
+
+    whole = run("whole")
+    run_epoch, epochs_run = GridTrainer.round, []
+
+    def round_or_die(self, t):
+        if t == 3 and "restart" not in epochs_run:
+            raise Killed
+        epochs_run.append(t)
+        return run_epoch(self, t)
+
+    monkeypatch.setattr(GridTrainer, "round", round_or_die)
+    with pytest.raises(Killed):
+        run("killed")
+    epochs_run.append("restart")
+    pd.testing.assert_frame_equal(run("killed"), whole)
+    assert epochs_run == [1, 2, "restart", 3]               # only the epoch after the last checkpoint ran again
