@@ -58,8 +58,9 @@ def test_dpzv_client_applies_the_scalar_it_received_along_its_own_u(tiny_data):
     sent = spy_wire(algo)
     before = flat(client.params).detach().clone()
     stats = algo.exchange(0, client.next_batch())
-    (_, to, kind, up), (_, back_to, back_kind, delta) = sent
-    assert (to, kind, back_to, back_kind) == ("server", "embeddings", "client0", "zo_scalar")
+    (sender, to, kind, up), (back_from, back_to, back_kind, delta) = sent
+    assert (sender, to, kind) == ("client0", "server", "embeddings")
+    assert (back_from, back_to, back_kind) == ("server", "client0", "zo_scalar")
     u = flat(Direction(client.params, seeds[0], algo.direction).tensors())
     assert torch.allclose(flat(client.params), before - lr * float(delta) * u, rtol=0, atol=1e-6)
     assert set(stats) == {"train_loss", "clip_fraction", "delta_abs"} and stats["delta_abs"] == abs(float(delta))

@@ -1,0 +1,109 @@
+"""Settings that must reach the place they act on: devices, accountant, checkpoints, threads, directions."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedrepro.algorithms.dpzv.base import Server, build_vfl_data
+from fedrepro.algorithms.dpzv.dpzv import DPZV
+from fedrepro.algorithms.dpzv.jobs import load_cell, run_vfl_job, save_cell
+from fedrepro.algorithms.dpzv.vafl import VAFL
+from fedrepro.algorithms.dpzv.zo import Direction
+from fedrepro.algorithms.dpzv.zoo_vfl import ZOOVFL
+from fedrepro.data.partition import vertical_partition
+from tests.dpzv.conftest import tiny_images, tiny_settings
+from tests.dpzv.test_jobs import prepared  # noqa: F401  (fixture: tiny prepared arrays and partition)
+from tests.dpzv.test_kill_jobs import job_for
+
+
+def test_a_tiny_holdout_keeps_one_validation_sample():
+    """10 % of 4 samples rounds to 0: the holdout still keeps one (and only one) sample."""
+    x_tr, y_tr, x_te, y_te = tiny_images(n_train=4, n_test=4)
+    p = vertical_partition((1, 8, 8), "rows", 2)
+    data = build_vfl_data(x_tr, y_tr, x_te, y_te, p.features, p.feature_shapes, 3, "image")
+    assert (data.y_val.shape[0], data.num_train) == (1, 3)
+
+
+def test_server_table_lives_on_the_labels_device_whatever_the_default_device():
+    head = torch.nn.Linear(8, 3)
+    y = torch.tensor([0, 1, 2])
+    with torch.device("meta"):
+        server = Server(head, y, num_clients=2, embed_dim=4, seed=0)
+    assert server.table.device == y.device and server.table.shape == (3, 2, 4)
+
+
+def test_dpzv_zo_server_step_follows_the_configured_direction(tiny_data):
+    """direction: gaussian also drives the server's own ZO step (u0 = z, not z rescaled to the sphere)."""
+    lr = 0.1
+    algo = DPZV(tiny_data, tiny_settings(lr_server=lr, extra={"server_update": "zo", "zo_momentum": 0.0,
+                                                              "zo_lambda": 1e-4, "direction": "gaussian"}), seed=0)
+    algo.server.head.double()
+    algo.server.table = algo.server.table.double()
+    seeds = []
+    new_seed = algo.server.new_seed
+    algo.server.new_seed = lambda: seeds.append(new_seed()) or seeds[-1]
+    ids = torch.as_tensor(algo.clients[0].next_batch())
+    before = [p.detach().clone() for p in algo.server.params]
+    grad = torch.autograd.grad(algo.server.losses(ids).mean(), algo.server.params)
+    algo.server_step(ids)
+    u0 = Direction(algo.server.params, seeds[0], "gaussian").tensors()
+    slope = sum(float((g * u).sum()) for g, u in zip(grad, u0))
+    norm = math.sqrt(sum(float((g * g).sum()) for g in grad))
+    assert abs(slope) > 0.05 * norm
+    for p, b, u in zip(algo.server.params, before, u0):
+        assert torch.allclose(p, b - lr * slope * u, rtol=0, atol=1e-4 * lr * norm)
+
+
+@pytest.mark.parametrize("cls", [DPZV, VAFL, ZOOVFL])
+def test_every_method_records_the_library_accountant_it_was_given(cls, tiny_data):
+    extra = {"server_update": "sgd", "embed_clip": 1.0}
+    record = cls(tiny_data, tiny_settings(eps=1.0, library_accountant="pld", extra=extra), seed=0).privacy()
+    assert record["library_method"] == "pld" and math.isfinite(record["eps_library"])
+
+
+def test_zoo_vfl_records_its_clip_and_steps_an_sgd_server_with_the_shared_momentum(tiny_data):
+    algo = ZOOVFL(tiny_data, tiny_settings(momentum=0.6, extra={"server_update": "sgd", "embed_clip": 0.7}), seed=0)
+    assert algo.privacy()["embed_clip"] == 0.7
+    assert (algo.server.optimizer.lr, algo.server.optimizer.momentum) == (algo.cfg.lr_server, 0.6)
+
+
+def test_job_hands_checkpoint_every_to_the_loop_and_uses_its_threads(prepared, tmp_path, monkeypatch):  # noqa: F811
+    import fedrepro.algorithms.dpzv.jobs as jobs
+
+    asked = []
+    real = jobs.run_seeds
+    monkeypatch.setattr(jobs, "run_seeds", lambda *a, **k: asked.append(k["checkpoint_every"]) or real(*a, **k))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        job = job_for(prepared, tmp_path, checkpoint_every=3, epochs=1, evals_per_epoch=1)
+        job.threads = 1
+        run_vfl_job(job, DPZV)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert asked == [3]
+
+
+def test_a_half_rewritten_cell_does_not_count_as_finished(tmp_path, monkeypatch):
+    """save_cell drops the old fingerprint before it writes anything: a crash in between leaves no stamp."""
+    import fedrepro.algorithms.dpzv.jobs as jobs
+
+    folder = tmp_path / "cell"
+    metrics = pd.DataFrame({"seed": [0], "test_acc": [0.5]})
+    save_cell(folder, "old", metrics, {"0": {}})
+    assert load_cell(folder, "old") is not None
+
+    def crash(path, write):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(jobs, "atomic_write", crash)
+    with pytest.raises(OSError):
+        save_cell(folder, "new", metrics, {"0": {}})
+    assert load_cell(folder, "old") is None and load_cell(folder, "new") is None
+    assert json.loads((folder / "summary.json").read_text()) == {"seeds": {"0": {}}}
+    assert np.isfinite(pd.read_parquet(folder / "metrics.parquet")["test_acc"]).all()
