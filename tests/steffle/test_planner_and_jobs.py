@@ -9,6 +9,7 @@ import pytest
 
 from fedrepro.experiments import steffle as plan
 from fedrepro.report import steffle as report
+from tests.foundation.conftest import Killed
 
 from .helpers import pipeline_config
 
@@ -194,10 +195,6 @@ def test_a_job_checkpoints_every_checkpoint_every_epochs(tmp_path, monkeypatch):
                    {"data": str(data), "partition": str(part)}, seeds=[0, 1])
     jobs.run_job(job)
     assert saved == [2, 4, 5]
-
-
-class Killed(Exception):
-    """Stands in for the job being killed."""
 
 
 def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_numbers(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
 from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
 from fedrepro.fl.loop import Checkpoint
 from fedrepro.fl.transport import Wire
+from tests.foundation.conftest import Killed, killed_at
 
 from .helpers import synthetic
 
@@ -160,34 +161,17 @@ def test_seed_results_do_not_depend_on_batching():
     assert torch.equal(both.theta, again.theta)
 
 
-class Killed(Exception):
-    """Stands in for the job being killed."""
-
-
-def _killed_at(trainer, epoch: int):
-    """`trainer`, made to die when it starts `epoch` (one epoch is one round of fl.loop)."""
-    run_epoch = trainer.round
-
-    def round_or_die(t):
-        if t == epoch:
-            raise Killed
-        return run_epoch(t)
-
-    trainer.round = round_or_die
-    return trainer
-
-
-@pytest.mark.parametrize(("every", "killed_at"), [(1, 3), (2, 4), (2, 2)])
-def test_kill_and_resume_is_exact(tmp_path, every, killed_at):
+@pytest.mark.parametrize(("every", "kill"), [(1, 3), (2, 4), (2, 2)])
+def test_kill_and_resume_is_exact(tmp_path, every, kill):
     """A job killed at any epoch resumes from its last checkpoint (every `every` epochs: fl.loop's
     Checkpoint) and ends with the uninterrupted run's numbers, bit for bit."""
     data = synthetic()
     full = _trainer(data, sigma=0.2, epochs=4, eval_every=1).run()
     ckpt = Checkpoint(tmp_path / "state.pt", every=every, minutes=None)
     with pytest.raises(Killed):
-        _killed_at(_trainer(data, sigma=0.2, epochs=4, eval_every=1), killed_at).run(ckpt)
+        killed_at(_trainer(data, sigma=0.2, epochs=4, eval_every=1), kill).run(ckpt)
     saved = torch.load(ckpt.path, weights_only=False)["rounds_done"] if ckpt.path.exists() else 0
-    assert saved == (killed_at - 1) // every * every
+    assert saved == (kill - 1) // every * every
     resumed = _trainer(data, sigma=0.2, epochs=4, eval_every=1).run(Checkpoint(ckpt.path, every=every, minutes=None))
     assert torch.equal(full.theta, resumed.theta)
     assert torch.equal(full.extra["W"], resumed.extra["W"])
