@@ -1,6 +1,8 @@
 """The shared pieces of the FedSC methods against independent references: colour jitter, local SGD's
 weight decay, client weights, clients per round and the defaults of a spec without them."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -107,3 +109,20 @@ def test_divergence_summary_names_min_mean_max_of_every_download(tiny_digits):
         "downloads": 3, "divergence_min": 0.5, "divergence_mean": 1.0, "divergence_max": 1.5,
         "fedu_global_min": 0.0, "fedu_global_mean": pytest.approx(2 / 3), "fedu_global_max": 1.0,
         "log": algo.divergences}
+
+
+def test_param_distance_does_not_depend_on_the_hash_seed():
+    """FedU/FedEMA's divergence sums per-parameter terms in one fixed order: the same bits in every process."""
+    import subprocess
+    import sys
+
+    script = ("import torch\n"
+              "from fedrepro.algorithms.fedsc.byol import param_distance\n"
+              "g = torch.Generator().manual_seed(0)\n"
+              "a = {f'backbone.l{i}.weight': torch.randn(50, generator=g) for i in range(40)}\n"
+              "b = {k: v + 10.0 ** -torch.randint(1, 6, (1,), generator=g).item() * torch.randn(50, generator=g)\n"
+              "     for k, v in a.items()}\n"
+              "print(repr(param_distance(a, b, ('backbone.',), set(a))))\n")
+    outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("0", "1")}
+    assert len(outputs) == 1

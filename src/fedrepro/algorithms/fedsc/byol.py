@@ -61,8 +61,10 @@ def byol_loss(p: torch.Tensor, z_target: torch.Tensor) -> torch.Tensor:
 
 
 def param_distance(global_state: dict, local_state: dict, prefixes: tuple[str, ...], names: set[str]) -> float:
-    """||W_g - W_l||_2 over the parameters `names` whose key starts with one of `prefixes` (buffers excluded)."""
-    keys = [k for k in names if k.startswith(prefixes)]
+    """||W_g - W_l||_2 over the parameters `names` whose key starts with one of `prefixes` (buffers excluded).
+
+    Summed in the state dict's order: a set's order changes with PYTHONHASHSEED, and so would the last bit."""
+    keys = [k for k in global_state if k in names and k.startswith(prefixes)]
     if not keys:
         raise ValueError(f"no parameters under {prefixes}")
     return sum(float(((global_state[k] - local_state[k]).double() ** 2).sum()) for k in keys) ** 0.5
