@@ -1,4 +1,5 @@
-"""Clipping and Gaussian noise (the only torch module of ``fedrepro.privacy``).
+"""Clipping and Gaussian noise: every noise draw of the papers goes through this module, the only one
+of ``fedrepro.privacy`` that imports torch at the top (DP-CalR in ``privacy/fedsc.py`` imports it when it runs).
 
 Every random draw takes an explicit ``torch.Generator`` so that the same seed
 gives the same noise on CPU, independently of the global RNG state.
