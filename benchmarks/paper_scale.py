@@ -148,7 +148,7 @@ def _fedsc_step_rows(repeats: int) -> list[dict]:
     import precision_speed
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fedrepro.algorithms.fedsc.sc import FedSC
+    from fedrepro.algorithms.fedsc.fedsc import FedSC
     from fedrepro.fl.device import pick_device
 
     device = pick_device("auto")
@@ -214,7 +214,7 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     rows, new_costs = [], []
-    for paper, dataset, method, unit, model, run, tag, folder in jobs:
+    for paper, dataset, method, unit, model, run, tag, _folder in jobs:
         log = results / "logs" / paper / run.dataset / run.method / run.setting / f"{tag}.log"
         text = log.read_text() if log.exists() else ""
         seconds = _seconds_per_unit(paper, run, text)

@@ -24,7 +24,7 @@ import torch
 from common import row, seconds, write
 
 from fedrepro.algorithms.fedsc.base import SSLData
-from fedrepro.algorithms.fedsc.sc import FedSC
+from fedrepro.algorithms.fedsc.fedsc import FedSC
 from fedrepro.fl.device import pick_device
 
 ENCODER = {"name": "fixup_resnet20", "kwargs": {"widen_factor": 8}}

@@ -93,7 +93,10 @@ def text_only(diff: str) -> bool:
     """True when the mutant changes nothing but the text inside string literals (e.g. a message)."""
     minus = [l[1:] for l in diff.splitlines() if l.startswith("-") and not l.startswith("---")]
     plus = [l[1:] for l in diff.splitlines() if l.startswith("+") and not l.startswith("+++")]
-    norm = lambda lines: [STRING.sub('""', l).strip() for l in lines]
+
+    def norm(lines):
+        return [STRING.sub('""', line).strip() for line in lines]
+
     return bool(minus) and norm(minus) == norm(plus)
 
 
@@ -339,7 +342,7 @@ def main(argv=None) -> None:
             if not mutants:
                 sys.exit(f"no mutants found for {module}; see {log}")
             result = summarise(module, mutants, equivalent)
-            result.update(commit=git_commit(root), date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            result.update(commit=git_commit(root), date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                           tests=module_tests(root, module), wall_s=round(wall, 1), stopped=stopped, tool="mutmut 3.8.1",
                           population=population, sample=None if chosen is None else len(chosen), seed=args.seed,
                           mutants=mutants)

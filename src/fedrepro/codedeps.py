@@ -65,7 +65,7 @@ def _absolute(node: ast.ImportFrom, name: str, src: Path) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def direct_imports(name: str, src: Path = SRC) -> frozenset[str]:
     """The fedrepro modules that module `name` may import (at any depth of its code)."""
     path = module_file(name, src)
@@ -88,7 +88,7 @@ def direct_imports(name: str, src: Path = SRC) -> frozenset[str]:
     return frozenset(m for m in found if module_file(m, src) is not None and m != name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def closure(entry: str, src: Path = SRC) -> tuple[str, ...]:
     """Every fedrepro module a job with entry point `entry` ("module:function") may run."""
     roots = [entry.partition(":")[0], *ALWAYS]
@@ -139,7 +139,7 @@ def module_of_fingerprint(path: str | Path) -> str:
     return Path(path).name.removesuffix(FINGERPRINT_SUFFIX)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def write_fingerprint(folder: str | Path, name: str, src: Path = SRC) -> Path:
     """Write module `name`'s fingerprint file unless it already holds the current hash
     (a file rewritten with equal content would still look new to Snakemake). Once per

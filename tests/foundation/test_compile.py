@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fedrepro.algorithms.baselines.fedavg import FedAvg
-from fedrepro.algorithms.fedsc.sc import FedSC
+from fedrepro.algorithms.fedsc.fedsc import FedSC
 from fedrepro.data.tensors import TensorData
 from fedrepro.experiments import fedavg as fedavg_plan
 from fedrepro.experiments import training_options

@@ -14,10 +14,20 @@ import pytest
 import torch
 
 from fedrepro.eval import fairness, probe
-from fedrepro.eval.health import (OK, Health, cell_status, chance_margin, check_chance, check_collapse,
-                                  check_finite, effective_rank, majority_rate, verdict, worst)
+from fedrepro.eval.health import (
+    OK,
+    Health,
+    cell_status,
+    chance_margin,
+    check_chance,
+    check_collapse,
+    check_finite,
+    effective_rank,
+    majority_rate,
+    verdict,
+    worst,
+)
 from fedrepro.eval.knn import knn_accuracy
-
 
 # ------------------------------------------------------------------------------------ health
 

@@ -17,10 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedrepro.fl import batched, seeding
+from fedrepro.fl import batched, runner, seeding
 from fedrepro.fl.aggregate import normalised, weighted_average
 from fedrepro.fl.device import pick_device
-from fedrepro.fl import runner
 from fedrepro.fl.loop import Checkpoint, parse_minutes, run_rounds
 from fedrepro.fl.optim import SGD
 from fedrepro.fl.precision import Precision

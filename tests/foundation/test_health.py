@@ -4,8 +4,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedrepro.eval.health import (Health, cell_status, check_chance, check_collapse, check_finite,
-                                  effective_rank, verdict, worst)
+from fedrepro.eval.health import (
+    Health,
+    cell_status,
+    check_chance,
+    check_collapse,
+    check_finite,
+    effective_rank,
+    verdict,
+    worst,
+)
 from fedrepro.report.tables import compare, wide
 
 

@@ -30,7 +30,10 @@ def broadcast(params: Params, count: int) -> Params:
     return {name: p.unsqueeze(0).expand(count, *p.shape).clone() for name, p in params.items()}
 
 
-def cross_entropy_loss(model: torch.nn.Module, precision: Precision = Precision()) -> Callable:
+FP32 = Precision()   # the default: fp32 forward passes, NCHW, not compiled
+
+
+def cross_entropy_loss(model: torch.nn.Module, precision: Precision = FP32) -> Callable:
     """loss(params, x, y) of `model` evaluated functionally, its forward pass in `precision`."""
     buffers = dict(model.named_buffers())
 

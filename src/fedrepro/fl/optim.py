@@ -21,7 +21,6 @@ from collections.abc import Iterable
 
 import torch
 
-
 # On the CPU a foreach op runs tensor after tensor, so one op over a whole ResNet-18 (47 MB) streams
 # it through memory once per op: 3x slower than the per-tensor loop there, while many small tensors
 # are 1.8x faster. Groups of at most this many elements keep a group in cache (L2) between ops.

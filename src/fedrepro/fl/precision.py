@@ -71,7 +71,7 @@ class Precision:
     compile: bool = False
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "Precision":
+    def from_spec(cls, spec: dict) -> Precision:
         name = spec.get("precision", TRAINING_DEFAULTS["precision"])
         if name not in PRECISIONS:
             raise ValueError(f"config key 'precision': {name!r} is not allowed (allowed: {', '.join(PRECISIONS)})")

@@ -20,7 +20,7 @@ def clients_per_round(num_clients: int, fraction: float, minimum: int = 1) -> in
     (Python's `round`: halves go to the even neighbour, 2.5 -> 2), then held in [minimum, K].
 
     The rule for every method that samples a fraction of its clients. FedSC keeps its own rule
-    (`fedrepro.algorithms.fedsc.base.clients_per_round`: its official code's max(floor(C K), 2),
+    (`fedrepro.algorithms.fedsc.participation.clients_per_round`: its authors' max(int(C K), 2),
     the 2/5, 2/10 and 4/20 columns of FedSC's Tables 2-5), which differs: 1 here, 2 there for
     C = 0.2 and K = 5.
     """
