@@ -12,6 +12,7 @@ from fedrepro.algorithms.dpzv.base import Client, VFLAlgorithm, VFLSettings, bui
 from fedrepro.algorithms.dpzv.dpzv import DPZV
 from fedrepro.algorithms.dpzv.vafl import VAFL
 from fedrepro.algorithms.dpzv.vfl_czofo import VFLCZOFO
+from fedrepro.data.partition import vertical_partition
 from fedrepro.fl.loop import Checkpoint, run_rounds
 from tests.dpzv.conftest import tiny_images, tiny_settings
 
@@ -148,7 +149,6 @@ def test_evaluation_uses_fresh_embeddings_and_keeps_the_best_validation_model(ti
 
 def test_validation_on_the_test_set_reports_the_test_numbers(tiny_data):
     x_tr, y_tr, x_te, y_te = tiny_images()
-    from fedrepro.data.partition import vertical_partition
 
     p = vertical_partition((1, 8, 8), "rows", 2)
     data = build_vfl_data(x_tr, y_tr, x_te, y_te, p.features, p.feature_shapes, 3, "image", val="test")
@@ -186,7 +186,6 @@ def test_settings_accept_the_edges_of_their_ranges():
 @pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1])
 def test_holdout_fraction_must_lie_strictly_between_0_and_1(fraction):
     x_tr, y_tr, x_te, y_te = tiny_images()
-    from fedrepro.data.partition import vertical_partition
 
     p = vertical_partition((1, 8, 8), "rows", 2)
     with pytest.raises(ValueError, match="val_fraction"):
@@ -195,7 +194,6 @@ def test_holdout_fraction_must_lie_strictly_between_0_and_1(fraction):
 
 def test_holdout_is_a_seeded_disjoint_split_of_the_training_set():
     x_tr, y_tr, x_te, y_te = tiny_images()
-    from fedrepro.data.partition import vertical_partition
 
     p = vertical_partition((1, 8, 8), "rows", 2)
     x_tr = np.arange(96 * 64).reshape(96, 1, 8, 8) % 251  # rows told apart by their pixels
@@ -236,3 +234,37 @@ def test_first_order_checkpoint_resume_is_bit_exact(cls, tiny_data, tmp_path):
     torch.manual_seed(123)
     resumed = run_rounds(cls(tiny_data, settings, seed=3), 2, ckpt)
     pd.testing.assert_frame_equal(resumed, straight)
+
+
+# ------------------------------------------------------------------------------------ random streams
+
+def test_every_party_draws_from_its_own_random_stream(tiny_data):
+    """Clients, server and schedule each own a generator: no two produce the same draws."""
+    algo = DPZV(tiny_data, tiny_settings(extra=SGD_SERVER), seed=0)
+    numpy_streams = [c.rng for c in algo.clients] + [algo.server.rng, algo.schedule_rng]
+    windows = []
+    for stream in numpy_streams:  # the next 1000 raw words of each stream: no word in two streams
+        twin = np.random.default_rng()
+        twin.bit_generator.state = stream.bit_generator.state
+        windows.append(set(twin.bit_generator.random_raw(1000).tolist()))
+    assert sum(len(w) for w in windows) == len(set().union(*windows))
+    torch_streams = [c.noise for c in algo.clients] + [algo.server.noise]
+    draws = []
+    for stream in torch_streams:
+        twin = torch.Generator()
+        twin.set_state(stream.get_state())
+        draws.append(float(torch.randn((), generator=twin)))
+    assert len(set(draws)) == len(draws)
+
+
+def test_image_clients_take_the_channels_of_their_slice():
+    """A client's first layer reads as many channels as its slice has (3 for colour images)."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(40, 3, 8, 8)).astype(np.uint8)
+    y = rng.integers(0, 3, size=40)
+    p = vertical_partition((3, 8, 8), "rows", 2)
+    data = build_vfl_data(x[:32], y[:32], x[32:], y[32:], p.features, p.feature_shapes, 3, "image")
+    algo = DPZV(data, tiny_settings(extra=SGD_SERVER), seed=0)
+    first = next(m for m in algo.clients[0].model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert first.in_channels == 3
+    assert algo.clients[0].model(data.train[0][:2]).shape == (2, 4)

@@ -93,3 +93,64 @@ def test_measured_rounds_train_client_0_only(tiny_data):
     moved = [not all(torch.equal(a, b) for a, b in zip(old, c.params)) for old, c in zip(before, algo.clients)]
     assert moved == [True, False]
     assert record["model_bytes"] == sum(p.numel() * 4 for p in algo.clients[0].model.parameters())
+
+
+class FakeAllocator:
+    """The CUDA caching allocator's counters, driven by hand (the test machine may have no GPU)."""
+
+    def __init__(self, allocated: int, reserved: int):
+        self.allocated, self.reserved = allocated, reserved
+        self.peak, self.peak_reserved = allocated, reserved
+
+    def use(self, nbytes: int) -> None:
+        self.allocated += nbytes
+        self.reserved = max(self.reserved, self.allocated + 1024)
+        self.peak = max(self.peak, self.allocated)
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def reset_peak_memory_stats(self, device) -> None:
+        self.peak, self.peak_reserved = self.allocated, self.reserved
+
+    def install(self, monkeypatch) -> None:
+        for name, value in {"synchronize": lambda device=None: None,
+                            "memory_allocated": lambda device=None: self.allocated,
+                            "memory_reserved": lambda device=None: self.reserved,
+                            "max_memory_allocated": lambda device=None: self.peak,
+                            "max_memory_reserved": lambda device=None: self.peak_reserved,
+                            "reset_peak_memory_stats": self.reset_peak_memory_stats}.items():
+            monkeypatch.setattr(torch.cuda, name, value)
+
+
+class ScriptedRounds:
+    """An algorithm whose rounds allocate known bytes: the warm-up keeps 500 and passes through 2000
+    more; each measured round passes through 300."""
+
+    def __init__(self, allocator: FakeAllocator):
+        self.device = torch.device("cuda")
+        self.clients = [type("C", (), {"model": torch.nn.Linear(10, 10), "next_batch": lambda self: [0]})()]
+        self.allocator, self.calls = allocator, []
+
+    def exchange(self, m, ids):
+        transient = 2000 if not self.calls else 300
+        self.calls.append(m)
+        if len(self.calls) == 1:
+            self.allocator.use(500)
+        self.allocator.use(transient)
+        self.allocator.use(-transient)
+
+
+def test_gpu_measure_is_the_allocators_peak_after_the_warmup_over_the_start(monkeypatch):
+    """cuda_allocator: peak extra = max allocated during the measured rounds (peak reset after the
+    warm-up) minus what was allocated before the warm-up; the warm-up's lasting 500 bytes count."""
+    allocator = FakeAllocator(allocated=10_000, reserved=11_000)
+    allocator.install(monkeypatch)
+    algo = ScriptedRounds(allocator)
+    record = measure_rounds(algo, rounds=2, warmup=1)
+    model_bytes = 110 * 4
+    assert algo.calls == [0, 0, 0]
+    assert record["measure"] == "cuda_allocator" and record["model_bytes"] == model_bytes
+    assert record["peak_extra_bytes"] == 500 + 300
+    assert record["ratio"] == (model_bytes + 800) / model_bytes
+    reserved = 10_000 + 500 + 2000 + 1024 - 11_000  # the warm-up's reservation stays: the allocator keeps it
+    assert record["peak_reserved_extra_bytes"] == reserved
+    assert record["reserved_ratio"] == (model_bytes + reserved) / model_bytes
