@@ -73,3 +73,7 @@ def test_planner_routes_each_method_by_its_traits():
         traits = METHODS[run.method].traits
         assert (run.partition is not None) == ("federated" in traits), run.key
         assert ("eta_w" in run.spec["train"]) == ("sgda" in traits), run.key
+
+
+def test_panel_titles_name_every_private_method():
+    assert set(report.TITLE_NAMES) == set(with_trait("private"))

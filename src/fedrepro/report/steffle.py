@@ -32,6 +32,9 @@ from fedrepro.report import tables as table_io
 from fedrepro.report.runs import identity
 
 LABELS = {name: row.label for name, row in METHODS.items()}     # legend order = the table's order
+# short names of the private methods for panel titles (the legend has the labels); others show their name
+TITLE_NAMES = {"steffle": "SteFFLe", "dp_fermi": "DP-FERMI", "tran2021": "Tran", "ling2024": "Ling",
+               "ling2024_groupgap": "Ling-gap"}
 FEDERATED = with_trait("federated")
 NON_FAIR = without_trait("fair")
 VIOLATION = {"dp": "dp_violation", "eo": "eo_violation"}
@@ -85,9 +88,7 @@ def realised_label(eps, realised: dict[str, float]) -> str:
     """'eps=3 (realised: SteFFLe 3.05, Ling 2.85)' and a warning when the methods' realised values differ."""
     if not realised:
         return f"eps={eps}"
-    short = {"steffle": "SteFFLe", "dp_fermi": "DP-FERMI", "tran2021": "Tran", "ling2024": "Ling",
-             "ling2024_groupgap": "Ling-gap"}
-    text = ", ".join(f"{short.get(m, m)} {v:.3g}" for m, v in sorted(realised.items()))
+    text = ", ".join(f"{TITLE_NAMES.get(m, m)} {v:.3g}" for m, v in sorted(realised.items()))
     values = [v for v in realised.values() if np.isfinite(v)]
     flag = " UNEQUAL" if values and max(values) > EPS_TOLERANCE * min(values) else ""
     return f"eps={eps} (realised: {text}){flag}"
