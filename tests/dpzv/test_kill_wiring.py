@@ -65,6 +65,12 @@ def test_every_method_records_the_library_accountant_it_was_given(cls, tiny_data
     assert record["library_method"] == "pld" and math.isfinite(record["eps_library"])
 
 
+@pytest.mark.parametrize("cls", [DPZV, VAFL, ZOOVFL])
+def test_every_privacy_record_names_the_mechanism_it_accounts_for(cls, tiny_data):
+    record = cls(tiny_data, tiny_settings(eps=1.0, extra={"server_update": "sgd"}), seed=0).privacy()
+    assert isinstance(record["mechanism"], str) and "Gaussian" in record["mechanism"]
+
+
 def test_zoo_vfl_records_its_clip_and_steps_an_sgd_server_with_the_shared_momentum(tiny_data):
     algo = ZOOVFL(tiny_data, tiny_settings(momentum=0.6, extra={"server_update": "sgd", "embed_clip": 0.7}), seed=0)
     assert algo.privacy()["embed_clip"] == 0.7
