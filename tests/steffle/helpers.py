@@ -32,6 +32,19 @@ def synthetic(n=600, d=6, seed=0, minority=0.35, silos=3):
     return FairData.from_arrays(x[:n_tr], y[:n_tr], s[:n_tr], x[n_tr:], y[n_tr:], s[n_tr:], parts)
 
 
+def prepared_synthetic(tmp_path):
+    """The synthetic fair-tabular data set as the pipeline prepares it, and 3 silos (h = 0.75)."""
+    from fedrepro.data.arrays import load_prepared
+    from fedrepro.data.partition import age_partition, save_partition
+    from fedrepro.data.prepare import prepare_dataset
+
+    folder = prepare_dataset("synthetic_tabular", tmp_path / "data", tmp_path / "raw", {"n": 1200})
+    prepared = load_prepared(folder)
+    part = tmp_path / "part.npz"
+    save_partition(age_partition(prepared.extras["age_train"], 3, 0.75), part)
+    return folder / "arrays.npz", part
+
+
 class ServerInbox(Wire):
     """Keeps what the server receives: {(round, silo, kind): tensor}."""
 

@@ -11,7 +11,7 @@ from fedrepro.experiments import steffle as plan
 from fedrepro.report import steffle as report
 from tests.foundation.conftest import Killed
 
-from .helpers import pipeline_config
+from .helpers import pipeline_config, prepared_synthetic
 
 
 def _config():
@@ -80,24 +80,12 @@ def test_envelope_reduction_by_hand():
     assert report.reduction(base, base) == pytest.approx(0.0)
 
 
-def _prepared(tmp_path):
-    from fedrepro.data.arrays import load_prepared
-    from fedrepro.data.partition import age_partition, save_partition
-    from fedrepro.data.prepare import prepare_dataset
-
-    folder = prepare_dataset("synthetic_tabular", tmp_path / "data", tmp_path / "raw", {"n": 1200})
-    prepared = load_prepared(folder)
-    part = tmp_path / "part.npz"
-    save_partition(age_partition(prepared.extras["age_train"], 3, 0.75), part)
-    return folder / "arrays.npz", part
-
-
 @pytest.mark.parametrize("method", ["steffle", "tran2021", "ling2024", "fedavg"])
 def test_job_end_to_end(tmp_path, method):
     from fedrepro.algorithms.steffle import jobs
     from fedrepro.pipeline import make_job
 
-    data, part = _prepared(tmp_path)
+    data, part = prepared_synthetic(tmp_path)
     train = {"batch": 64, "epochs": 2, "eval_every": 1}
     if method in ("steffle", "fedavg"):
         train.update({"eta_w": 1.0, "clip": 2.0, "radius": 2.0})
@@ -148,7 +136,7 @@ def test_adding_a_lambda_trains_only_the_new_cells(tmp_path, caplog):
     from fedrepro.algorithms.steffle import jobs
     from fedrepro.pipeline import make_job
 
-    data, part = _prepared(tmp_path)
+    data, part = prepared_synthetic(tmp_path)
     out = tmp_path / "steffle" / "runs" / "synthetic_tabular" / "steffle" / "dp_N3_h0.75" / "s0_1"
     outputs = {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")}
     base = {"method": "steffle", "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": [3],
@@ -187,7 +175,7 @@ def test_a_job_checkpoints_every_checkpoint_every_epochs(tmp_path, monkeypatch):
 
     saved = []
     monkeypatch.setattr(Checkpoint, "save", lambda self, algorithm, done, rows: saved.append(done))
-    data, part = _prepared(tmp_path)
+    data, part = prepared_synthetic(tmp_path)
     spec = {"method": "fedavg", "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": ["inf"], "lambdas": [0.0],
             "train": {"batch": 64, "epochs": 5, "eval_every": 5}, "checkpoint_every": 2}
     out = tmp_path / "steffle" / "runs" / "synthetic_tabular" / "fedavg" / "N3_h0.75" / "s0_1"
@@ -202,7 +190,7 @@ def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_numbers(tmp_path, 
     from fedrepro.algorithms.steffle.base import GridTrainer
     from fedrepro.pipeline import make_job
 
-    data, part = _prepared(tmp_path)
+    data, part = prepared_synthetic(tmp_path)
     spec = {"method": "steffle", "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": [3], "lambdas": [0.0, 1.0],
             "train": {"batch": 64, "epochs": 3, "eval_every": 1, "eta_w": 1.0, "clip": 2.0, "radius": 2.0},
             "checkpoint_every": 1}

@@ -19,15 +19,11 @@ Which method is federated, private, fair or trained by SGDA is read from the met
 
 from __future__ import annotations
 
-from fedrepro.algorithms.steffle import with_trait, without_trait
+from fedrepro.algorithms.steffle import has_trait
 from fedrepro.data.partition import make_tag
 from fedrepro.experiments import Run, number_tag
 
 PAPER = "steffle"
-FEDERATED = with_trait("federated")
-PRIVATE = with_trait("private")
-SGDA_METHODS = with_trait("sgda")
-NON_FAIR = without_trait("fair")
 FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5")
 COMPARISON_FIGURES = ("fig1", "fig3", "fig4", "fig5")
 TABLES = ("points", "headline", "claims", "privacy", "eta_w")
@@ -40,13 +36,13 @@ def partition_tag(section: dict, num_silos: int, h: float) -> str:
 
 def setting_tag(fairness: str, method: str, num_silos: int, h: float, variant: str = "") -> str:
     """e.g. dp_N3_h0.75, eo_central; non-fair methods do not depend on the notion: N3_h0, central."""
-    silos = f"N{num_silos}_h{number_tag(h)}" if method in FEDERATED else "central"
-    base = silos if method in NON_FAIR else f"{fairness}_{silos}"
+    silos = f"N{num_silos}_h{number_tag(h)}" if has_trait(method, "federated") else "central"
+    base = f"{fairness}_{silos}" if has_trait(method, "fair") else silos
     return base + (f"_{variant}" if variant else "")
 
 
 def _train_spec(section: dict, method: str, overrides: dict | None = None) -> dict:
-    if method in SGDA_METHODS:
+    if has_trait(method, "sgda"):
         spec = dict(section["train"])
     else:
         shared = {k: section["train"][k] for k in ("batch", "epochs", "eta_theta", "lr_decay", "decay_every",
@@ -80,9 +76,9 @@ def _panels(section: dict) -> list[dict]:
 
 
 def _family_key(p: dict) -> tuple:
-    n, h = (p["num_silos"], p["h"]) if p["method"] in FEDERATED else (1, 0.0)
+    n, h = (p["num_silos"], p["h"]) if has_trait(p["method"], "federated") else (1, 0.0)
     h = 0.0 if n == 1 else h            # one silo holds all the data whatever h is
-    fairness = "dp" if p["method"] in NON_FAIR else p["fairness"]
+    fairness = p["fairness"] if has_trait(p["method"], "fair") else "dp"
     return (p["dataset"], p["method"], fairness, n, float(h))
 
 
@@ -129,11 +125,11 @@ def _eps_sorted(values) -> list:
 def _run(section, config, dataset, method, fairness, n, h, eps_set, variant="", overrides=None,
          lambdas=None) -> Run:
     spec = {"method": method, "fairness": fairness, "num_silos": n, "h": float(h),
-            "epsilons": _eps_sorted(eps_set) if method in PRIVATE else ["inf"],
-            "lambdas": [0.0] if method in NON_FAIR else [float(v) for v in (lambdas or section["lambdas"])],
+            "epsilons": _eps_sorted(eps_set) if has_trait(method, "private") else ["inf"],
+            "lambdas": [float(v) for v in (lambdas or section["lambdas"])] if has_trait(method, "fair") else [0.0],
             "train": _train_spec(section, method, overrides),
             "checkpoint_every": config.get("checkpoint_every", 1)}
-    partition = partition_tag(section, n, h) if method in FEDERATED else None
+    partition = partition_tag(section, n, h) if has_trait(method, "federated") else None
     return Run(dataset, method, setting_tag(fairness, method, n, h, variant), spec, partition)
 
 
@@ -185,7 +181,7 @@ def check(config: dict) -> list[str]:
                 errors.append(f"config key '{PAPER}.figures.{name}.methods': {method!r} is not in "
                               f"{PAPER}.methods {section['methods']}")
     for method in section["methods"]:
-        if method not in SGDA_METHODS and method not in section["baselines"]:
+        if not has_trait(method, "sgda") and method not in section["baselines"]:
             errors.append(f"config key '{PAPER}.baselines': missing the settings of {method!r}")
     return errors
 

@@ -31,12 +31,9 @@ from fedrepro.report import figures
 from fedrepro.report import tables as table_io
 from fedrepro.report.runs import identity
 
-LABELS = {name: row.label for name, row in METHODS.items()}     # legend order = the table's order
 # short names of the private methods for panel titles (the legend has the labels); others show their name
 TITLE_NAMES = {"steffle": "SteFFLe", "dp_fermi": "DP-FERMI", "tran2021": "Tran", "ling2024": "Ling",
                "ling2024_groupgap": "Ling-gap"}
-FEDERATED = with_trait("federated")
-NON_FAIR = without_trait("fair")
 VIOLATION = {"dp": "dp_violation", "eo": "eo_violation"}
 GRID = 50
 EPS_TOLERANCE = 1.1      # realised epsilons within 10 % count as equal privacy
@@ -97,8 +94,8 @@ def realised_label(eps, realised: dict[str, float]) -> str:
 def panel_points(points: pd.DataFrame, dataset, fairness, num_silos, h, eps, methods) -> pd.DataFrame:
     """Rows of one panel: federated methods at (N, h), central ones everywhere; private at eps."""
     rows = points[(points["dataset"] == dataset) & points["method"].isin(methods)]
-    rows = rows[(rows["fairness"] == fairness) | rows["method"].isin(NON_FAIR)]
-    fed = rows["method"].isin(FEDERATED)
+    rows = rows[(rows["fairness"] == fairness) | rows["method"].isin(without_trait("fair"))]
+    fed = rows["method"].isin(with_trait("federated"))
     h = 0.0 if num_silos == 1 else h                     # one silo holds all the data whatever h is
     rows = rows[~fed | ((rows["num_silos"] == num_silos) & np.isclose(rows["h"], h))]
     rows = rows[(rows["eps_value"] == float(eps)) | np.isinf(rows["eps_value"])]
@@ -181,8 +178,8 @@ def comparison_figure(job, points: pd.DataFrame) -> None:
         rows = panel_points(points, fig_cfg["dataset"], fig_cfg["fairness"], fig_cfg["num_silos"], h, eps,
                             [m for m in fig_cfg["methods"] if m not in hide])
         curve = curves(rows)
-        for method in [m for m in LABELS if m in set(curve["method"])]:
-            _draw(ax, curve[curve["method"] == method], LABELS[method])
+        for method in [m for m in METHODS if m in set(curve["method"])]:     # legend in the table's order
+            _draw(ax, curve[curve["method"] == method], METHODS[method].label)
         label = realised_label(eps, realised_by_method(rows)).replace(" (realised:", "\n(tight eps:")
         ax.set_title(f"h={h}, {label}", fontsize=5)
         ax.set_xlabel(f"{notion} violation")

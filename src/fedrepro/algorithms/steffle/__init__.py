@@ -48,3 +48,8 @@ def with_trait(trait: str) -> tuple[str, ...]:
 def without_trait(trait: str) -> tuple[str, ...]:
     """The methods that lack `trait`, in report order."""
     return tuple(name for name, row in METHODS.items() if trait not in row.traits)
+
+
+def has_trait(method: str, trait: str) -> bool:
+    """Whether `method`'s row has `trait` (read at call time, so a new row needs no other edit)."""
+    return trait in METHODS[method].traits

@@ -43,13 +43,11 @@ from fedrepro.fl.loop import Checkpoint
 from fedrepro.pipeline import atomic_write, claim_scratch, fingerprint
 from fedrepro.privacy import steffle as accounting
 
-from . import METHODS, with_trait
+from . import METHODS, has_trait
 from .base import BatchSchedule, FairData
 
 log = logging.getLogger(__name__)
 
-FEDERATED = with_trait("federated")
-CENTRAL = with_trait("central")
 
 
 def load_data(job) -> FairData:
@@ -57,7 +55,7 @@ def load_data(job) -> FairData:
     for key in ("s_train", "s_test"):
         if key not in prepared.extras:
             raise KeyError(f"{job.input['data']}: SteFFLe needs the sensitive attribute {key!r}")
-    if job.spec["method"] in FEDERATED:
+    if has_trait(job.spec["method"], "federated"):
         silos = load_partition(job.input["partition"]).clients
     else:
         silos = [np.arange(len(prepared.y_train))]
@@ -68,9 +66,8 @@ def load_data(job) -> FairData:
 def grid(spec: dict) -> tuple[list, list[float]]:
     """(eps, lambda) of every setting, eps-major; non-private / non-fair methods collapse their axis."""
     method = spec["method"]
-    traits = METHODS[method].traits
-    epsilons = list(spec["epsilons"]) if "private" in traits else ["inf"]
-    lambdas = [float(v) for v in spec["lambdas"]] if "fair" in traits else [0.0]
+    epsilons = list(spec["epsilons"]) if has_trait(method, "private") else ["inf"]
+    lambdas = [float(v) for v in spec["lambdas"]] if has_trait(method, "fair") else [0.0]
     return [(e, lam) for e in epsilons for lam in lambdas], epsilons
 
 
@@ -97,7 +94,7 @@ def build(spec: dict, data: FairData, seeds: list[int], only: list | None = None
     method = spec["method"]
     if method not in METHODS:
         raise KeyError(f"unknown SteFFLe method {method!r}; allowed values: {', '.join(METHODS)}")
-    if method in CENTRAL:
+    if has_trait(method, "central"):
         data = data.centralised()
     settings, epsilons = grid(spec)
     settings = settings if only is None else list(only)
@@ -210,7 +207,7 @@ def run_job(job) -> None:
     log.info("trained %d of %d (eps, lambda) cells; %d from the cell cache", len(todo), len(settings), len(cached))
     if rounds is None:
         cfg = method_module(job.spec["method"]).config(job.spec)
-        sizes = [len(data.y)] if job.spec["method"] in CENTRAL else data.silo_sizes
+        sizes = [len(data.y)] if has_trait(job.spec["method"], "central") else data.silo_sizes
         rounds = cfg.epochs * BatchSchedule(sizes, cfg.batch, cfg.sampling).rounds_per_epoch
     summary = {"spec": job.spec, "rounds": rounds, "privacy": privacy, "seconds": time.time() - start,
                "models": len(job.seeds) * len(settings), "cells_trained": len(todo), "cells_cached": len(cached),
