@@ -67,6 +67,10 @@ def test_figures_and_checks():
     bad = copy.deepcopy(cfg)
     bad["steffle"]["figures"]["fig1"]["methods"] = ["steffle", "nope"]
     assert any("nope" in e for e in plan.check(bad))
+    by_figure = plan.figure_runs(cfg)
+    assert plan.runs_of_figure(by_figure, "fig2") == by_figure["fig2"]
+    with pytest.raises(ValueError, match="steffle.figures.fig4.enabled: true"):
+        plan.runs_of_figure(by_figure, "fig4")
 
 
 def test_envelope_reduction_by_hand():

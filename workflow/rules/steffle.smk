@@ -44,10 +44,11 @@ rule steffle_figure:
     input:
         metrics=lambda w: [
             f"{folder}/metrics.parquet"
-            for folder in run_folders("steffle", STEFFLE_FIGURE_RUNS[w.figure])
+            for folder in run_folders("steffle", steffle_plan.runs_of_figure(STEFFLE_FIGURE_RUNS, w.figure))
         ],
         summaries=lambda w: [
-            f"{folder}/summary.json" for folder in run_folders("steffle", STEFFLE_FIGURE_RUNS[w.figure])
+            f"{folder}/summary.json"
+            for folder in run_folders("steffle", steffle_plan.runs_of_figure(STEFFLE_FIGURE_RUNS, w.figure))
         ],
         code=code_for("fedrepro.report.steffle:figure"),
     output:

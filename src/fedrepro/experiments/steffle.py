@@ -147,6 +147,14 @@ def figure_runs(config: dict) -> dict[str, list[Run]]:
     return out
 
 
+def runs_of_figure(runs_by_figure: dict[str, list[Run]], name: str) -> list[Run]:
+    """`figure_runs(config)[name]`; asking for a disabled figure says how to enable it."""
+    if name not in runs_by_figure:
+        raise ValueError(f"SteFFLe {name} is disabled in this config: set steffle.figures.{name}.enabled: true "
+                         "(fig4 needs the Retired Adult file, downloaded or pre-staged under data_root)")
+    return runs_by_figure[name]
+
+
 def figure_spec(config: dict, name: str) -> dict:
     """What a figure's report job needs: its panel layout and the scale."""
     section = config[PAPER]
