@@ -104,6 +104,16 @@ def _mnist(name: str, md5: str) -> RawFile:
     return RawFile(name, tuple(m + name for m in _MNIST_MIRRORS), md5=md5)
 
 
+def _cifar(name: str, md5: str) -> Source:
+    """CIFAR-10 and CIFAR-100: one archive each, from the same page and report."""
+    return Source(
+        files=(RawFile(name, (f"https://www.cs.toronto.edu/~kriz/{name}",), md5=md5),),
+        homepage="https://www.cs.toronto.edu/~kriz/cifar.html",
+        licence="no licence stated by the authors; cite the tech report",
+        citation="Krizhevsky 2009, Learning multiple layers of features from tiny images",
+    )
+
+
 # Checksums are the ones torchvision / torchtext pin for the same files unless noted.
 SOURCES: dict[str, Source] = {
     "mnist": Source(
@@ -117,20 +127,8 @@ SOURCES: dict[str, Source] = {
         licence="CC BY-SA 3.0 (Y. LeCun and C. Cortes)",
         citation="LeCun et al. 1998, Gradient-based learning applied to document recognition",
     ),
-    "cifar10": Source(
-        files=(RawFile("cifar-10-python.tar.gz", ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
-                       md5="c58f30108f718f92721af3b95e74349a"),),
-        homepage="https://www.cs.toronto.edu/~kriz/cifar.html",
-        licence="no licence stated by the authors; cite the tech report",
-        citation="Krizhevsky 2009, Learning multiple layers of features from tiny images",
-    ),
-    "cifar100": Source(
-        files=(RawFile("cifar-100-python.tar.gz", ("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",),
-                       md5="eb9058c3a382ffc7106e4002c42a8d85"),),
-        homepage="https://www.cs.toronto.edu/~kriz/cifar.html",
-        licence="no licence stated by the authors; cite the tech report",
-        citation="Krizhevsky 2009, Learning multiple layers of features from tiny images",
-    ),
+    "cifar10": _cifar("cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a"),
+    "cifar100": _cifar("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"),
     "svhn": Source(
         files=(
             RawFile("train_32x32.mat", ("http://ufldl.stanford.edu/housenumbers/train_32x32.mat",),
