@@ -168,3 +168,38 @@ def test_calibrated_noise_meets_the_label_where_the_theorem_overshoots():
         theorem["sigma_theta"][1] / theorem["sigma_w"][1])
     with pytest.raises(ValueError, match="noise"):
         accounting.steffle_noise(3, noise="exact", **args)
+
+
+def _trainers(data, sigma):
+    """One of each trainer family, all private at `sigma` (multiplier for the baselines)."""
+    from fedrepro.algorithms.steffle.baselines import BaselineConfig
+    from fedrepro.algorithms.steffle.ling2024 import FedFDPTrainer, GroupGapTrainer
+    from fedrepro.algorithms.steffle.tran2021 import TranTrainer
+
+    N, base = data.num_silos, BaselineConfig(batch=32, epochs=2, eval_every=2)
+    return {"steffle": SteffleTrainer(data, _cfg(batch=32), [0, 1], [1.0], np.full((1, N), sigma),
+                                      np.full((1, N), sigma)),
+            "tran2021": TranTrainer(data.centralised(), base, [0, 1], [1.0], [sigma]),
+            "ling2024": FedFDPTrainer(data, base, [0, 1], [1.0], [sigma]),
+            "ling2024_groupgap": GroupGapTrainer(data, base, [0, 1], [1.0], [sigma])}
+
+
+def test_every_noise_draw_goes_through_the_mechanism(monkeypatch):
+    """With privacy.mechanisms.gaussian_noise silenced, every private trainer ends where its
+    noiseless twin does (no noise enters another way), and the mechanism draws exactly the
+    standard normals of each seed's noise generator (the numbers before it was used)."""
+    from fedrepro.algorithms.steffle import base
+
+    data = synthetic(n=400, d=4)
+    noiseless = {name: t.run().theta for name, t in _trainers(data, 0.0).items()}
+    noisy = {name: t.run().theta for name, t in _trainers(data, 0.5).items()}
+    assert all(not torch.equal(noisy[name], noiseless[name]) for name in noisy)
+    monkeypatch.setattr(base, "gaussian_noise", lambda shape, sigma, generator: torch.zeros(shape))
+    silenced = {name: t.run().theta for name, t in _trainers(data, 0.5).items()}
+    for name, theta in silenced.items():
+        torch.testing.assert_close(theta, noiseless[name], rtol=0, atol=1e-6, msg=name)
+    monkeypatch.undo()
+    trainer = _trainers(data, 0.5)["steffle"]
+    drawn = trainer.standard_normal((3, 5))
+    expected = torch.stack([torch.randn(3, 5, generator=base.seed_generator(s, "noise")) for s in (0, 1)])
+    assert torch.equal(drawn, expected)
