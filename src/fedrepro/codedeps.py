@@ -3,8 +3,10 @@
 A rule's `params.entry` ("module:function") is the root. `closure(entry)` follows every
 `import` and `from ... import` inside `fedrepro` transitively (static analysis of the
 source, imports inside functions included), the `__init__` of every package on the way
-(Python runs them on import), and "fedrepro.module:attribute" strings (the lazy registries
-of models and methods, resolved by `fedrepro.registry`). `fedrepro.pipeline` and
+(Python runs them on import), "fedrepro.module:attribute" strings (the lazy registries
+of models and methods, resolved by `fedrepro.registry`) and the paper method tables that
+`fedrepro.algorithms.method_table(paper)` imports by name (a call with the paper as a string,
+or as a module-level constant such as `PAPER = "fedal"`). `fedrepro.pipeline` and
 `fedrepro.registry` are roots of every job (workflow/scripts/entry.py runs them).
 
 Code is compared by content, not by file time: `write_fingerprints` writes one small file
@@ -33,6 +35,8 @@ ALWAYS = ("fedrepro.pipeline", "fedrepro.registry")
 REGISTRY_STRING = re.compile(r"^(fedrepro(?:\.\w+)+):\w+$")
 # Files a module reads at run time (relative to the package folder), hashed into its fingerprint.
 DATA_FILES = {"fedrepro.report.tables": "report/published"}
+# The functions of fedrepro.algorithms that import a paper's method table (its PAPERS package).
+TABLE_READERS = ("method_table", "methods", "method_entry")
 FINGERPRINT_SUFFIX = ".sha256"
 
 
@@ -66,13 +70,53 @@ def _absolute(node: ast.ImportFrom, name: str, src: Path) -> str:
 
 
 @functools.cache
+def paper_packages(src: Path = SRC) -> dict[str, str]:
+    """`fedrepro.algorithms.PAPERS` (paper -> the package holding its method table), read from
+    the source tree `src` without importing it."""
+    path = module_file(f"{PACKAGE}.algorithms", src)
+    if path is None:
+        return {}
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and "PAPERS" in _assigned_names(node):
+            return ast.literal_eval(node.value)
+    return {}
+
+
+def _assigned_names(node: ast.Assign | ast.AnnAssign) -> list[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return [target.id for target in targets if isinstance(target, ast.Name)]
+
+
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """The module-level `NAME = "text"` assignments of a module."""
+    return {name: node.value.value for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str) for name in _assigned_names(node)}
+
+
+def _method_tables(tree: ast.Module, src: Path) -> set[str]:
+    """The paper packages whose method table the module reads through TABLE_READERS."""
+    constants, packages = _string_constants(tree), paper_packages(src)
+    found = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        paper = node.args[0]
+        paper = paper.value if isinstance(paper, ast.Constant) else constants.get(getattr(paper, "id", None))
+        if called in TABLE_READERS and paper in packages:
+            found.add(packages[paper])
+    return found
+
+
+@functools.cache
 def direct_imports(name: str, src: Path = SRC) -> frozenset[str]:
     """The fedrepro modules that module `name` may import (at any depth of its code)."""
     path = module_file(name, src)
     if path is None:
         return frozenset()
     tree = ast.parse(path.read_text(), filename=str(path))
-    found: set[str] = set()
+    found: set[str] = _method_tables(tree, src)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)

@@ -60,6 +60,35 @@ def test_closure_follows_imports_lazy_imports_packages_and_registry_strings(tmp_
                      "fedrepro.c.deeper", "fedrepro.d", "fedrepro.d.model"}
 
 
+def test_reading_a_papers_method_table_depends_on_that_table_only(tmp_path):
+    """`method_table(paper)` imports the paper's package by name, which no import statement shows."""
+    src = package_copy(tmp_path, {
+        "pipeline.py": "", "registry.py": "",
+        "algorithms/__init__.py": """
+            PAPERS: dict[str, str] = {"p": "fedrepro.algorithms.p", "q": "fedrepro.algorithms.q"}
+            def method_table(paper): ...
+        """,
+        "algorithms/p/__init__.py": "", "algorithms/q/__init__.py": "",
+        "report/__init__.py": "",
+        "report/p.py": """
+            from fedrepro.algorithms import method_table
+            PAPER = "p"
+            def table(job):
+                return method_table(PAPER)
+        """,
+        "report/q.py": """
+            from fedrepro import algorithms
+            def table(job):
+                return algorithms.method_table("q")
+        """,
+    })
+    def tables(entry):
+        return {m for m in codedeps.closure(entry, src) if m.startswith("fedrepro.algorithms.")}
+
+    assert tables("fedrepro.report.p:table") == {"fedrepro.algorithms.p"}
+    assert tables("fedrepro.report.q:table") == {"fedrepro.algorithms.q"}
+
+
 def test_code_hash_ignores_comments_docstrings_and_layout_but_not_code(tmp_path):
     src = package_copy(tmp_path, {"m.py": '''
         """Module docstring."""
