@@ -116,7 +116,7 @@ def test_steffle_adapters():
     t, n_local, m = 1_200, 7_500, 256
     sw = steffle.sigma_w(1.0, delta, t, n_local, rho)
     theta = steffle.steffle_theta_mechanism(sw, clip=1.0, batch_size=m, local_size=n_local, iterations=t)
-    # spec §5 item 16: z = m sigma_theta / C ~ 34 under add/remove, ~ 17 under replace-one (D = L = 1)
+    # Theorem 3.3 at n = 22,500, 3 silos, T = 1,200, m = 256: z = m sigma_theta / C ~ 34 under add/remove, ~ 17 under replace-one (D = L = 1)
     assert theta.noise_multiplier == pytest.approx(16.8, abs=0.1)
     add_remove = steffle.steffle_theta_mechanism(sw, 1.0, m, n_local, t, adjacency="add_remove")
     assert add_remove.noise_multiplier == pytest.approx(2 * theta.noise_multiplier)
