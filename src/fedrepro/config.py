@@ -254,11 +254,13 @@ def model_fit_errors(key: str, options: dict, dataset: str, dataset_options: dic
     import numpy as np
 
     from fedrepro.data.catalog import DATASETS
+    from fedrepro.data.prepare import resolve_options, sample_shape
 
     info, dataset_options = DATASETS[dataset], dataset_options or {}
-    shape = list(info.input_shape)
-    if info.kind == "image" and "channels" in dataset_options:
-        shape[0] = dataset_options["channels"]
+    try:
+        shape = sample_shape(dataset, resolve_options(dataset, dataset_options))
+    except ValueError:
+        return []  # an unknown data set option: its own check names it
     classes = dataset_options.get("num_classes", info.num_classes)
     errors = []
     if options.get("num_classes", 0) and options["num_classes"] != classes:

@@ -76,11 +76,18 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
     os.close(handle)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are shared like any file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

@@ -32,6 +32,20 @@ def test_atomic_write_serves_writers_that_care_about_the_suffix(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clients.npz"]
 
 
+
+def test_atomic_write_gives_the_mode_a_plain_open_gives(tmp_path):
+    # mkstemp makes 0600 files; a result on a shared cluster folder must follow the umask
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "summary.json", "{}")
+        (tmp_path / "plain.json").write_text("{}")
+    finally:
+        os.umask(mask)
+    assert path.stat().st_mode & 0o777 == (tmp_path / "plain.json").stat().st_mode & 0o777 == 0o644
+
+
 def failing_entry(job):
     raise ValueError("the reason this job failed")
 
