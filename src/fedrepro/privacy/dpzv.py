@@ -58,28 +58,25 @@ SAMPLING = ("Poisson subsampling at q = B/D assumed by every accountant; the run
 
 # ---------------------------------------------------------------------- config values and argument checks
 
-def parse_eps(value) -> float:
-    """eps from config: a positive number or the string "inf" (no privacy)."""
+def _positive_or_inf(name: str, value, infinite: tuple[str, ...]) -> float:
     if isinstance(value, str):
-        if value.strip().lower() in ("inf", "infinity"):
+        if value.strip().lower() in infinite:
             return math.inf
-        raise ValueError(f"eps {value!r}: use a number > 0 or the string 'inf'")
+        raise ValueError(f"{name} {value!r}: use a number > 0 or the string 'inf'")
     value = float(value)
     if not value > 0:
-        raise ValueError(f"eps must be > 0 or 'inf', got {value}")
+        raise ValueError(f"{name} must be > 0 or 'inf', got {value}")
     return value
+
+
+def parse_eps(value) -> float:
+    """eps from config: a positive number or the string "inf" (no privacy)."""
+    return _positive_or_inf("eps", value, ("inf", "infinity"))
 
 
 def parse_clip(value) -> float:
     """A clip threshold from config: a number > 0 or "inf" (no clipping)."""
-    if isinstance(value, str):
-        if value.strip().lower() in ("inf", "infinity", "none"):
-            return math.inf
-        raise ValueError(f"clip {value!r}: use a number > 0 or the string 'inf'")
-    value = float(value)
-    if not value > 0:
-        raise ValueError(f"clip must be > 0 or 'inf', got {value}")
-    return value
+    return _positive_or_inf("clip", value, ("inf", "infinity", "none"))
 
 
 def _check_eps(eps: float) -> float:
