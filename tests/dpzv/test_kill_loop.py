@@ -91,6 +91,8 @@ def test_round_runs_its_share_of_server_rounds_and_reports_it(tiny_data):
         up = sum(msg.nbytes for msg in algo.wire.messages if msg.receiver == "server")
         down = sum(msg.nbytes for msg in algo.wire.messages if msg.receiver != "server")
         assert (row["bytes_up"], row["bytes_down"]) == (up, down)
+    sent_in = [msg.round for msg in algo.wire.messages]  # each message is stamped with its server round
+    assert sent_in == [r for r in range(1, len(seen) + 1) for _ in range(2)]
 
 
 def test_batch_larger_than_the_training_set_is_rejected(tiny_data):
@@ -173,8 +175,8 @@ def test_summary_counts_parameters_and_the_run(tiny_data):
 @pytest.mark.parametrize("bad", [{"batch_size": 0}, {"epochs": 0}, {"evals_per_epoch": 0}, {"embed_dim": 0},
                                  {"server_hidden": 0}, {"momentum": 1.0}, {"momentum": -0.1}, {"delta": 0.0},
                                  {"delta": 1.0}, {"schedule": "round_robin"}, {"table_init": "random"}])
-def test_settings_reject_values_outside_their_range(bad):
-    with pytest.raises(ValueError):
+def test_settings_reject_values_outside_their_range_and_name_the_key(bad):
+    with pytest.raises(ValueError, match=rf"^{next(iter(bad))} "):
         VFLSettings(**bad)
 
 
@@ -190,6 +192,15 @@ def test_holdout_fraction_must_lie_strictly_between_0_and_1(fraction):
     p = vertical_partition((1, 8, 8), "rows", 2)
     with pytest.raises(ValueError, match="val_fraction"):
         build_vfl_data(x_tr, y_tr, x_te, y_te, p.features, p.feature_shapes, 3, "image", val_fraction=fraction)
+
+
+def test_several_views_of_a_client_are_stacked_as_channels():
+    """A multiview client slice (views, c, h, w) reaches its model as (views * c, h, w)."""
+    from fedrepro.algorithms.dpzv.base import _client_view
+
+    x = np.arange(3 * 2 * 2 * 4 * 4).reshape(3, 2, 2, 4, 4)
+    piece = _client_view(x, np.arange(2 * 2 * 4 * 4), (2, 2, 4, 4))
+    assert piece.shape == (3, 4, 4, 4) and np.array_equal(piece, x.reshape(3, 4, 4, 4))
 
 
 def test_holdout_is_a_seeded_disjoint_split_of_the_training_set():

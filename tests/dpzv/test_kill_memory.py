@@ -72,7 +72,8 @@ def test_memory_job_gives_one_batch_per_round_or_the_asked_samples(prepared, tmp
     run_memory_job(prepared, tmp_path, entries)  # 8 asked, (2 + 1) rounds of 8 needed
     run_memory_job(prepared, tmp_path, entries, num_samples=40)
     run_memory_job(prepared, tmp_path, entries, num_samples=1000)  # capped at the 72 training samples
-    assert sizes == [24, 40, 72]
+    table = run_memory_job(prepared, tmp_path, entries, warmup_rounds=2)  # (2 + 2) rounds of 8
+    assert sizes == [24, 40, 72, 32] and table["warmup_rounds"].tolist() == [2]
 
 
 def test_subset_keeps_the_first_training_samples_of_every_client(tiny_data):
@@ -99,6 +100,7 @@ class FakeAllocator:
     """The CUDA caching allocator's counters, driven by hand (the test machine may have no GPU)."""
 
     def __init__(self, allocated: int, reserved: int):
+        self.synchronized = []
         self.allocated, self.reserved = allocated, reserved
         self.peak, self.peak_reserved = allocated, reserved
 
@@ -112,7 +114,7 @@ class FakeAllocator:
         self.peak, self.peak_reserved = self.allocated, self.reserved
 
     def install(self, monkeypatch) -> None:
-        for name, value in {"synchronize": lambda device=None: None,
+        for name, value in {"synchronize": lambda device=None: self.synchronized.append(device),
                             "memory_allocated": lambda device=None: self.allocated,
                             "memory_reserved": lambda device=None: self.reserved,
                             "max_memory_allocated": lambda device=None: self.peak,
@@ -126,7 +128,7 @@ class ScriptedRounds:
     more; each measured round passes through 300."""
 
     def __init__(self, allocator: FakeAllocator):
-        self.device = torch.device("cuda")
+        self.device = torch.device("cuda", 1)  # not the current device: every call must name it
         self.clients = [type("C", (), {"model": torch.nn.Linear(10, 10), "next_batch": lambda self: [0]})()]
         self.allocator, self.calls = allocator, []
 
@@ -148,6 +150,7 @@ def test_gpu_measure_is_the_allocators_peak_after_the_warmup_over_the_start(monk
     record = measure_rounds(algo, rounds=2, warmup=1)
     model_bytes = 110 * 4
     assert algo.calls == [0, 0, 0]
+    assert allocator.synchronized and all(d == algo.device for d in allocator.synchronized)
     assert record["measure"] == "cuda_allocator" and record["model_bytes"] == model_bytes
     assert record["peak_extra_bytes"] == 500 + 300
     assert record["ratio"] == (model_bytes + 800) / model_bytes

@@ -139,13 +139,13 @@ def test_vafl_sends_the_clipped_embedding_plus_a_float64_draw_of_its_own_generat
     assert torch.allclose(payload["h"], clip_rows(h, clip) + sigma * z, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("mode", ["shared", "independent"])
-def test_zoo_vfl_pair_carries_one_or_two_float64_draws(mode, tiny_data):
+@pytest.mark.parametrize("mode, direction", [("shared", "sphere"), ("independent", "gaussian")])
+def test_zoo_vfl_pair_carries_one_or_two_float64_draws(mode, direction, tiny_data):
     """ZOO-VFL: h from w, h' from w + lambda u (u from the returned seed), both clipped; `shared` adds the
     same draw z to both, `independent` draws z then z' in that order."""
     clip = 0.05
-    algo = to_double(ZOOVFL(tiny_data, tiny_settings(eps=1.0, extra={"embed_clip": clip, "zoo_noise": mode}),
-                            seed=0))
+    algo = to_double(ZOOVFL(tiny_data, tiny_settings(eps=1.0, extra={"embed_clip": clip, "zoo_noise": mode,
+                                                                     "direction": direction}), seed=0))
     client = algo.clients[0]
     ids = client.next_batch()
     x = client.x[torch.as_tensor(ids)]

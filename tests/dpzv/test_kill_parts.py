@@ -50,6 +50,22 @@ def test_cell_stamp_depends_on_the_variant_and_settings_not_on_the_variant_list(
     assert cell_fingerprint(job(spec={**base, "lr": 2}), {"eps": 1}) != stamp
 
 
+def test_cell_stamp_depends_on_the_input_files(tmp_path):
+    """A changed data file (or code file: both are inputs) must not reuse a finished cell."""
+    data = tmp_path / "arrays.npz"
+    data.write_bytes(b"first")
+    spec = {"lr": 1, "variants": [{"eps": 1}]}
+    with_input = Job(spec=spec, output={"summary": str(tmp_path / "s.json")}, input={"data": str(data)}, seeds=[0])
+    stamp = cell_fingerprint(with_input, {"eps": 1})
+    data.write_bytes(b"second")
+    assert cell_fingerprint(with_input, {"eps": 1}) != stamp
+
+
+def test_a_cell_keeps_numpy_scalars_as_numbers(tmp_path):
+    save_cell(tmp_path / "cell", "stamp", pd.DataFrame({"seed": [0]}), {"0": {"acc": np.float32(0.25)}})
+    assert load_cell(tmp_path / "cell", "stamp")[1] == {"0": {"acc": 0.25}}
+
+
 def test_a_cell_is_read_back_only_under_its_own_stamp(tmp_path):
     metrics = pd.DataFrame({"seed": [0, 0], "test_acc": [0.5, 0.75]})
     seeds = {"0": {"best": {"test_acc": 0.75}, "eps": math.inf}}
