@@ -44,6 +44,10 @@ def test_a_table_without_a_row_of_the_papers_table_fails(tmp_path, monkeypatch):
     for published in sorted(smoke.PUBLISHED.glob("fedal_table*.csv")):
         pd.read_csv(published).to_csv(tables / f"{published.stem.removeprefix('fedal_')}.csv", index=False)
     smoke.test_every_table_has_the_rows_of_the_papers_table({"results": tmp_path}, "fedal")
+    frame = pd.read_csv(tables / "table9.csv")   # a bracketed note after the row name is not another row
+    frame["row"] = frame["row"] + " [realised PLD ε: CIFAR10 2/10 3.00]"
+    frame.to_csv(tables / "table9.csv", index=False)
+    smoke.test_every_table_has_the_rows_of_the_papers_table({"results": tmp_path}, "fedal")
     frame = pd.read_csv(tables / "table7.csv")
     frame[frame["row"] != "FedMD"].to_csv(tables / "table7.csv", index=False)
     with pytest.raises(AssertionError, match="FedMD"):
