@@ -15,13 +15,15 @@ crashes in code owned elsewhere are xfail with the reason until fixed (KNOWN bel
 
 Cost (issue 16; CPU seconds of every process, user + sys). tests/paperscale/smoke.yaml plans 208 jobs
 (every paper-scale rule at least once). Measured on a loaded 2-core machine (`/usr/bin/time -v` around
-pytest): about 1000 CPU-s (17 CPU-min; 969 s, and 30 s for 3 jobs rerun after the disk filled); per process at exit: the job processes 691 s, Snakemake's own process
-158 s (0.76 s a job on this DAG), 115 s in the other processes Snakemake starts, the dry run 2 s. By rule (CPU-s, jobs): fedsc_pretrain 197 (22; CIFAR-10 full
-participation and the eps = 3 levels 10-22 s each), fedal_train 164 (27; the ResNet-18/34 pool 7-15 s),
-dpzv_train 84 (16), fedsc_probe 75 (22), steffle_train 71 (33), fedsc_table3 + table5 32 (the realised
-PLD epsilon), every other job 0.1-9 s (Python with torch: about 1.5 s). The first version (257 jobs) cost
-25-30 CPU-min, the 218-job one about 19. Still more than the ~12 CPU-min CI leaves on 2 cores (20 min
-less the install and the rest of the suite), so `make test` deselects it (pyproject's addopts).
+pytest): about 1000 CPU-s (17 CPU-min; 969 s, and 30 s for 3 jobs rerun after the disk filled); per
+process at exit: the job processes 691 s, Snakemake's own process 158 s (0.76 s a job on this DAG), 115 s
+in the other processes Snakemake starts, the dry run 2 s. By rule (CPU-s, jobs): fedsc_pretrain 197 (22;
+CIFAR-10 full participation and the eps = 3 levels 10-22 s each), fedal_train 164 (27; the ResNet-18/34
+pool 7-15 s), dpzv_train 84 (16), fedsc_probe 75 (22), steffle_train 71 (33), fedsc_table3 + table5 32
+(the realised PLD epsilon), every other job 0.1-9 s (Python with torch: about 1.5 s). The first version
+(257 jobs) cost 25-30 CPU-min, the 218-job one about 19. Still more than the ~12 CPU-min CI leaves on 2
+cores (20 min less the install and the rest of the suite), so `make test` deselects it (pyproject's
+addopts).
 """
 
 from __future__ import annotations
