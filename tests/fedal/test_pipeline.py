@@ -118,6 +118,20 @@ def _run(root, part, method, spec, seeds=(0,)):
     return folder
 
 
+
+def test_fig6_variances_with_fewer_than_two_batches_are_left_out_not_a_divergence(digits_setting):
+    """One mini-batch per client has no sample variance: no var_ column, and the run stays ok
+    (a NaN column would mark it diverged)."""
+    import pandas as pd
+
+    root, part = digits_setting
+    spec = _spec("fedal", diagnostics={"every_rounds": 1, "batches": 3}, batch_size=100_000)
+    folder = _run(root, part, "fedal", spec)
+    metrics = pd.read_parquet(folder / "metrics.parquet")
+    assert not [c for c in metrics.columns if c.startswith("var_")]
+    assert json.loads((folder / "summary.json").read_text())["seeds"]["0"]["status"] == "ok"
+
+
 def test_fedal_job_end_to_end_and_report(digits_setting, tmp_path):
     import pandas as pd
 

@@ -43,12 +43,7 @@ def method_table(paper: str) -> dict[str, Method]:
 
 def methods(paper: str) -> dict[str, str]:
     """Method name -> the "module:function" that runs one job of it."""
-    return {name: _entry(row) for name, row in method_table(paper).items()}
-
-
-def _entry(row) -> str:
-    # a table may still map names to entry strings while its paper moves to `Method` rows
-    return row.entry if isinstance(row, Method) else row
+    return {name: row.entry for name, row in method_table(paper).items()}
 
 
 def method_entry(paper: str, method: str):

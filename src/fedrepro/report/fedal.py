@@ -219,16 +219,22 @@ def variance_figure(job) -> None:
     """sigma^2 per loss component against iterations (log scale)."""
     frame = _metrics(job)
     columns = [c for c in frame.columns if c.startswith("var_")]
-    if not columns:
-        raise ValueError("fig6: the runs logged no gradient variances; set diagnostics in the experiment")
+    fig, (ax,) = figures.new_figure(width=5.0)
+    if columns:
+        _variance_lines(frame, columns, ax)
+    else:
+        ax.text(0.5, 0.5, "not computed: fewer than 2 mini-batches per client\n(or no diagnostics in the experiment)",
+                ha="center", va="center", transform=ax.transAxes)
+    fig.suptitle(TITLES["fig6"] + _describe(frame), fontsize=8)
+    figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
+
+
+def _variance_lines(frame, columns: list[str], ax) -> None:
     long = frame.melt(id_vars=["seed", "iteration"], value_vars=columns, var_name="component",
                       value_name="variance").dropna()
     long["component"] = long["component"].str.removeprefix("var_").str.replace("sigma_", "sigma^2_")
-    fig, (ax,) = figures.new_figure(width=5.0)
     figures.lines_with_band(long, "iteration", "variance", "component", ax)
     ax.set_yscale("log")
-    fig.suptitle(TITLES["fig6"] + _describe(frame), fontsize=8)
-    figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
 
 
 def class_distribution_figure(job) -> None:

@@ -90,4 +90,6 @@ def fedal_variances(algo, anchors: dict, batches: int, seed: int) -> dict[str, f
 
         out["sigma_u"] = gradient_variance(u_own, params, public)
         out["sigma_n"] = gradient_variance(u_all, list(disc.parameters()), public)
-    return {f"var_{k}": v for k, v in out.items()}
+    # a component with fewer than 2 mini-batches has no variance: left out, not logged as NaN
+    # (a NaN column would read as a diverged run)
+    return {f"var_{k}": v for k, v in out.items() if not np.isnan(v)}
