@@ -31,8 +31,8 @@ lint: install
 	$(BIN)/snakemake --lint --config results=.snakemake/lint-results
 
 # The paper-scale smoke test: every paper-scale rule through Snakemake on tiny generated real-format
-# data (tests/paperscale/test_smoke.py). Not part of `make test`: an estimated 19 CPU-minutes
-# (218 jobs), more than CI's budget leaves (~17 CPU-minutes on 2 cores).
+# data (tests/paperscale/test_smoke.py). Not part of `make test`: about 17 CPU-minutes (208 jobs) and
+# about 13 GB of results, more than CI's 20-minute budget leaves after the rest of make test.
 .PHONY: smoke
 smoke: install
 	$(BIN)/python -m pytest -m paperscale tests/paperscale
