@@ -115,8 +115,8 @@ class FakeAllocator:
 
     def install(self, monkeypatch) -> None:
         for name, value in {"synchronize": lambda device=None: self.synchronized.append(device),
-                            "memory_allocated": lambda device=None: self.allocated,
-                            "memory_reserved": lambda device=None: self.reserved,
+                            "memory_allocated": lambda device=None: self.synchronized.append(device) or self.allocated,
+                            "memory_reserved": lambda device=None: self.synchronized.append(device) or self.reserved,
                             "max_memory_allocated": lambda device=None: self.peak,
                             "max_memory_reserved": lambda device=None: self.peak_reserved,
                             "reset_peak_memory_stats": self.reset_peak_memory_stats}.items():

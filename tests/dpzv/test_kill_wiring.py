@@ -58,9 +58,10 @@ def test_dpzv_zo_server_step_follows_the_configured_direction(tiny_data):
         assert torch.allclose(p, b - lr * slope * u, rtol=0, atol=1e-4 * lr * norm)
 
 
-@pytest.mark.parametrize("cls", [DPZV, VAFL, ZOOVFL])
-def test_every_method_records_the_library_accountant_it_was_given(cls, tiny_data):
-    extra = {"server_update": "sgd", "embed_clip": 1.0}
+@pytest.mark.parametrize("cls, noise", [(DPZV, "shared"), (VAFL, "shared"), (ZOOVFL, "shared"),
+                                        (ZOOVFL, "independent")])
+def test_every_method_records_the_library_accountant_it_was_given(cls, noise, tiny_data):
+    extra = {"server_update": "sgd", "embed_clip": 1.0, "zoo_noise": noise}
     record = cls(tiny_data, tiny_settings(eps=1.0, library_accountant="pld", extra=extra), seed=0).privacy()
     assert record["library_method"] == "pld" and math.isfinite(record["eps_library"])
 
@@ -113,3 +114,35 @@ def test_a_half_rewritten_cell_does_not_count_as_finished(tmp_path, monkeypatch)
     assert load_cell(folder, "old") is None and load_cell(folder, "new") is None
     assert json.loads((folder / "summary.json").read_text()) == {"seeds": {"0": {}}}
     assert np.isfinite(pd.read_parquet(folder / "metrics.parquet")["test_acc"]).all()
+
+
+def test_labels_are_class_indices_on_the_asked_device():
+    """uint8 labels (as prepared arrays store them) become int64 class indices for cross_entropy."""
+    x_tr, y_tr, x_te, y_te = tiny_images()
+    p = vertical_partition((1, 8, 8), "rows", 2)
+    with torch.device("meta"):
+        data = build_vfl_data(x_tr, y_tr.astype(np.uint8), x_te, y_te.astype(np.uint8), p.features,
+                              p.feature_shapes, 3, "image", device="cpu")
+    for y in (data.y_train, data.y_val, data.y_test):
+        assert y.dtype == torch.long and y.device.type == "cpu"
+
+
+def test_server_inputs_are_the_raw_table_by_default():
+    head = torch.nn.Linear(8, 3)
+    server = Server(head, torch.tensor([0, 1, 2]), num_clients=2, embed_dim=4, seed=0)
+    server.table.normal_()
+    ids = torch.tensor([2, 0])
+    assert torch.equal(server.inputs(ids), server.table[ids].reshape(2, 8))
+
+
+def test_invalid_server_update_names_its_key(tiny_data):
+    with pytest.raises(ValueError, match="^server_update "):
+        DPZV(tiny_data, tiny_settings(extra={"server_update": "adam"}), seed=0)
+
+
+def test_zoo_vfl_shared_noise_is_one_release_of_h_like_vafl(tiny_data):
+    """`shared`: the draw covers h alone, one embedding per round, so sigma is VAFL's at the same settings."""
+    options = {"embed_clip": 1.0, "server_update": "sgd"}
+    zoo = ZOOVFL(tiny_data, tiny_settings(eps=1.0, extra=options), seed=0)
+    vafl = VAFL(tiny_data, tiny_settings(eps=1.0, extra=options), seed=0)
+    assert zoo.noise["sigma"] == vafl.noise["sigma"] > 0
