@@ -6,7 +6,6 @@ min_version("9.0")
 
 from fedrepro.config import check_config, check_config_files, coerce_overrides, enabled_papers
 
-
 check_config_files(["config.yaml", *workflow.config_settings.configfiles])
 
 

@@ -40,7 +40,7 @@ from tests.data.formats import make_cifar  # noqa: E402
 
 WRITTEN = re.compile(r"(\d+) checkpoint\(s\), ([0-9.]+) MB written")
 PER_ROUND = re.compile(r"rounds (\d+)-(\d+): ([0-9.]+) s per round")
-PAPER_ITERATIONS = 7000          # Table VII's largest budget (configs/paper.yaml fedal.experiments.cifar)
+PAPER_ITERATIONS = 7000  # Table VII's largest budget (configs/paper.yaml fedal.experiments.cifar)
 H200_SECONDS_PER_ITERATION = 4.4  # FedMD, CIFAR-10 ResNet pool, one H200 (issue 16, checkpoint every round)
 
 
@@ -61,8 +61,9 @@ def _overrides(scratch: Path, iterations: int, public: int) -> Path:
         "resources:\n  train: {gpu: 0, mem_mb: 8000, runtime: 60, threads: 2}\n"
         "fedal:\n  seeds: [0]\n  train: {evals: 1}\n"
         f"  experiments:\n    cifar: {{clients: [15], alphas: [1], public: [{public}], iterations: [{iterations}], "
-        "methods: [fedmd]}\n"   # FedMD alone: the other methods' tau (5) would be the minimum budget
-        "  outputs:\n    table7: {methods: [fedmd]}\n    fig9: {methods: [fedmd]}\n")
+        "methods: [fedmd]}\n"  # FedMD alone: the other methods' tau (5) would be the minimum budget
+        "  outputs:\n    table7: {methods: [fedmd]}\n    fig9: {methods: [fedmd]}\n"
+    )
     return path
 
 
@@ -70,28 +71,51 @@ def _run(label: str, scratch: Path, overrides: Path, env: dict, minutes: str, it
     results = scratch / f"results_{label}"
     setting = f"cifar_resnet-a1-c15-p{public}-i{iterations}"
     target = f"{results}/fedal/runs/cifar10/fedmd/{setting}/s0/summary.json"
-    command = [str(Path(sys.executable).with_name("snakemake")), target, "-c2", "--nolock",
-               "--config", f"results={results}", f"data_root={scratch / 'raw'}", f"checkpoint_minutes={minutes}",
-               "--configfile", "config.yaml", "configs/paper.yaml", str(overrides)]
+    command = [
+        str(Path(sys.executable).with_name("snakemake")),
+        target,
+        "-c2",
+        "--nolock",
+        "--config",
+        f"results={results}",
+        f"data_root={scratch / 'raw'}",
+        f"checkpoint_minutes={minutes}",
+        "--configfile",
+        "config.yaml",
+        "configs/paper.yaml",
+        str(overrides),
+    ]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     log = results / "logs" / "fedal" / "cifar10" / "fedmd" / setting / "s0.log"
     text = log.read_text() if log.exists() else ""
     written, per_round = WRITTEN.findall(text), PER_ROUND.findall(text)
     if done.returncode or not written or not per_round:
-        raise SystemExit(f"{label}: the FedMD job failed or logged no checkpoint line (exit {done.returncode}); "
-                         f"{log}\n{done.stderr[-3000:]}\n{text[-3000:]}")
+        raise SystemExit(
+            f"{label}: the FedMD job failed or logged no checkpoint line (exit {done.returncode}); "
+            f"{log}\n{done.stderr[-3000:]}\n{text[-3000:]}"
+        )
     saves, megabytes = int(written[-1][0]), float(written[-1][1])
-    return {"policy": label, "checkpoint_minutes": minutes, "rounds": iterations, "saves": saves,
-            "bytes": megabytes * 1e6, "bytes_per_save": megabytes * 1e6 / saves,
-            "seconds_per_round": float(per_round[-1][2])}
+    return {
+        "policy": label,
+        "checkpoint_minutes": minutes,
+        "rounds": iterations,
+        "saves": saves,
+        "bytes": megabytes * 1e6,
+        "bytes_per_save": megabytes * 1e6 / saves,
+        "seconds_per_round": float(per_round[-1][2]),
+    }
 
 
 def _whole_run(bytes_per_save: float, seconds_per_iteration: float) -> dict:
     hours = PAPER_ITERATIONS * seconds_per_iteration / 3600
-    after_saves = math.floor(hours * 60 / 10) + 1   # every 10 minutes, and the last round
-    return {"hours": hours, "before_GB": PAPER_ITERATIONS * bytes_per_save / 1e9,
-            "after_GB": after_saves * bytes_per_save / 1e9, "after_saves": after_saves,
-            "ratio": PAPER_ITERATIONS / after_saves}
+    after_saves = math.floor(hours * 60 / 10) + 1  # every 10 minutes, and the last round
+    return {
+        "hours": hours,
+        "before_GB": PAPER_ITERATIONS * bytes_per_save / 1e9,
+        "after_GB": after_saves * bytes_per_save / 1e9,
+        "after_saves": after_saves,
+        "ratio": PAPER_ITERATIONS / after_saves,
+    }
 
 
 def main() -> None:
@@ -101,23 +125,32 @@ def main() -> None:
     parser.add_argument("--per-batch", type=int, default=100, help="generated CIFAR-10 images per training batch file")
     options = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="checkpoint_bytes_"))
-    env = {**os.environ, sources.CHECKSUM_OVERRIDES_ENV: str(_stage(scratch / "raw", options.per_batch)),
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    env = {
+        **os.environ,
+        sources.CHECKSUM_OVERRIDES_ENV: str(_stage(scratch / "raw", options.per_batch)),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+    }
     overrides = _overrides(scratch, options.iterations, options.public)
-    rows = [_run(label, scratch, overrides, env, minutes, options.iterations, options.public)
-            for label, minutes in (("before", "null"), ("after", "10"))]
+    rows = [
+        _run(label, scratch, overrides, env, minutes, options.iterations, options.public)
+        for label, minutes in (("before", "null"), ("after", "10"))
+    ]
     for row in rows:
-        print(f"{row['policy']:6s} checkpoint_minutes={row['checkpoint_minutes']:4s}: {row['rounds']} rounds, "
-              f"{row['saves']} checkpoint(s), {row['bytes'] / 1e6:.1f} MB written "
-              f"({row['bytes_per_save'] / 1e6:.1f} MB each), {row['seconds_per_round']:.2f} s per round")
+        print(
+            f"{row['policy']:6s} checkpoint_minutes={row['checkpoint_minutes']:4s}: {row['rounds']} rounds, "
+            f"{row['saves']} checkpoint(s), {row['bytes'] / 1e6:.1f} MB written "
+            f"({row['bytes_per_save'] / 1e6:.1f} MB each), {row['seconds_per_round']:.2f} s per round"
+        )
     before, after = rows
     print(f"this run: {before['bytes'] / after['bytes']:.1f}x fewer bytes after")
     size = before["bytes_per_save"]
     for where, seconds in (("this machine", after["seconds_per_round"]), ("one H200", H200_SECONDS_PER_ITERATION)):
         whole = _whole_run(size, seconds)
-        print(f"whole run ({PAPER_ITERATIONS} iterations, {whole['hours']:.1f} h on {where}): before "
-              f"{whole['before_GB']:.1f} GB in {PAPER_ITERATIONS} checkpoints, after {whole['after_GB']:.2f} GB in "
-              f"{whole['after_saves']}: {whole['ratio']:.0f}x fewer")
+        print(
+            f"whole run ({PAPER_ITERATIONS} iterations, {whole['hours']:.1f} h on {where}): before "
+            f"{whole['before_GB']:.1f} GB in {PAPER_ITERATIONS} checkpoints, after {whole['after_GB']:.2f} GB in "
+            f"{whole['after_saves']}: {whole['ratio']:.0f}x fewer"
+        )
     print(f"scratch: {scratch}")
 
 

@@ -18,8 +18,16 @@ OUT = ROOT / "results" / "benchmarks"
 COLUMNS = ["benchmark", "case", "unit", "ours", "reference", "ratio", "ratio_is", "target", "met"]
 
 
-def row(benchmark: str, case: str, unit: str, ours: float, reference: float, ratio_is: str,
-        target: str = "", met: bool | None = None) -> dict:
+def row(
+    benchmark: str,
+    case: str,
+    unit: str,
+    ours: float,
+    reference: float,
+    ratio_is: str,
+    target: str = "",
+    met: bool | None = None,
+) -> dict:
     """One result. `ratio_is` says how the ratio reads: "ours / reference" or "reference / ours"."""
     if ratio_is == "ours / reference":
         ratio = ours / reference
@@ -27,8 +35,17 @@ def row(benchmark: str, case: str, unit: str, ours: float, reference: float, rat
         ratio = reference / ours
     else:
         raise ValueError(f"ratio_is must be 'ours / reference' or 'reference / ours', not {ratio_is!r}")
-    return {"benchmark": benchmark, "case": case, "unit": unit, "ours": ours, "reference": reference,
-            "ratio": ratio, "ratio_is": ratio_is, "target": target, "met": "" if met is None else met}
+    return {
+        "benchmark": benchmark,
+        "case": case,
+        "unit": unit,
+        "ours": ours,
+        "reference": reference,
+        "ratio": ratio,
+        "ratio_is": ratio_is,
+        "target": target,
+        "met": "" if met is None else met,
+    }
 
 
 def seconds(fn: Callable[[], object], repeats: int = 1) -> float:

@@ -68,14 +68,25 @@ def vfl_data(config: dict, dataset: str, folder: Path, device: torch.device):
     from fedrepro.data.partition import make_partition
     from fedrepro.data.prepare import prepare_dataset
 
-    prepared = load_prepared(prepare_dataset(dataset, folder / dataset, folder / "raw",
-                                             config["datasets"].get(dataset) or {}))
+    prepared = load_prepared(
+        prepare_dataset(dataset, folder / dataset, folder / "raw", config["datasets"].get(dataset) or {})
+    )
     split = config["dpzv"]["datasets"][dataset]["partition"]
     part = make_partition("vertical", {"x_train": prepared.x_train}, split=split["split"], clients=split["clients"])
     shared = config["dpzv"]["shared"]
-    data = build_vfl_data(prepared.x_train, prepared.y_train, prepared.x_test, prepared.y_test, part.features,
-                          part.feature_shapes, int(prepared.meta["num_classes"]), prepared.meta["kind"],
-                          val=shared["val"], val_fraction=shared["val_fraction"], device=device)
+    data = build_vfl_data(
+        prepared.x_train,
+        prepared.y_train,
+        prepared.x_test,
+        prepared.y_test,
+        part.features,
+        part.feature_shapes,
+        int(prepared.meta["num_classes"]),
+        prepared.meta["kind"],
+        val=shared["val"],
+        val_fraction=shared["val_fraction"],
+        device=device,
+    )
     return _subset(data, CASES[dataset][0])
 
 
@@ -105,8 +116,13 @@ def measure_entry(entry: dict, data, device: torch.device, memory_rounds: int, t
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return {**memory, "rounds_per_s": speed, "method": entry["method"], "label": entry["label"],
-            "momentum": entry["options"].get("zo_momentum")}
+    return {
+        **memory,
+        "rounds_per_s": speed,
+        "method": entry["method"],
+        "label": entry["label"],
+        "momentum": entry["options"].get("zo_momentum"),
+    }
 
 
 def memory_target(record: dict, dpzv: dict) -> tuple[str, bool]:
@@ -130,8 +146,18 @@ def model_rows(model: str, records: list[dict], claims: bool) -> list[dict]:
         rows.append(row(BENCHMARK, case, "rounds/s", r["rounds_per_s"], vafl, "ours / reference"))
         target, met = memory_target(r, dpzv) if claims else ("", None)
         ours = r["model_bytes"] + r["peak_extra_bytes"]
-        rows.append(row(BENCHMARK, case, f"x model size ({r['measure']})", ours, r["model_bytes"],
-                        "ours / reference", target, met))
+        rows.append(
+            row(
+                BENCHMARK,
+                case,
+                f"x model size ({r['measure']})",
+                ours,
+                r["model_bytes"],
+                "ours / reference",
+                target,
+                met,
+            )
+        )
     return rows
 
 

@@ -84,8 +84,15 @@ class BareFedAvg:
 
 
 def fedrepro_fedavg(data: TensorData, clients: list[np.ndarray], batched_clients: bool) -> FedAvg:
-    spec = {"model": CNN[0], "model_options": CNN[1], "local_steps": STEPS, "batch_size": BATCH,
-            "lr": LR, "participation": 1.0, "batched": batched_clients}
+    spec = {
+        "model": CNN[0],
+        "model_options": CNN[1],
+        "local_steps": STEPS,
+        "batch_size": BATCH,
+        "lr": LR,
+        "participation": 1.0,
+        "batched": batched_clients,
+    }
     algorithm = FedAvg(spec, data, clients, 0, torch.device("cpu"))
     algorithm.evaluate = lambda t: {}  # the bare loop does not evaluate either
     return algorithm
@@ -99,7 +106,7 @@ def round_overhead(data: TensorData, clients_count: int, rounds: int, batched_cl
     times = {"ours": [], "bare": []}
     sides = {"ours": lambda: ours.round(1), "bare": bare.round}
     for r in range(rounds):  # alternate the sides, and which goes first, so that load drifts hit both
-        for side in (("ours", "bare") if r % 2 == 0 else ("bare", "ours")):
+        for side in ("ours", "bare") if r % 2 == 0 else ("bare", "ours"):
             start = time.perf_counter()
             sides[side]()
             times[side].append(time.perf_counter() - start)
@@ -107,9 +114,16 @@ def round_overhead(data: TensorData, clients_count: int, rounds: int, batched_cl
     path = "batched" if batched_clients else "per-client loop"
     target = "" if batched_clients else "<= 1.10"
     ratio = statistics.median(ours_times) / statistics.median(bare_times)
-    return row("1 round overhead", f"FedAvg {path}, small CNN, {clients_count} clients", "s/round",
-               statistics.median(ours_times), statistics.median(bare_times), "ours / reference",
-               target, None if batched_clients else ratio <= 1.10)
+    return row(
+        "1 round overhead",
+        f"FedAvg {path}, small CNN, {clients_count} clients",
+        "s/round",
+        statistics.median(ours_times),
+        statistics.median(bare_times),
+        "ours / reference",
+        target,
+        None if batched_clients else ratio <= 1.10,
+    )
 
 
 def sequential_updates(model, x, y, index) -> None:
@@ -133,8 +147,9 @@ def many_clients(label: str, clients_count: int) -> dict:
     data = digits_tensors(side)
     model = build_model(name, **options)
     clients = client_split(len(data.y_train), clients_count)
-    index = torch.stack([torch.as_tensor(np.random.default_rng(s).choice(c, (STEPS, BATCH)))
-                         for s, c in enumerate(clients)], dim=1)  # (steps, clients, batch)
+    index = torch.stack(
+        [torch.as_tensor(np.random.default_rng(s).choice(c, (STEPS, BATCH))) for s, c in enumerate(clients)], dim=1
+    )  # (steps, clients, batch)
     x, y = data.x_train, data.y_train
     sample = index[:, :2]
     sequential_updates(model, x, y, sample)  # warm-up both paths
@@ -147,9 +162,16 @@ def many_clients(label: str, clients_count: int) -> dict:
     vectorised = time.perf_counter() - start
     small = clients_count == 100 and label != "LeNet-5"
     speedup = sequential / vectorised
-    return row("2 many small clients", f"{label}, {clients_count} clients x {STEPS} steps",
-               "client updates/s", clients_count / vectorised, clients_count / sequential,
-               "ours / reference", ">= 5" if small else "", speedup >= 5 if small else None)
+    return row(
+        "2 many small clients",
+        f"{label}, {clients_count} clients x {STEPS} steps",
+        "client updates/s",
+        clients_count / vectorised,
+        clients_count / sequential,
+        "ours / reference",
+        ">= 5" if small else "",
+        speedup >= 5 if small else None,
+    )
 
 
 def run(quick: bool) -> list[dict]:

@@ -106,28 +106,43 @@ def _optimiser_rows(repeats: int) -> list[dict]:
     from fedrepro.fl.optim import SGD, Adam
     from tests.foundation.test_optim_foreach import LoopAdam, LoopSGD
 
-    cases = {"ResNet-18 (62 tensors, 11.7M)": list(resnet18().parameters()),
-             "200 tensors of 64": [torch.randn(64, requires_grad=True) for _ in range(200)]}
+    cases = {
+        "ResNet-18 (62 tensors, 11.7M)": list(resnet18().parameters()),
+        "200 tensors of 64": [torch.randn(64, requires_grad=True) for _ in range(200)],
+    }
     rows = []
     for label, params in cases.items():
         for p in params:
             p.grad = torch.randn_like(p)
         for name, foreach, loop in [
-                ("SGD momentum + decay", SGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4),
-                 LoopSGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4)),
-                ("Adam", Adam(params), LoopAdam(params, 1e-3, (0.9, 0.999), 1e-8))]:
+            (
+                "SGD momentum + decay",
+                SGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4),
+                LoopSGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4),
+            ),
+            ("Adam", Adam(params), LoopAdam(params, 1e-3, (0.9, 0.999), 1e-8)),
+        ]:
             foreach.step(), loop.step()  # momentum buffers allocated
             ours, reference = seconds(foreach.step, repeats), seconds(loop.step, repeats)
-            rows.append(lever_row(f"optimiser step, {name}, {label}: foreach vs per-tensor loop", "s/step",
-                                  ours, reference))
+            rows.append(
+                lever_row(f"optimiser step, {name}, {label}: foreach vs per-tensor loop", "s/step", ours, reference)
+            )
     return rows
 
 
 def lever_row(case: str, unit: str, ours: float, reference: float) -> dict:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (no GPU present)"
-    return {"benchmark": "paper_scale levers", "case": case, "unit": unit, "ours": ours, "reference": reference,
-            "ratio": reference / ours if ours else float("nan"), "ratio_is": "reference / ours",
-            "target": device, "met": ""}
+    return {
+        "benchmark": "paper_scale levers",
+        "case": case,
+        "unit": unit,
+        "ours": ours,
+        "reference": reference,
+        "ratio": reference / ours if ours else float("nan"),
+        "ratio_is": "reference / ours",
+        "target": device,
+        "met": "",
+    }
 
 
 def matmul_flops_per_second(device: torch.device) -> float:
@@ -141,7 +156,7 @@ def matmul_flops_per_second(device: torch.device) -> float:
             torch.cuda.synchronize(device)
 
     matmul()
-    return 2 * size ** 3 / seconds(matmul, 5)
+    return 2 * size**3 / seconds(matmul, 5)
 
 
 def _fedsc_step_rows(repeats: int) -> list[dict]:
@@ -166,14 +181,25 @@ def _fedsc_step_rows(repeats: int) -> list[dict]:
     flops_per_step = counter.get_total_flops() / steps
     floor = flops_per_step / matmul_flops_per_second(device)
     case = f"FedSC local step, {encoder['name']} x{encoder['kwargs']['widen_factor']}, batch {batch}, fp32"
-    return [lever_row(f"{case}: compile vs eager", "s/step", compiled, eager),
-            lever_row(f"{case}: compile time (first epoch minus steady steps), vs one eager step", "s",
-                      compile_seconds, eager),
-            lever_row(f"{case}: eager achieved FLOP/s ({flops_per_step:.3g} FLOP/step) vs matmul rate", "FLOP/s",
-                      flops_per_step / eager, flops_per_step / floor),
-            lever_row(f"{case}: compiled achieved FLOP/s vs matmul rate", "FLOP/s", flops_per_step / compiled,
-                      flops_per_step / floor),
-            lever_row(f"{case}: FLOP floor (step FLOPs / matmul rate) vs compiled step", "s/step", floor, compiled)]
+    return [
+        lever_row(f"{case}: compile vs eager", "s/step", compiled, eager),
+        lever_row(
+            f"{case}: compile time (first epoch minus steady steps), vs one eager step", "s", compile_seconds, eager
+        ),
+        lever_row(
+            f"{case}: eager achieved FLOP/s ({flops_per_step:.3g} FLOP/step) vs matmul rate",
+            "FLOP/s",
+            flops_per_step / eager,
+            flops_per_step / floor,
+        ),
+        lever_row(
+            f"{case}: compiled achieved FLOP/s vs matmul rate",
+            "FLOP/s",
+            flops_per_step / compiled,
+            flops_per_step / floor,
+        ),
+        lever_row(f"{case}: FLOP floor (step FLOPs / matmul rate) vs compiled step", "s/step", floor, compiled),
+    ]
 
 
 def levers(quick: bool = False) -> list[dict]:
@@ -208,9 +234,18 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
         jobs.append((paper, dataset, method, unit, model, run, tag, folder))
     env = {**os.environ, sources.CHECKSUM_OVERRIDES_ENV: str(checksums)}
     start = time.perf_counter()
-    command = [str(Path(sys.executable).with_name("snakemake")), *[f"{j[-1]}/summary.json" for j in jobs],
-               "-c2", "--keep-going", "--nolock", "--config", f"results={results}", f"data_root={data_root}",
-               "--configfile", *configfiles[1:]]
+    command = [
+        str(Path(sys.executable).with_name("snakemake")),
+        *[f"{j[-1]}/summary.json" for j in jobs],
+        "-c2",
+        "--keep-going",
+        "--nolock",
+        "--config",
+        f"results={results}",
+        f"data_root={data_root}",
+        "--configfile",
+        *configfiles[1:],
+    ]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     rows, new_costs = [], []
@@ -222,12 +257,32 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
         if seconds is None:
             print(f"{case}: no timing in {log} (the job failed? see {scratch})")
             continue
-        rows.append({"benchmark": "paper_scale", "case": case, "unit": f"s per {unit}", "ours": seconds,
-                     "reference": float("nan"), "ratio": float("nan"), "ratio_is": "",
-                     "target": device, "met": ""})
+        rows.append(
+            {
+                "benchmark": "paper_scale",
+                "case": case,
+                "unit": f"s per {unit}",
+                "ours": seconds,
+                "reference": float("nan"),
+                "ratio": float("nan"),
+                "ratio_is": "",
+                "target": device,
+                "met": "",
+            }
+        )
         if gpu:
-            new_costs.append([paper, unit, dataset, model, method, device, f"{seconds:.4g}",
-                              f"measured: benchmarks/paper_scale.py {time.strftime('%Y-%m-%d')}, n={n}"])
+            new_costs.append(
+                [
+                    paper,
+                    unit,
+                    dataset,
+                    model,
+                    method,
+                    device,
+                    f"{seconds:.4g}",
+                    f"measured: benchmarks/paper_scale.py {time.strftime('%Y-%m-%d')}, n={n}",
+                ]
+            )
     print(f"{len(rows)} of {len(jobs)} kinds timed in {wall:.0f} s on {device}; snakemake exit {done.returncode}")
     if gpu and new_costs:
         with open(COSTS, "a", newline="") as f:
@@ -248,8 +303,9 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=None, help="training images per image data set (default: 60 "
-                        "on a CPU, 50000 on a GPU)")
+    parser.add_argument(
+        "--n", type=int, default=None, help="training images per image data set (default: 60 on a CPU, 50000 on a GPU)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--papers", nargs="+", choices=sorted({k[0] for k in KINDS}), help="only these papers")
     parser.add_argument("--quick", action="store_true", help="the first kind of each paper only")

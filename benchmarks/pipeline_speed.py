@@ -30,8 +30,10 @@ import yaml
 from common import OUT, ROOT, row, write
 
 RESULTS = "results_bench"
-CHANGE = {"full": {"fedal": {"methods": {"fd": {"fd_weight": 0.5}}}},
-          "quick": {"fedavg": {"methods": {"fedavg": {"lr": 0.1}}}}}
+CHANGE = {
+    "full": {"fedal": {"methods": {"fd": {"fd_weight": 0.5}}}},
+    "quick": {"fedavg": {"methods": {"fedavg": {"lr": 0.1}}}},
+}
 STARTUP = "import torch, pandas, snakemake.script, fedrepro.pipeline"
 TRAINING_RULES = ("_train", "_pretrain", "_probe", "_memory")  # the jobs that import torch
 GNU_TIME = Path("/usr/bin/time")  # Debian package `time`
@@ -49,8 +51,13 @@ def snakemake(cores: int, extra: list[str]) -> tuple[float, Path, float]:
     peak_file = ROOT / RESULTS / "peak_kb.txt"
     peak_file.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    subprocess.run([GNU_TIME, "-f", "%M", "-o", str(peak_file), sys.executable, "-m", "snakemake", f"-c{cores}",
-                    *extra], cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [GNU_TIME, "-f", "%M", "-o", str(peak_file), sys.executable, "-m", "snakemake", f"-c{cores}", *extra],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     seconds = time.perf_counter() - start
     new = sorted(set(logs.glob("*.log")) - before)
     return seconds, new[-1], int(peak_file.read_text().split()[-1]) / 1024
@@ -105,14 +112,41 @@ def run(quick: bool, cores: int = 2) -> list[dict]:
     training = full[full["rule"].str.endswith(TRAINING_RULES)]
     return [
         row("5 pipeline", f"{what}: {len(full)} jobs, {cores} cores", "s", full_s, full_s, "ours / reference"),
-        row("5 pipeline", f"no-op re-run: {len(noop)} jobs", "s", noop_s, full_s, "ours / reference", "0 jobs",
-            len(noop) == 0),
-        row("5 pipeline", f"re-run after {_describe(CHANGE['quick' if quick else 'full'])}: {len(changed)} jobs "
-            f"({', '.join(sorted(set(changed['rule'])))})", "s", changed_s, full_s, "ours / reference"),
-        row("5 pipeline", f"start-up floor of a training job ({STARTUP}) vs the mean training job "
-            f"({len(training)} jobs)", "s", floor, training["seconds"].mean(), "ours / reference"),
-        row("5 pipeline", "largest process of the run (Snakemake or one job) vs a 24 GiB machine", "MB", peak_mb,
-            24 * 1024, "ours / reference"),
+        row(
+            "5 pipeline",
+            f"no-op re-run: {len(noop)} jobs",
+            "s",
+            noop_s,
+            full_s,
+            "ours / reference",
+            "0 jobs",
+            len(noop) == 0,
+        ),
+        row(
+            "5 pipeline",
+            f"re-run after {_describe(CHANGE['quick' if quick else 'full'])}: {len(changed)} jobs "
+            f"({', '.join(sorted(set(changed['rule'])))})",
+            "s",
+            changed_s,
+            full_s,
+            "ours / reference",
+        ),
+        row(
+            "5 pipeline",
+            f"start-up floor of a training job ({STARTUP}) vs the mean training job ({len(training)} jobs)",
+            "s",
+            floor,
+            training["seconds"].mean(),
+            "ours / reference",
+        ),
+        row(
+            "5 pipeline",
+            "largest process of the run (Snakemake or one job) vs a 24 GiB machine",
+            "MB",
+            peak_mb,
+            24 * 1024,
+            "ours / reference",
+        ),
     ]
 
 

@@ -28,8 +28,11 @@ from fedrepro.algorithms.fedsc.fedsc import FedSC
 from fedrepro.fl.device import pick_device
 
 ENCODER = {"name": "fixup_resnet20", "kwargs": {"widen_factor": 8}}
-SETTINGS = {"bf16": {"precision": "bf16"}, "channels-last": {"channels_last": True},
-            "bf16 + channels-last": {"precision": "bf16", "channels_last": True}}
+SETTINGS = {
+    "bf16": {"precision": "bf16"},
+    "channels-last": {"channels_last": True},
+    "bf16 + channels-last": {"precision": "bf16", "channels_last": True},
+}
 
 
 def client_data(images: int, device: torch.device) -> SSLData:
@@ -40,13 +43,21 @@ def client_data(images: int, device: torch.device) -> SSLData:
 
 
 def spec(batch: int, options: dict, encoder: dict = ENCODER) -> dict:
-    return {"rounds": 1, "encoder": encoder, "projector": {"hidden": 1024, "out": 512}, "mu": 4.0,
-            "sharing": None, "train": {"local_epochs": 1, "batch_size": batch, "lr": 0.03, "grad_clip": 3.0},
-            "augment": {"crop_scale": [0.08, 1.0], "flip_p": 0.5}, **options}
+    return {
+        "rounds": 1,
+        "encoder": encoder,
+        "projector": {"hidden": 1024, "out": 512},
+        "mu": 4.0,
+        "sharing": None,
+        "train": {"local_epochs": 1, "batch_size": batch, "lr": 0.03, "grad_clip": 3.0},
+        "augment": {"crop_scale": [0.08, 1.0], "flip_p": 0.5},
+        **options,
+    }
 
 
-def seconds_per_step(data: SSLData, batch: int, options: dict, device: torch.device, repeats: int,
-                     encoder: dict = ENCODER) -> float:
+def seconds_per_step(
+    data: SSLData, batch: int, options: dict, device: torch.device, repeats: int, encoder: dict = ENCODER
+) -> float:
     torch.manual_seed(0)
     algo = FedSC(spec(batch, options, encoder), data, seed=0, device=device)
     weights = algo.global_state()
@@ -71,8 +82,16 @@ def run(quick: bool) -> list[dict]:
     rows = []
     for label, options in SETTINGS.items():
         ours = seconds_per_step(data, batch, options, device, repeats)
-        rows.append(row("6 precision", f"FedSC local step, Fixup ResNet-20x8, batch {batch}, {label} vs fp32 "
-                        f"on {device.type}", "s/step", ours, fp32, "reference / ours"))
+        rows.append(
+            row(
+                "6 precision",
+                f"FedSC local step, Fixup ResNet-20x8, batch {batch}, {label} vs fp32 on {device.type}",
+                "s/step",
+                ours,
+                fp32,
+                "reference / ours",
+            )
+        )
     return rows
 
 

@@ -29,23 +29,36 @@ BENCHMARKS = ["fl_speed", "dpzv_speed", "steffle_speed", "pipeline_speed", "prec
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short versions of every benchmark")
-    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, default=BENCHMARKS, metavar="NAME",
-                        help=f"run only these (allowed: {', '.join(BENCHMARKS)})")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=BENCHMARKS,
+        default=BENCHMARKS,
+        metavar="NAME",
+        help=f"run only these (allowed: {', '.join(BENCHMARKS)})",
+    )
     options = parser.parse_args()
-    machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-               f"{'quick' if options.quick else 'full'} mode")
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+        f"{'quick' if options.quick else 'full'} mode"
+    )
     seconds = {}
     for name in options.only:
         start = time.perf_counter()
         write(importlib.import_module(name).run(options.quick), name)
         seconds[name] = time.perf_counter() - start
     # the summary keeps the latest table of every benchmark, so `--only` refreshes just those
-    rows = [r for name in BENCHMARKS if (OUT / f"{name}.csv").exists()
-            for r in pd.read_csv(OUT / f"{name}.csv", keep_default_na=False).to_dict("records")]
+    rows = [
+        r
+        for name in BENCHMARKS
+        if (OUT / f"{name}.csv").exists()
+        for r in pd.read_csv(OUT / f"{name}.csv", keep_default_na=False).to_dict("records")
+    ]
     write(rows, "summary")
     timing = ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items())
-    (OUT / "summary.md").write_text(f"Machine: {machine}. Refreshed now (wall time): {timing}.\n\n"
-                                    + (OUT / "summary.md").read_text())
+    (OUT / "summary.md").write_text(
+        f"Machine: {machine}. Refreshed now (wall time): {timing}.\n\n" + (OUT / "summary.md").read_text()
+    )
     print((OUT / "summary.md").read_text())
 
 

@@ -59,13 +59,17 @@ def run_one(args) -> dict:
 
     torch.set_num_threads(1)
     key, spec, seeds, data, part, out = args
-    shutil.rmtree(out, ignore_errors=True)          # no checkpoint to resume from: time a fresh run
-    job = make_job(spec, {"metrics": f"{out}/metrics.parquet", "summary": f"{out}/summary.json"},
-                   {"data": data, **({"partition": part} if part else {})}, seeds=seeds, threads=1)
+    shutil.rmtree(out, ignore_errors=True)  # no checkpoint to resume from: time a fresh run
+    job = make_job(
+        spec,
+        {"metrics": f"{out}/metrics.parquet", "summary": f"{out}/summary.json"},
+        {"data": data, **({"partition": part} if part else {})},
+        seeds=seeds,
+        threads=1,
+    )
     start = time.time()
     jobs.run_job(job)
-    return {"run": "/".join(key), "seconds": time.time() - start,
-            "models": len(seeds) * len(jobs.grid(spec)[0])}
+    return {"run": "/".join(key), "seconds": time.time() - start, "models": len(seeds) * len(jobs.grid(spec)[0])}
 
 
 def main() -> None:
@@ -100,8 +104,14 @@ def main() -> None:
             print(f"{res['seconds']:8.1f} s  {res['models']:4d} models  {res['run']}", flush=True)
             results.append(res)
     wall = time.time() - start
-    total = {"wall_seconds": wall, "jobs": len(results), "models": sum(r["models"] for r in results),
-             "job_seconds": sum(r["seconds"] for r in results), "workers": args.workers, "runs": results}
+    total = {
+        "wall_seconds": wall,
+        "jobs": len(results),
+        "models": sum(r["models"] for r in results),
+        "job_seconds": sum(r["seconds"] for r in results),
+        "workers": args.workers,
+        "runs": results,
+    }
     print(f"grid wall time {wall:.1f} s for {total['models']} models ({total['job_seconds']:.1f} job-seconds)")
     if args.out:
         Path(args.out).write_text(json.dumps(total, indent=1))

@@ -40,15 +40,16 @@ from fedrepro.experiments import steffle as plan
 
 DATASET, SETTING = "adult", "dp_N3_h0"
 METHODS = {name: method_table("steffle")[name].label for name in ("steffle", "ling2024")}
-THETA_TOL, METRIC_TOL = 1e-4, 1e-3     # metrics: a borderline test point may flip
+THETA_TOL, METRIC_TOL = 1e-4, 1e-3  # metrics: a borderline test point may flip
 
 
 def job_specs(epochs: int) -> tuple[dict, list[int]]:
     """Each method's Adult run (planner `Run`) at paper scale with `epochs` epochs, and the seeds."""
     cfg = paper_config()
     cfg["steffle"]["train"]["epochs"] = epochs
-    return {r.method: r for r in plan.runs(cfg)
-            if r.dataset == DATASET and r.setting == SETTING and r.method in METHODS}, cfg["steffle"]["seeds"]
+    return {
+        r.method: r for r in plan.runs(cfg) if r.dataset == DATASET and r.setting == SETTING and r.method in METHODS
+    }, cfg["steffle"]["seeds"]
 
 
 def timed_run(spec: dict, data, seeds: list[int]):
@@ -81,8 +82,10 @@ def bench_method(job, data, seeds: list[int], cells: int, epochs: int) -> dict:
         secs, single, _ = timed_run(spec, data, [seeds[si]])
         check_same(batched, single, si, gi, f"{job.method} seed {seeds[si]} eps {eps} lambda {lam}")
         single_s.append(secs)
-    case = (f"{METHODS[job.method]}, Adult N=3, {epochs} epochs: {len(seeds)} seeds x {len(settings)} "
-            f"(eps, lambda) = {total} runs batched vs {cells} runs one at a time")
+    case = (
+        f"{METHODS[job.method]}, Adult N=3, {epochs} epochs: {len(seeds)} seeds x {len(settings)} "
+        f"(eps, lambda) = {total} runs batched vs {cells} runs one at a time"
+    )
     return row("4 SteFFLe grid", case, "s/run", batched_s / total, float(np.mean(single_s)), "reference / ours")
 
 
@@ -90,15 +93,16 @@ def run(quick: bool) -> list[dict]:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     logging.getLogger(sgda.__name__).setLevel(logging.ERROR)  # short runs break Thm 3.3's T bound: expected
-    logging.getLogger("absl").setLevel(logging.ERROR)          # accountant's RDP-order notes while calibrating
+    logging.getLogger("absl").setLevel(logging.ERROR)  # accountant's RDP-order notes while calibrating
     epochs, cells = (4, 4) if quick else (20, 8)
     specs, seeds = job_specs(epochs)
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for method in METHODS:
             arrays, partition = prepare(Path(tmp), DATASET, specs[method].partition)
-            data = jobs.load_data(SimpleNamespace(spec=specs[method].spec,
-                                                  input={"data": arrays, "partition": partition}))
+            data = jobs.load_data(
+                SimpleNamespace(spec=specs[method].spec, input={"data": arrays, "partition": partition})
+            )
             rows.append(bench_method(specs[method], data, list(seeds), cells, epochs))
     return rows
 

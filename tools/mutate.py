@@ -13,6 +13,7 @@ per-module table between the markers in docs/testing.md is regenerated from all 
 Equivalent mutants (no test can kill them: the program's behaviour is unchanged) are listed in
 benchmarks/mutation/equivalent.tsv with a one-line reason each and left out of the denominator.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,11 +38,24 @@ START, END = "<!-- mutation-table:start -->", "<!-- mutation-table:end -->"
 
 # module (under src/fedrepro) -> its own tests. Privacy also gets each paper's privacy tests.
 MODULES = {
-    "privacy": ["tests/privacy", "tests/dpzv/test_privacy_dpzv.py", "tests/dpzv/test_records.py", "tests/dpzv/test_mechanisms.py",
-                "tests/fedsc/test_accounting.py", "tests/fedsc/test_server_dp.py", "tests/fedsc/test_mechanisms.py",
-                "tests/steffle/test_privacy_and_baselines.py", "tests/steffle/test_privacy_mechanism.py"],
-    "eval": ["tests/foundation/test_health.py", "tests/foundation/test_tables.py", "tests/foundation/test_eval_units.py",
-             "tests/steffle/test_fairness_metrics.py", "tests/fedsc/test_parts.py"],
+    "privacy": [
+        "tests/privacy",
+        "tests/dpzv/test_privacy_dpzv.py",
+        "tests/dpzv/test_records.py",
+        "tests/dpzv/test_mechanisms.py",
+        "tests/fedsc/test_accounting.py",
+        "tests/fedsc/test_server_dp.py",
+        "tests/fedsc/test_mechanisms.py",
+        "tests/steffle/test_privacy_and_baselines.py",
+        "tests/steffle/test_privacy_mechanism.py",
+    ],
+    "eval": [
+        "tests/foundation/test_health.py",
+        "tests/foundation/test_tables.py",
+        "tests/foundation/test_eval_units.py",
+        "tests/steffle/test_fairness_metrics.py",
+        "tests/fedsc/test_parts.py",
+    ],
     "fl": ["tests/foundation"],
     "algorithms/baselines": ["tests/foundation"],
     "algorithms/steffle": ["tests/steffle"],
@@ -60,9 +74,24 @@ DO_NOT_MUTATE = [r"^\s*raise ", r"^\s*warnings\.warn\(", r"^\s*print\(", r"^\s*(
 NO_SUCH_MUTANT = "fedrepro_mutate_generate_only"
 
 # mutmut's exit codes -> the table's columns (mutmut.stats.status_by_exit_code).
-STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
-          35: "suspicious", 36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout",
-          255: "timeout", -11: "segfault", -9: "segfault", 37: "killed", None: "not checked"}
+STATUS = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    35: "suspicious",
+    36: "timeout",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    -11: "segfault",
+    -9: "segfault",
+    37: "killed",
+    None: "not checked",
+}
 
 
 def slug(module: str) -> str:
@@ -121,7 +150,7 @@ def mutmut_section(module: str, tests: list[str]) -> str:
     }
     body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in rows.items())
     # torch is not fork-safe once its thread pools exist: fork workers from a clean server process.
-    return f"[tool.mutmut]\n{body}\nprocess_isolation = \"forkserver\"\nuse_git_change_detection = false\n"
+    return f'[tool.mutmut]\n{body}\nprocess_isolation = "forkserver"\nuse_git_change_detection = false\n'
 
 
 def prepare(root: Path, work: Path, module: str) -> None:
@@ -149,8 +178,9 @@ def all_mutant_names(work: Path, module: str) -> list[str]:
     return names
 
 
-def run_mutmut(work: Path, module: str, jobs: int, budget_s: float, sample: int, seed: int,
-               log: Path) -> tuple[float, bool, list[str] | None]:
+def run_mutmut(
+    work: Path, module: str, jobs: int, budget_s: float, sample: int, seed: int, log: Path
+) -> tuple[float, bool, list[str] | None]:
     """Run mutmut in `work`; stop it (verdicts so far are kept) after budget_s seconds.
 
     With sample > 0, a first pass only generates the mutants and records which tests cover
@@ -162,9 +192,11 @@ def run_mutmut(work: Path, module: str, jobs: int, budget_s: float, sample: int,
     start = time.monotonic()
     stopped = False
     with open(log, "w") as fh:
+
         def call(extra: list[str], timeout: float) -> bool:
-            proc = subprocess.Popen(mutmut + extra, cwd=work, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                mutmut + extra, cwd=work, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            )
             try:
                 proc.wait(timeout=max(timeout, 1.0))
                 return False
@@ -205,8 +237,12 @@ def collect(work: Path, module: str, only: list[str] | None) -> list[dict]:
                 if only is not None and name not in only:
                     continue
                 status = STATUS.get(code, "suspicious")
-                row = {"name": name, "status": status, "path": path,
-                       "seconds": round(data["durations_by_key"].get(name, 0.0), 2)}
+                row = {
+                    "name": name,
+                    "status": status,
+                    "path": path,
+                    "seconds": round(data["durations_by_key"].get(name, 0.0), 2),
+                }
                 if status != "killed":
                     try:
                         row["diff"] = get_diff_for_mutant(name, path=path)
@@ -232,8 +268,11 @@ def summarise(module: str, mutants: list[dict], equivalent: dict[str, tuple[str,
             if line == mutated_line(m.get("diff", "")):
                 status, m["equivalent"] = "equivalent", reason
             else:  # mutmut renumbers a function's mutants when the function changes
-                print(f"  warning: {m['name']} in {EQUIVALENT.name} is now a different mutant; not counted "
-                      f"as equivalent. Check it again.", flush=True)
+                print(
+                    f"  warning: {m['name']} in {EQUIVALENT.name} is now a different mutant; not counted "
+                    f"as equivalent. Check it again.",
+                    flush=True,
+                )
         counts[status if status in counts else "other"] += 1
         if status == "survived" and text_only(m.get("diff", "")):
             counts["survived text only"] += 1
@@ -242,9 +281,14 @@ def summarise(module: str, mutants: list[dict], equivalent: dict[str, tuple[str,
     checked = sum(counts.values()) - counts["survived text only"] - counts["equivalent"] - counts["not checked"]
     detected = counts["killed"] + counts["timeout"]
     behaviour = checked - counts["survived text only"]
-    return {"module": module, "total": len(mutants), "counts": counts, "checked_non_equivalent": checked,
-            "killed_pct": round(100.0 * detected / checked, 1) if checked else None,
-            "killed_pct_without_text_only": round(100.0 * detected / behaviour, 1) if behaviour else None}
+    return {
+        "module": module,
+        "total": len(mutants),
+        "counts": counts,
+        "checked_non_equivalent": checked,
+        "killed_pct": round(100.0 * detected / checked, 1) if checked else None,
+        "killed_pct_without_text_only": round(100.0 * detected / behaviour, 1) if behaviour else None,
+    }
 
 
 def resummarise() -> None:
@@ -258,15 +302,18 @@ def resummarise() -> None:
 
 def git_commit(root: Path) -> str:
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "tests"], cwd=root,
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "src", "tests"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
     return out.stdout.strip() + ("+uncommitted" if dirty else "")
 
 
 def table() -> str:
-    rows = ["| module | commit | mutants run | killed | survived (text only) | timeout | no tests | equivalent "
-            "| not checked | killed % of non-equivalent | same, text-only survivors left out | wall time |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| module | commit | mutants run | killed | survived (text only) | timeout | no tests | equivalent "
+        "| not checked | killed % of non-equivalent | same, text-only survivors left out | wall time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     order = {m: i for i, m in enumerate(MODULES)}
     results = [json.loads(p.read_text()) for p in RESULTS.glob("*.json")]
     for r in sorted(results, key=lambda r: order.get(r["module"], 99)):
@@ -276,9 +323,11 @@ def table() -> str:
         pct2 = "n/a" if pct2 is None else f"{pct2:.1f} %"
         note = " (stopped at the time budget)" if r.get("stopped") else ""
         run = f"{r['sample']} of {r['population']} (sample)" if r.get("sample") else f"{r['total']}"
-        rows.append(f"| {r['module']} | {r['commit']} | {run} | {c['killed']} | {c['survived']} ({c.get('survived text only', 0)}) | {c['timeout']} "
-                    f"| {c['no tests']} | {c['equivalent']} | {c['not checked']} | {pct} | {pct2} "
-                    f"| {r['wall_s'] / 60:.1f} min{note} |")
+        rows.append(
+            f"| {r['module']} | {r['commit']} | {run} | {c['killed']} | {c['survived']} ({c.get('survived text only', 0)}) | {c['timeout']} "
+            f"| {c['no tests']} | {c['equivalent']} | {c['not checked']} | {pct} | {pct2} "
+            f"| {r['wall_s'] / 60:.1f} min{note} |"
+        )
     measured = [r["module"] for r in results]
     missing = [m for m in MODULES if m not in measured]
     if missing:
@@ -310,19 +359,38 @@ def write_table() -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--module", action="append", choices=list(MODULES),
-                    help="module under src/fedrepro (repeatable); default: all, smallest first")
+    ap.add_argument(
+        "--module",
+        action="append",
+        choices=list(MODULES),
+        help="module under src/fedrepro (repeatable); default: all, smallest first",
+    )
     ap.add_argument("--root", type=Path, default=REPO, help="tree to mutate (default: this repository)")
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "fedrepro-mutate",
-                    help="scratch folder for the copies (default: %(default)s)")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "fedrepro-mutate",
+        help="scratch folder for the copies (default: %(default)s)",
+    )
     ap.add_argument("--jobs", type=int, default=2, help="parallel mutant workers (default: %(default)s)")
-    ap.add_argument("--budget-min", type=float, default=20.0,
-                    help="stop a module after this many minutes; unreached mutants are 'not checked'")
-    ap.add_argument("--sample", type=int, default=0,
-                    help="run a seeded uniform sample of this many mutants per module (default: all)")
+    ap.add_argument(
+        "--budget-min",
+        type=float,
+        default=20.0,
+        help="stop a module after this many minutes; unreached mutants are 'not checked'",
+    )
+    ap.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        help="run a seeded uniform sample of this many mutants per module (default: all)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the sample (default: %(default)s)")
-    ap.add_argument("--table-only", action="store_true",
-                    help="run nothing: apply equivalent.tsv to the stored results and rebuild the table")
+    ap.add_argument(
+        "--table-only",
+        action="store_true",
+        help="run nothing: apply equivalent.tsv to the stored results and rebuild the table",
+    )
     args = ap.parse_args(argv)
 
     if not args.table_only:
@@ -333,23 +401,37 @@ def main(argv=None) -> None:
             work = args.work / slug(module)
             prepare(root, work, module)
             log = args.work / f"{slug(module)}.log"
-            print(f"mutating src/fedrepro/{module} against {' '.join(module_tests(root, module))} (log: {log})",
-                  flush=True)
-            wall, stopped, chosen = run_mutmut(work, module, args.jobs, args.budget_min * 60, args.sample,
-                                               args.seed, log)
+            print(
+                f"mutating src/fedrepro/{module} against {' '.join(module_tests(root, module))} (log: {log})",
+                flush=True,
+            )
+            wall, stopped, chosen = run_mutmut(
+                work, module, args.jobs, args.budget_min * 60, args.sample, args.seed, log
+            )
             population = len(all_mutant_names(work, module))
             mutants = collect(work, module, None if chosen is None else set(chosen))
             if not mutants:
                 sys.exit(f"no mutants found for {module}; see {log}")
             result = summarise(module, mutants, equivalent)
-            result.update(commit=git_commit(root), date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                          tests=module_tests(root, module), wall_s=round(wall, 1), stopped=stopped, tool="mutmut 3.8.1",
-                          population=population, sample=None if chosen is None else len(chosen), seed=args.seed,
-                          mutants=mutants)
+            result.update(
+                commit=git_commit(root),
+                date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                tests=module_tests(root, module),
+                wall_s=round(wall, 1),
+                stopped=stopped,
+                tool="mutmut 3.8.1",
+                population=population,
+                sample=None if chosen is None else len(chosen),
+                seed=args.seed,
+                mutants=mutants,
+            )
             (RESULTS / f"{slug(module)}.json").write_text(json.dumps(result, indent=1) + "\n")
             c = result["counts"]
-            print(f"  {module}: {c['killed'] + c['timeout']} of {result['checked_non_equivalent']} killed "
-                  f"({result['killed_pct']} %), {c['not checked']} not checked, {wall / 60:.1f} min", flush=True)
+            print(
+                f"  {module}: {c['killed'] + c['timeout']} of {result['checked_non_equivalent']} killed "
+                f"({result['killed_pct']} %), {c['not checked']} not checked, {wall / 60:.1f} min",
+                flush=True,
+            )
     else:
         resummarise()
     write_table()

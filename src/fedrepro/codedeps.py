@@ -89,9 +89,14 @@ def _assigned_names(node: ast.Assign | ast.AnnAssign) -> list[str]:
 
 def _string_constants(tree: ast.Module) -> dict[str, str]:
     """The module-level `NAME = "text"` assignments of a module."""
-    return {name: node.value.value for node in tree.body
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str) for name in _assigned_names(node)}
+    return {
+        name: node.value.value
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for name in _assigned_names(node)
+    }
 
 
 def _method_tables(tree: ast.Module, src: Path) -> set[str]:
@@ -155,8 +160,12 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(getattr(body[0], "value", None), ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 node.body = body[1:] or [ast.Pass()]
     return tree
 

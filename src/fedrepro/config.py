@@ -19,7 +19,7 @@ import yaml
 
 from fedrepro.algorithms import PAPERS
 
-PAPER_SECTIONS = tuple(PAPERS)   # the paper keys: config sections, `papers:` values, method tables
+PAPER_SECTIONS = tuple(PAPERS)  # the paper keys: config sections, `papers:` values, method tables
 
 
 class ConfigError(ValueError):
@@ -73,8 +73,10 @@ def _allowed(error: jsonschema.ValidationError) -> str:
 
 
 # Checks of every value, whatever its schema (the per-paper schemas leave some open).
-GRID_KEY = re.compile(r"^(papers|seeds|alphas|lambdas|epsilons|eps|eps_grid|clips|methods|datasets|run_datasets"
-                      r"|\w+_grid|grid)$")  # lists that define a grid of runs: no value twice
+GRID_KEY = re.compile(
+    r"^(papers|seeds|alphas|lambdas|epsilons|eps|eps_grid|clips|methods|datasets|run_datasets"
+    r"|\w+_grid|grid)$"
+)  # lists that define a grid of runs: no value twice
 ITERATION_KEY = re.compile(r"^(\w+_)?(rounds|epochs|steps|iters|iterations)$")  # how long a job runs
 SIZE_KEY = re.compile(r"^(n_\w+|num_\w+|\w+_size|seeds_per_job|variants_per_job|views|channels|length|chunks)$")
 PRIVACY_KEY = re.compile(r"(^|[._])eps")  # epsilon keys, where inf means "no privacy"
@@ -108,8 +110,10 @@ def value_errors(value, key: str = "") -> list[str]:
             if twice:
                 errors.append(f"{here}: {twice} given twice; a grid lists each value once")
     elif isinstance(value, float) and not math.isfinite(value) and not (value == math.inf and PRIVACY_KEY.search(key)):
-        errors.append(f"{here}: {_number_text(value)} is not a finite number"
-                      " (only a privacy budget epsilon may be inf: no privacy)")
+        errors.append(
+            f"{here}: {_number_text(value)} is not a finite number"
+            " (only a privacy budget epsilon may be inf: no privacy)"
+        )
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         counted = ITERATION_KEY.match(name) or SIZE_KEY.match(name)
         if counted and not float(value).is_integer():
@@ -157,8 +161,10 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, d
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise ConfigError(f"{node.start_mark.name}, line {key_node.start_mark.line + 1}: key {key!r} "
-                              f"given twice in one mapping (first on line {seen[key]})")
+            raise ConfigError(
+                f"{node.start_mark.name}, line {key_node.start_mark.line + 1}: key {key!r} "
+                f"given twice in one mapping (first on line {seen[key]})"
+            )
         seen[key] = key_node.start_mark.line + 1
     return loader.construct_mapping(node, deep=deep)
 
@@ -264,16 +270,21 @@ def model_fit_errors(key: str, options: dict, dataset: str, dataset_options: dic
     classes = dataset_options.get("num_classes", info.num_classes)
     errors = []
     if options.get("num_classes", 0) and options["num_classes"] != classes:
-        errors.append(f"config key '{key}.num_classes': {options['num_classes']}, but data set {dataset!r} "
-                      f"has {classes} classes")
+        errors.append(
+            f"config key '{key}.num_classes': {options['num_classes']}, but data set {dataset!r} has {classes} classes"
+        )
     if "in_features" in options and info.kind in ("image", "tabular"):
         features = int(np.prod(shape))
         if options["in_features"] != features:
-            errors.append(f"config key '{key}.in_features': {options['in_features']}, but a sample of "
-                          f"{dataset!r} has {features} features (shape {tuple(shape)})")
+            errors.append(
+                f"config key '{key}.in_features': {options['in_features']}, but a sample of "
+                f"{dataset!r} has {features} features (shape {tuple(shape)})"
+            )
     if "in_channels" in options and info.kind == "image" and options["in_channels"] != shape[0]:
-        errors.append(f"config key '{key}.in_channels': {options['in_channels']}, but {dataset!r} "
-                      f"images have {shape[0]} channel(s)")
+        errors.append(
+            f"config key '{key}.in_channels': {options['in_channels']}, but {dataset!r} "
+            f"images have {shape[0]} channel(s)"
+        )
     return errors
 
 

@@ -153,8 +153,14 @@ def claim_scratch(job: Job) -> None:
 def make_job(spec, output, input=None, seeds=None, **kwargs) -> Job:
     """A job for tests and interactive use; scratch lies beside the first output."""
     first = str(next(iter(output.values())))
-    return Job(spec=spec, output=dict(output), input=dict(input or {}), seeds=list(seeds or []),
-               scratch=scratch_for(first), **kwargs)
+    return Job(
+        spec=spec,
+        output=dict(output),
+        input=dict(input or {}),
+        seeds=list(seeds or []),
+        scratch=scratch_for(first),
+        **kwargs,
+    )
 
 
 def _named(io) -> dict[str, Any]:
@@ -184,8 +190,7 @@ def logging_to(path: str | None):
         yield
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", buffering=1) as stream, contextlib.redirect_stdout(stream), \
-            contextlib.redirect_stderr(stream):
+    with open(path, "a", buffering=1) as stream, contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
         handler = logging.StreamHandler(stream)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
         root = logging.getLogger()
@@ -263,7 +268,7 @@ def run_snakemake_job(smk) -> None:
     job = job_from_snakemake(smk)
     threads = max(1, int(job.threads))
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    if smk.config.get("checkpoint_minutes") is not None:   # wall-time checkpoints (fedrepro.fl.loop)
+    if smk.config.get("checkpoint_minutes") is not None:  # wall-time checkpoints (fedrepro.fl.loop)
         os.environ["FEDREPRO_CHECKPOINT_MINUTES"] = str(smk.config["checkpoint_minutes"])
     run_job(job, smk.params.entry)
     sys.stdout.flush()

@@ -37,8 +37,16 @@ PAPERS = ("fedavg", "fedsc", "dpzv", "fedal", "steffle")
 # - DPZV: data sets without a row cost what CIFAR-10 costs per epoch, scaled by training samples.
 # - SteFFLe (logistic regression, CPU-sized) and FedAvg: 0.05 s per epoch / round.
 ENCODER_FLOP_RATIO = {"fixup_resnet20": 1.0, "resnet34": 0.45, "resnet18": 0.22}
-TRAIN_SAMPLES = {"cifar10": 50000, "cifar100": 50000, "svhn": 73257, "cinic10": 90000, "mnist": 60000,
-                 "modelnet40": 9843, "amazon_polarity": 100000, "celeba": 180000}
+TRAIN_SAMPLES = {
+    "cifar10": 50000,
+    "cifar100": 50000,
+    "svhn": 73257,
+    "cinic10": 90000,
+    "mnist": 60000,
+    "modelnet40": 9843,
+    "amazon_polarity": 100000,
+    "celeba": 180000,
+}
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,19 @@ class Cost:
 
 def load_costs(path: Path = COSTS) -> list[Cost]:
     with open(path, newline="") as f:
-        return [Cost(r["paper"], r["unit"], r["dataset"], r["model"], r["method"], r["device"],
-                     float(r["seconds"]), r["source"]) for r in csv.DictReader(f)]
+        return [
+            Cost(
+                r["paper"],
+                r["unit"],
+                r["dataset"],
+                r["model"],
+                r["method"],
+                r["device"],
+                float(r["seconds"]),
+                r["source"],
+            )
+            for r in csv.DictReader(f)
+        ]
 
 
 @dataclass
@@ -85,8 +104,11 @@ def _lookup(costs: list[Cost], paper: str, unit: str, dataset: str, model: str, 
 
 
 def _row(costs, paper, unit, **match) -> Cost | None:
-    rows = [c for c in costs if c.paper == paper and c.unit == unit
-            and all(getattr(c, k) in (v, "*") for k, v in match.items())]
+    rows = [
+        c
+        for c in costs
+        if c.paper == paper and c.unit == unit and all(getattr(c, k) in (v, "*") for k, v in match.items())
+    ]
     return rows[0] if rows else None
 
 
@@ -95,12 +117,17 @@ def _scaled(costs: list[Cost], paper: str, unit: str, dataset: str, model: str, 
         base = _row(costs, "fedsc", "round", model="fixup_resnet20")
         if base is None:
             raise ValueError("benchmarks/unit_costs.csv needs a fedsc round row for fixup_resnet20")
-        per_round = base.seconds * TRAIN_SAMPLES.get(dataset, 50000) / TRAIN_SAMPLES[base.dataset] \
+        per_round = (
+            base.seconds
+            * TRAIN_SAMPLES.get(dataset, 50000)
+            / TRAIN_SAMPLES[base.dataset]
             * ENCODER_FLOP_RATIO.get(model, 1.0)
+        )
         return per_round * (0.02 if unit == "probe_epoch" else 1.0)
     if paper == "fedal":
-        base = _row(costs, "fedal", "iteration", model=model, method=method) or \
-            _row(costs, "fedal", "iteration", model="cifar_resnet", method="fedal")
+        base = _row(costs, "fedal", "iteration", model=model, method=method) or _row(
+            costs, "fedal", "iteration", model="cifar_resnet", method="fedal"
+        )
         if base is None:
             raise ValueError("benchmarks/unit_costs.csv needs a fedal iteration row for cifar_resnet, fedal")
         return base.seconds
@@ -129,8 +156,17 @@ def _fedal_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
             if not measured and pool != "cifar_resnet":
                 seconds *= clients / 15
             for tag in tags:
-                jobs.append(Job("fedal", (run.dataset, run.method, run.setting, tag), run.spec["iterations"],
-                                "iteration", seconds, len(tag[1:].split("_")), measured))
+                jobs.append(
+                    Job(
+                        "fedal",
+                        (run.dataset, run.method, run.setting, tag),
+                        run.spec["iterations"],
+                        "iteration",
+                        seconds,
+                        len(tag[1:].split("_")),
+                        measured,
+                    )
+                )
         per_output[name] = jobs
     return per_output
 
@@ -151,15 +187,25 @@ def _fedsc_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
             n = len(tag[1:].split("_"))
             jobs_by_folder[folder] = [
                 Job("fedsc", (run.dataset, run.method, run.setting, tag), rounds, "round", seconds, n, measured),
-                Job("fedsc", (run.dataset, run.method, run.setting, tag, "probe"), probe_epochs, "probe_epoch",
-                    probe_seconds, n, probe_measured)]
+                Job(
+                    "fedsc",
+                    (run.dataset, run.method, run.setting, tag, "probe"),
+                    probe_epochs,
+                    "probe_epoch",
+                    probe_seconds,
+                    n,
+                    probe_measured,
+                ),
+            ]
     tables = {"table2": fedsc.table2_cells(config), "figure2": fedsc.figure2_cells(config)}
     for name in ("table3", "table4", "table5"):
         if name in config["fedsc"].get("tables", {}):
             tables[name] = fedsc.dp_table_cells(config, name)
     # cells read by no training job (e.g. a random-encoder probe) cost nothing here
-    out = {name: _unique(j for cell in cells for j in jobs_by_folder.get(str(Path(cell["path"]).parent), []))
-           for name, cells in tables.items()}
+    out = {
+        name: _unique(j for cell in cells for j in jobs_by_folder.get(str(Path(cell["path"]).parent), []))
+        for name, cells in tables.items()
+    }
     out["all runs"] = [j for jobs in jobs_by_folder.values() for j in jobs]
     return out
 
@@ -173,11 +219,22 @@ def _dpzv_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
     def jobs_of(runs) -> list[Job]:
         jobs = []
         for run in runs:
-            seconds, measured = _lookup(costs, "dpzv", "epoch", run.dataset, run.spec.get("client_model", ""),
-                                        run.method)
+            seconds, measured = _lookup(
+                costs, "dpzv", "epoch", run.dataset, run.spec.get("client_model", ""), run.method
+            )
             units = run.spec["epochs"] * len(run.spec.get("variants", [None]))
-            jobs += [Job("dpzv", (run.dataset, run.method, run.setting, tag), units, "epoch", seconds,
-                         len(tag[1:].split("_")), measured) for tag in tags]
+            jobs += [
+                Job(
+                    "dpzv",
+                    (run.dataset, run.method, run.setting, tag),
+                    units,
+                    "epoch",
+                    seconds,
+                    len(tag[1:].split("_")),
+                    measured,
+                )
+                for tag in tags
+            ]
         return jobs
 
     out = {name: jobs_of(runs) for name, runs in dpzv.figure_runs(config, all_runs).items()}
@@ -193,23 +250,34 @@ def _simple_jobs(paper: str, config: dict, costs: list[Cost]) -> dict[str, list[
 
     module = importlib.import_module(f"fedrepro.experiments.{paper}")
     tags = seed_tags(config[paper])
-    vectorised = paper == "steffle"   # one job trains all its seeds as one program
+    vectorised = paper == "steffle"  # one job trains all its seeds as one program
 
     def jobs_of(runs) -> list[Job]:
         jobs = []
         for run in runs:
             units = run.spec.get("train", {}).get("epochs") or run.spec.get("rounds") or 1
-            seconds, measured = _lookup(costs, paper, "epoch" if paper == "steffle" else "round", run.dataset,
-                                        "*", run.method)
-            jobs += [Job(paper, (run.dataset, run.method, run.setting, tag), units, "epoch", seconds,
-                         1 if vectorised else len(tag[1:].split("_")), measured) for tag in tags]
+            seconds, measured = _lookup(
+                costs, paper, "epoch" if paper == "steffle" else "round", run.dataset, "*", run.method
+            )
+            jobs += [
+                Job(
+                    paper,
+                    (run.dataset, run.method, run.setting, tag),
+                    units,
+                    "epoch",
+                    seconds,
+                    1 if vectorised else len(tag[1:].split("_")),
+                    measured,
+                )
+                for tag in tags
+            ]
         return jobs
 
     out = {}
     if hasattr(module, "figure_runs"):
         out = {name: jobs_of(runs) for name, runs in module.figure_runs(config).items()}
     runs = module.runs(config)
-    if hasattr(module, "refcode_runs"):   # SteFFLe's reference-code grid: its own target, not in rule all
+    if hasattr(module, "refcode_runs"):  # SteFFLe's reference-code grid: its own target, not in rule all
         extra = {(r.dataset, r.method, r.setting) for r in module.refcode_runs(config)}
         runs = [r for r in runs if (r.dataset, r.method, r.setting) not in extra]
     out["all runs"] = jobs_of(runs)
@@ -270,11 +338,16 @@ def _jobs_line(name: str, jobs: list[Job]) -> str:
 
 
 def report(planned: dict, costs: list[Cost]) -> str:
-    lines = ["# Cost plan (GPU-hours from benchmarks/unit_costs.csv)", "",
-             "Each table or figure counts every training job it reads (jobs shared by several are counted",
-             "in each); a paper's total counts each job once. 'estimated': hours from rows scaled by",
-             "fedrepro.plan's documented assumptions, not measured for that data set, model and method.", "",
-             "| paper / output | training jobs | GPU-hours | of which estimated |", "|---|---|---|---|"]
+    lines = [
+        "# Cost plan (GPU-hours from benchmarks/unit_costs.csv)",
+        "",
+        "Each table or figure counts every training job it reads (jobs shared by several are counted",
+        "in each); a paper's total counts each job once. 'estimated': hours from rows scaled by",
+        "fedrepro.plan's documented assumptions, not measured for that data set, model and method.",
+        "",
+        "| paper / output | training jobs | GPU-hours | of which estimated |",
+        "|---|---|---|---|",
+    ]
     total: list[Job] = []
     for paper, per in planned.items():
         for name, jobs in per.items():
@@ -291,8 +364,9 @@ def report(planned: dict, costs: list[Cost]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedrepro.plan", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configfile", nargs="+", default=["config.yaml"],
-                        help="config files in Snakemake's order (config.yaml first)")
+    parser.add_argument(
+        "--configfile", nargs="+", default=["config.yaml"], help="config files in Snakemake's order (config.yaml first)"
+    )
     parser.add_argument("--config", nargs="*", default=[], help="top-level key=value overrides")
     parser.add_argument("--costs", default=str(COSTS), help="table of measured seconds per unit")
     args = parser.parse_args(argv)

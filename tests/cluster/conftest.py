@@ -18,12 +18,13 @@ PIPELINE_FILES = ["Snakefile", "config.yaml", "configs", "workflow", "src"]
 def snakemake(*args, cwd, snakefile, check=True, timeout=300):
     """Run Snakemake; `timeout -s INT` because a hung run ignores SIGTERM (it would wait
     for its running jobs), and -k kills it for good 10 s later."""
-    command = ["timeout", "-s", "INT", "-k", "10", str(timeout), *SNAKEMAKE,
-               "-s", str(snakefile), *args]
+    command = ["timeout", "-s", "INT", "-k", "10", str(timeout), *SNAKEMAKE, "-s", str(snakefile), *args]
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if check and result.returncode != 0:
-        pytest.fail(f"snakemake {' '.join(map(str, args))} failed (rc {result.returncode}):\n"
-                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        pytest.fail(
+            f"snakemake {' '.join(map(str, args))} failed (rc {result.returncode}):\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     return result
 
 

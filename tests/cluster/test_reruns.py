@@ -92,6 +92,7 @@ def test_editing_shared_federated_code_reruns_training_but_not_data(local_slice)
 
 def test_a_comment_or_docstring_edit_reruns_nothing(local_slice):
     work, config = local_slice
+
     def docstring_and_layout(text):
         return text.replace('"""', '"""Edited docstring. ', 1).replace("\n\n\n", "\n\n\n\n") + "# a comment\n"
 
@@ -105,11 +106,15 @@ def test_editing_the_partition_code_rebuilds_partitions_and_everything_downstrea
     work, config = local_slice
     with edited(work / "src/fedrepro/data/partition.py"):
         jobs, _ = dry_run(work, config)
-    assert jobs == sorted([
-        "partition: results/partitions/digits/dirichlet-a0.3-c10-s0.npz",
-        "partition: results/partitions/digits/dirichlet-a100-c10-s0.npz",
-        TRAIN_A03, TRAIN_A100, *REPORTS,
-    ])
+    assert jobs == sorted(
+        [
+            "partition: results/partitions/digits/dirichlet-a0.3-c10-s0.npz",
+            "partition: results/partitions/digits/dirichlet-a100-c10-s0.npz",
+            TRAIN_A03,
+            TRAIN_A100,
+            *REPORTS,
+        ]
+    )
 
 
 def test_editing_another_data_sets_builder_reprepares_nothing(local_slice):
@@ -138,14 +143,15 @@ def test_editing_the_report_code_reruns_only_reports(local_slice):
 
 def test_changing_one_alpha_reruns_only_its_partition_run_and_reports(local_slice):
     work, config = local_slice
-    path = changed_config(work, config, "alpha.yaml",
-                          lambda c: c["fedavg"]["partition"].update(alphas=[0.3, 50.0]))
+    path = changed_config(work, config, "alpha.yaml", lambda c: c["fedavg"]["partition"].update(alphas=[0.3, 50.0]))
     jobs, _ = dry_run(work, config=path)
-    assert jobs == sorted([
-        "partition: results/partitions/digits/dirichlet-a50-c10-s0.npz",
-        f"fedavg_train: {RUNS}/a50/s0/metrics.parquet",
-        *REPORTS,
-    ])
+    assert jobs == sorted(
+        [
+            "partition: results/partitions/digits/dirichlet-a50-c10-s0.npz",
+            f"fedavg_train: {RUNS}/a50/s0/metrics.parquet",
+            *REPORTS,
+        ]
+    )
 
 
 def test_changing_a_report_option_reruns_only_reports(local_slice):
@@ -174,11 +180,11 @@ def test_adding_a_seed_runs_only_the_new_seed(local_slice, tmp_path, monkeypatch
     shutil.copytree(shared, work, symlinks=True)
     config = work / "tiny.yaml"
     monkeypatch.setenv("FEDREPRO_STRICT_IMPORTS", "1")
-    path = changed_config(work, config, "two_seeds.yaml",
-                          lambda c: c["fedavg"].update(seeds=[0, 1], seeds_per_job=2))
+    path = changed_config(work, config, "two_seeds.yaml", lambda c: c["fedavg"].update(seeds=[0, 1], seeds_per_job=2))
     jobs, _ = dry_run(work, config=path)
-    assert jobs == sorted([f"fedavg_train: {RUNS}/a0.3/s0_1/metrics.parquet",
-                           f"fedavg_train: {RUNS}/a100/s0_1/metrics.parquet", *REPORTS])
+    assert jobs == sorted(
+        [f"fedavg_train: {RUNS}/a0.3/s0_1/metrics.parquet", f"fedavg_train: {RUNS}/a100/s0_1/metrics.parquet", *REPORTS]
+    )
     snakemake("-c1", "--configfile", path, cwd=work, snakefile=work / "Snakefile")
     log = (work / "results/logs/fedavg/digits/fedavg/a0.3/s0_1.log").read_text()
     assert "seed 0 already finished" in log and "seed 1 already finished" not in log

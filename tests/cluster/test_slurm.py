@@ -51,8 +51,15 @@ def test_paper_scale_dry_run_routes_training_to_the_gpu_partition(tmp_path):
     """No cluster needed: the profiles parse, and a paper-scale dry run shows each job's
     resources as they would go to sbatch, with the short jobs in group jobs."""
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    result = snakemake("-n", "--configfile", ROOT / "config.yaml", ROOT / "configs/paper.yaml",
-                       *PROFILES, cwd=tmp_path, snakefile=ROOT / "Snakefile")
+    result = snakemake(
+        "-n",
+        "--configfile",
+        ROOT / "config.yaml",
+        ROOT / "configs/paper.yaml",
+        *PROFILES,
+        cwd=tmp_path,
+        snakefile=ROOT / "Snakefile",
+    )
     blocks = re.findall(r"rule (\w+):\n(?:\s+\w+: .*\n)*?\s+resources: (.*)", result.stdout)
     cluster = config["cluster"]
     for rule, resources in blocks:
@@ -82,8 +89,9 @@ def slurm_cluster():
     started = not partitions_up(names)
     if started:
         env = {"SLURM_CPU_PARTITION": names[0], "SLURM_GPU_PARTITION": names[1]}
-        result = subprocess.run(["bash", SCRIPT, "start"], capture_output=True, text=True,
-                                timeout=600, env={**os.environ, **env})
+        result = subprocess.run(
+            ["bash", SCRIPT, "start"], capture_output=True, text=True, timeout=600, env={**os.environ, **env}
+        )
         if result.returncode not in (0, 3):
             stop_cluster()  # leave no half-started cluster behind
         if result.returncode == 3:
@@ -101,21 +109,20 @@ def stop_cluster():
 def slurm_jobs(run_id: str) -> list[dict]:
     """SLURM's record of the jobs a Snakemake run submitted (their job name is its run id).
     There is no accounting database: finished jobs stay with the controller (MinJobAge)."""
-    result = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True,
-                            timeout=30, check=True)
+    result = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=30, check=True)
     jobs = [dict(re.findall(r"(\w+)=(\S*)", line)) for line in result.stdout.splitlines()]
     return [job for job in jobs if job.get("JobName") == run_id]
 
 
 def run_on_slurm(work: Path, config: Path, limit: int):
     start = time.monotonic()
-    result = snakemake("--configfile", config, *PROFILES, cwd=work, snakefile=ROOT / "Snakefile",
-                       check=False, timeout=limit)
+    result = snakemake(
+        "--configfile", config, *PROFILES, cwd=work, snakefile=ROOT / "Snakefile", check=False, timeout=limit
+    )
     output = result.stdout + result.stderr
     run_id = re.search(r"SLURM run ID: (\S+)", output)
     jobs = slurm_jobs(run_id.group(1)) if run_id else []
-    return SimpleNamespace(rc=result.returncode, output=output, jobs=jobs,
-                           seconds=time.monotonic() - start)
+    return SimpleNamespace(rc=result.returncode, output=output, jobs=jobs, seconds=time.monotonic() - start)
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +130,10 @@ def slurm_slice(slurm_cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("slurm_slice")
     config = write_config(tiny_config(), work / "tiny.yaml")
     run = run_on_slurm(work, config, RUN_LIMIT)
-    print(f"SLURM slice: {run.seconds:.0f} s, jobs "
-          f"{[(job['JobId'], job['Partition'], job['Comment']) for job in run.jobs]}")
+    print(
+        f"SLURM slice: {run.seconds:.0f} s, jobs "
+        f"{[(job['JobId'], job['Partition'], job['Comment']) for job in run.jobs]}"
+    )
     assert run.rc == 0, f"the SLURM run failed (rc {run.rc}, 124: timed out):\n{run.output[-4000:]}"
     return SimpleNamespace(work=work, partitions=slurm_cluster, **vars(run))
 

@@ -26,8 +26,17 @@ def tiny_data():
 
 
 def tiny_settings(**kw):
-    base = dict(batch_size=8, epochs=1, client_model="vfl_mnist_cnn", client_kwargs={"pool": [2, 2], "width": 4},
-                embed_dim=4, server_hidden=8, lr_client=1e-3, lr_server=0.05, record_wire=True)
+    base = dict(
+        batch_size=8,
+        epochs=1,
+        client_model="vfl_mnist_cnn",
+        client_kwargs={"pool": [2, 2], "width": 4},
+        embed_dim=4,
+        server_hidden=8,
+        lr_client=1e-3,
+        lr_server=0.05,
+        record_wire=True,
+    )
     extra = kw.pop("extra", {})
     base.update(kw)
     return VFLSettings(**base, extra=extra)

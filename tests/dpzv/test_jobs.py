@@ -28,18 +28,37 @@ def prepared(tmp_path):
 
 
 def spec(method, variants):
-    return {"dataset": "tiny", "method": method, "batch_size": 8, "epochs": 1, "evals_per_epoch": 2,
-            "client_model": "vfl_mnist_cnn", "client_kwargs": {"pool": [2, 2], "width": 4}, "embed_dim": 4,
-            "server_hidden": 8, "lr_server": 0.05, "lr_client": 5e-4, "delta": 1e-3, "device": "cpu",
-            "val": "holdout", "val_fraction": 0.2, "zo_momentum": 0.9, "server_update": "sgd", "momentum": 0.9,
-            "variants": variants}
+    return {
+        "dataset": "tiny",
+        "method": method,
+        "batch_size": 8,
+        "epochs": 1,
+        "evals_per_epoch": 2,
+        "client_model": "vfl_mnist_cnn",
+        "client_kwargs": {"pool": [2, 2], "width": 4},
+        "embed_dim": 4,
+        "server_hidden": 8,
+        "lr_server": 0.05,
+        "lr_client": 5e-4,
+        "delta": 1e-3,
+        "device": "cpu",
+        "val": "holdout",
+        "val_fraction": 0.2,
+        "zo_momentum": 0.9,
+        "server_update": "sgd",
+        "momentum": 0.9,
+        "variants": variants,
+    }
 
 
 def test_dpzv_job_writes_metrics_and_summary_per_variant(prepared, tmp_path):
     out = tmp_path / "dpzv/runs/tiny/dpzv/x/s0_1"
-    job = make_job(spec("dpzv", [{"eps": 1.0, "clip": 10}, {"eps": "inf", "clip": "inf"}]),
-                   {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
-                   input=prepared, seeds=[0, 1])
+    job = make_job(
+        spec("dpzv", [{"eps": 1.0, "clip": 10}, {"eps": "inf", "clip": "inf"}]),
+        {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+        input=prepared,
+        seeds=[0, 1],
+    )
     resolve(ENTRIES["dpzv"])(job)
     metrics = pd.read_parquet(out / "metrics.parquet")
     assert set(metrics["variant"]) == {"eps1-C10", "epsinf-Cinf"}
@@ -59,9 +78,12 @@ def test_dpzv_job_writes_metrics_and_summary_per_variant(prepared, tmp_path):
 def test_all_four_methods_run_as_jobs(prepared, tmp_path):
     for method in ENTRIES:
         out = tmp_path / f"dpzv/runs/tiny/{method}/x/s0"
-        job = make_job(spec(method, [{"eps": 1.0}]), {"metrics": str(out / "m.parquet"),
-                                                       "summary": str(out / "s.json")},
-                       input=prepared, seeds=[0])
+        job = make_job(
+            spec(method, [{"eps": 1.0}]),
+            {"metrics": str(out / "m.parquet"), "summary": str(out / "s.json")},
+            input=prepared,
+            seeds=[0],
+        )
         resolve(ENTRIES[method])(job)
         assert pd.read_parquet(out / "m.parquet")["test_acc"].notna().all()
 
@@ -77,9 +99,12 @@ def test_adding_one_eps_runs_only_the_new_variant(prepared, tmp_path, monkeypatc
 
     def run(setting, variants, **changes):
         out = tmp_path / f"dpzv/runs/tiny/dpzv/{setting}/s0"
-        job = make_job({**spec("dpzv", variants), **changes},
-                       {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
-                       input=prepared, seeds=[0])
+        job = make_job(
+            {**spec("dpzv", variants), **changes},
+            {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+            input=prepared,
+            seeds=[0],
+        )
         resolve(ENTRIES["dpzv"])(job)
         return json.loads((out / "summary.json").read_text())
 
@@ -99,11 +124,16 @@ def test_checkpoint_every_counts_loop_rounds(prepared, tmp_path, monkeypatch):
 
     seen = []
     real = jobs.run_seeds
-    monkeypatch.setattr(jobs, "run_seeds", lambda sub, *a, **k: seen.append(k["checkpoint_every"]) or real(sub, *a, **k))
+    monkeypatch.setattr(
+        jobs, "run_seeds", lambda sub, *a, **k: seen.append(k["checkpoint_every"]) or real(sub, *a, **k)
+    )
     out = tmp_path / "dpzv/runs/tiny/vafl/x/s0"
-    job = make_job({**spec("vafl", [{"eps": "inf"}]), "checkpoint_every": 3},
-                   {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
-                   input=prepared, seeds=[0])
+    job = make_job(
+        {**spec("vafl", [{"eps": "inf"}]), "checkpoint_every": 3},
+        {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+        input=prepared,
+        seeds=[0],
+    )
     resolve(ENTRIES["vafl"])(job)
     assert job.spec["evals_per_epoch"] == 2 and seen == [3]
 

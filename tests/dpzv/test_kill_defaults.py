@@ -43,8 +43,9 @@ def test_embedding_baseline_defaults(tiny_data):
     for cls in (VAFL, VFLCZOFO):
         algo = cls(tiny_data, tiny_settings(eps=1.0), seed=0)
         assert algo.embed_clip == 10.0 and algo.noise["sigma"] > 0
-        assert math.isclose(algo.server.input_scale,
-                            1 / math.sqrt(1 + algo.cfg.embed_dim * algo.noise["sigma"] ** 2 / 100))
+        assert math.isclose(
+            algo.server.input_scale, 1 / math.sqrt(1 + algo.cfg.embed_dim * algo.noise["sigma"] ** 2 / 100)
+        )
     czofo = VFLCZOFO(tiny_data, tiny_settings(), seed=0)
     assert (czofo.zo_lambda, czofo.perturbations) == (1e-3, 5)
     assert czofo.server.input_scale == 1.0

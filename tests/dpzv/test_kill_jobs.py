@@ -18,21 +18,36 @@ from tests.dpzv.test_jobs import prepared, spec  # noqa: F401  (fixture and spec
 
 def job_for(prepared, tmp_path, method="dpzv", variants=({"eps": "inf"},), **changes):  # noqa: F811
     out = tmp_path / f"dpzv/runs/tiny/{method}/x/s0"
-    return make_job({**spec(method, list(variants)), **changes},
-                    {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
-                    input=prepared, seeds=[0])
+    return make_job(
+        {**spec(method, list(variants)), **changes},
+        {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+        input=prepared,
+        seeds=[0],
+    )
 
 
 def reference_data(prepared, **split):  # noqa: F811
     arrays = np.load(prepared["data"])
     part = load_partition(prepared["partition"])
-    return build_vfl_data(arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], part.features,
-                          part.feature_shapes, 3, "image", **split)
+    return build_vfl_data(
+        arrays["x_train"],
+        arrays["y_train"],
+        arrays["x_test"],
+        arrays["y_test"],
+        part.features,
+        part.feature_shapes,
+        3,
+        "image",
+        **split,
+    )
 
 
 def same(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a.train + a.val, b.train + b.val)) \
-        and torch.equal(a.y_train, b.y_train) and torch.equal(a.y_val, b.y_val)
+    return (
+        all(torch.equal(x, y) for x, y in zip(a.train + a.val, b.train + b.val))
+        and torch.equal(a.y_train, b.y_train)
+        and torch.equal(a.y_val, b.y_val)
+    )
 
 
 def test_job_data_follow_the_specs_split_seed_and_fraction(prepared, tmp_path):  # noqa: F811
@@ -65,7 +80,9 @@ def test_job_outputs_carry_each_variants_eps_clip_and_the_spec(prepared, tmp_pat
     summary = json.loads(job.out("summary").read_text())
     assert summary["spec"] == job.spec
     assert summary["variants"]["eps1-C10"]["eps"] == 1.0 and summary["variants"]["eps1-C10"]["clip"] == 10.0
-    assert math.isinf(summary["variants"]["epsinf-Cinf"]["eps"]) and math.isinf(summary["variants"]["epsinf-Cinf"]["clip"])
+    assert math.isinf(summary["variants"]["epsinf-Cinf"]["eps"]) and math.isinf(
+        summary["variants"]["epsinf-Cinf"]["clip"]
+    )
 
 
 def test_baseline_variants_have_no_clip(prepared, tmp_path):  # noqa: F811

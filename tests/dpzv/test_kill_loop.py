@@ -21,12 +21,13 @@ SGD_SERVER = {"server_update": "sgd"}
 
 # ------------------------------------------------------------------------------------ schedule
 
+
 def test_permutation_schedule_gives_every_client_one_pass_per_epoch_in_random_order(tiny_data):
     """VFL-CZOFO's schedule: within each epoch every client is active exactly floor(D/B) times."""
     algo = DPZV(tiny_data, tiny_settings(schedule="permutation", extra=SGD_SERVER), seed=0)
     per_epoch = algo.rounds_per_epoch
     picks = [algo.next_client() for _ in range(3 * per_epoch)]
-    epochs = [picks[i * per_epoch:(i + 1) * per_epoch] for i in range(3)]
+    epochs = [picks[i * per_epoch : (i + 1) * per_epoch] for i in range(3)]
     for epoch in epochs:
         assert np.bincount(epoch, minlength=2).tolist() == [algo.batches_per_pass] * 2
     assert epochs[0] != sorted(epochs[0]) and epochs[0] != sorted(epochs[0], reverse=True)
@@ -65,6 +66,7 @@ def test_client_loader_walks_an_epoch_wise_permutation_with_drop_last():
 
 
 # ------------------------------------------------------------------------------------ rounds
+
 
 def test_round_runs_its_share_of_server_rounds_and_reports_it(tiny_data):
     algo = DPZV(tiny_data, tiny_settings(epochs=2, evals_per_epoch=3, extra=SGD_SERVER), seed=0)
@@ -123,6 +125,7 @@ def test_server_inputs_replace_one_slot_without_touching_the_table(tiny_data):
 
 # ------------------------------------------------------------------------------------ evaluation
 
+
 def reference_accuracy(algo, xs, y):
     with torch.no_grad():
         emb = torch.cat([c.model(x) for c, x in zip(algo.clients, xs)], dim=1)
@@ -136,8 +139,13 @@ def test_evaluation_uses_fresh_embeddings_and_keeps_the_best_validation_model(ti
     for split, xs, y in (("val", tiny_data.val, tiny_data.y_val), ("test", tiny_data.test, tiny_data.y_test)):
         acc, loss = reference_accuracy(algo, xs, y)
         assert out[f"{split}_acc"] == pytest.approx(acc) and out[f"{split}_loss"] == pytest.approx(loss, rel=1e-5)
-    assert algo.best == {"val_acc": out["val_acc"], "test_acc": out["test_acc"], "test_loss": out["test_loss"],
-                         "round": 0, "epoch": 0.0}
+    assert algo.best == {
+        "val_acc": out["val_acc"],
+        "test_acc": out["test_acc"],
+        "test_loss": out["test_loss"],
+        "round": 0,
+        "epoch": 0.0,
+    }
     algo.server_round = algo.rounds_per_epoch // 2
     algo.evaluate(1)  # the same validation accuracy is no improvement
     assert algo.best["round"] == 0
@@ -172,17 +180,40 @@ def test_summary_counts_parameters_and_the_run(tiny_data):
 
 # ------------------------------------------------------------------------------------ settings and data
 
-@pytest.mark.parametrize("bad", [{"batch_size": 0}, {"epochs": 0}, {"evals_per_epoch": 0}, {"embed_dim": 0},
-                                 {"server_hidden": 0}, {"momentum": 1.0}, {"momentum": -0.1}, {"delta": 0.0},
-                                 {"delta": 1.0}, {"schedule": "round_robin"}, {"table_init": "random"}])
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"batch_size": 0},
+        {"epochs": 0},
+        {"evals_per_epoch": 0},
+        {"embed_dim": 0},
+        {"server_hidden": 0},
+        {"momentum": 1.0},
+        {"momentum": -0.1},
+        {"delta": 0.0},
+        {"delta": 1.0},
+        {"schedule": "round_robin"},
+        {"table_init": "random"},
+    ],
+)
 def test_settings_reject_values_outside_their_range_and_name_the_key(bad):
     with pytest.raises(ValueError, match=rf"^{next(iter(bad))} "):
         VFLSettings(**bad)
 
 
 def test_settings_accept_the_edges_of_their_ranges():
-    VFLSettings(batch_size=1, epochs=1, evals_per_epoch=1, embed_dim=1, server_hidden=1, momentum=0.0,
-                delta=1e-9, schedule="permutation", table_init="zeros")
+    VFLSettings(
+        batch_size=1,
+        epochs=1,
+        evals_per_epoch=1,
+        embed_dim=1,
+        server_hidden=1,
+        momentum=0.0,
+        delta=1e-9,
+        schedule="permutation",
+        table_init="zeros",
+    )
 
 
 @pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1])
@@ -209,20 +240,22 @@ def test_holdout_is_a_seeded_disjoint_split_of_the_training_set():
     p = vertical_partition((1, 8, 8), "rows", 2)
     x_tr = np.arange(96 * 64).reshape(96, 1, 8, 8) % 251  # rows told apart by their pixels
     x_tr = x_tr.astype(np.uint8)
-    data = build_vfl_data(x_tr, y_tr, x_te, y_te, p.features, p.feature_shapes, 3, "text", val_fraction=0.25,
-                          split_seed=4)
+    data = build_vfl_data(
+        x_tr, y_tr, x_te, y_te, p.features, p.feature_shapes, 3, "text", val_fraction=0.25, split_seed=4
+    )
     order = np.random.default_rng(4).permutation(96)
     val_idx, train_idx = np.sort(order[:24]), np.sort(order[24:])
     assert data.train[0].dtype == torch.long  # text: token ids
-    assert torch.equal(data.y_val, torch.as_tensor(y_tr[val_idx])) and torch.equal(data.y_train,
-                                                                                    torch.as_tensor(y_tr[train_idx]))
+    assert torch.equal(data.y_val, torch.as_tensor(y_tr[val_idx])) and torch.equal(
+        data.y_train, torch.as_tensor(y_tr[train_idx])
+    )
     assert torch.equal(data.val[1], torch.as_tensor(x_tr[val_idx][:, :, 4:].astype(np.int64)))
 
 
 def test_embedding_input_scale_is_the_closed_form():
     assert embedding_input_scale(2.0, 0.0, 16) == 1.0
     for sigma in (1.0, 0.5, 3.0):
-        assert embedding_input_scale(2.0, sigma, 16) == pytest.approx(1 / math.sqrt(1 + 16 * sigma ** 2 / 4))
+        assert embedding_input_scale(2.0, sigma, 16) == pytest.approx(1 / math.sqrt(1 + 16 * sigma**2 / 4))
 
 
 def test_vfl_algorithm_runs_on_the_cpu_by_default(tiny_data):
@@ -234,6 +267,7 @@ def test_vfl_algorithm_runs_on_the_cpu_by_default(tiny_data):
 
 
 # ------------------------------------------------------------------------------------ resume
+
 
 @pytest.mark.parametrize("cls", [VAFL, VFLCZOFO])
 def test_first_order_checkpoint_resume_is_bit_exact(cls, tiny_data, tmp_path):
@@ -248,6 +282,7 @@ def test_first_order_checkpoint_resume_is_bit_exact(cls, tiny_data, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ random streams
+
 
 def test_every_party_draws_from_its_own_random_stream(tiny_data):
     """Clients, server and schedule each own a generator: no two produce the same draws."""

@@ -12,15 +12,29 @@ from fedrepro.pipeline import make_job
 from tests.dpzv.conftest import tiny_settings
 from tests.dpzv.test_jobs import prepared  # noqa: F401  (fixture: tiny prepared arrays and partition)
 
-SETTINGS = {"batch_size": 8, "client_model": "vfl_mnist_cnn", "client_kwargs": {"pool": [2, 2], "width": 4},
-            "embed_dim": 4, "server_hidden": 8, "server_update": "sgd"}
+SETTINGS = {
+    "batch_size": 8,
+    "client_model": "vfl_mnist_cnn",
+    "client_kwargs": {"pool": [2, 2], "width": 4},
+    "embed_dim": 4,
+    "server_hidden": 8,
+    "server_update": "sgd",
+}
 
 
 def run_memory_job(prepared, tmp_path, entries, **changes):  # noqa: F811
-    spec = {"dataset": "tiny", "entries": entries, "settings": SETTINGS, "rounds": 2, "num_samples": 8,
-            "warmup_rounds": 1, "device": "cpu", "eps": "inf", **changes}
-    job = make_job(spec, {"table": str(tmp_path / "memory.csv"), "json": str(tmp_path / "memory.json")},
-                   input=prepared)
+    spec = {
+        "dataset": "tiny",
+        "entries": entries,
+        "settings": SETTINGS,
+        "rounds": 2,
+        "num_samples": 8,
+        "warmup_rounds": 1,
+        "device": "cpu",
+        "eps": "inf",
+        **changes,
+    }
+    job = make_job(spec, {"table": str(tmp_path / "memory.csv"), "json": str(tmp_path / "memory.json")}, input=prepared)
     memory_job(job)
     table = pd.read_csv(tmp_path / "memory.csv")
     rows = pd.DataFrame(json.loads((tmp_path / "memory.json").read_text())["rows"])
@@ -31,9 +45,11 @@ def run_memory_job(prepared, tmp_path, entries, **changes):  # noqa: F811
 def test_memory_rows_name_each_method_and_measure_the_momentum_buffer(prepared, tmp_path):  # noqa: F811
     """ZO momentum 0.9 keeps one model-sized buffer: its ratio is about 1 above momentum 0 (the entry's
     options reach the settings); VAFL's gradients and momentum put it above both."""
-    entries = [{"method": "dpzv", "label": "DPZV (no momentum)", "options": {"zo_momentum": 0.0}},
-               {"method": "dpzv", "label": "DPZV", "options": {"zo_momentum": 0.9}},
-               {"method": "vafl", "label": "VAFL"}]
+    entries = [
+        {"method": "dpzv", "label": "DPZV (no momentum)", "options": {"zo_momentum": 0.0}},
+        {"method": "dpzv", "label": "DPZV", "options": {"zo_momentum": 0.9}},
+        {"method": "vafl", "label": "VAFL"},
+    ]
     table = run_memory_job(prepared, tmp_path, entries)
     assert table["method"].tolist() == ["dpzv", "dpzv", "vafl"]
     assert table["label"].tolist() == ["DPZV (no momentum)", "DPZV", "VAFL"]
@@ -84,7 +100,7 @@ def test_subset_keeps_the_first_training_samples_of_every_client(tiny_data):
     assert part.val is tiny_data.val and part.y_val is tiny_data.y_val
     assert part.test is tiny_data.test and part.y_test is tiny_data.y_test
     assert part.num_classes == tiny_data.num_classes
-    assert _subset(tiny_data, 10 ** 6).num_train == tiny_data.num_train
+    assert _subset(tiny_data, 10**6).num_train == tiny_data.num_train
 
 
 def test_measured_rounds_train_client_0_only(tiny_data):
@@ -114,12 +130,14 @@ class FakeAllocator:
         self.peak, self.peak_reserved = self.allocated, self.reserved
 
     def install(self, monkeypatch) -> None:
-        for name, value in {"synchronize": lambda device=None: self.synchronized.append(device),
-                            "memory_allocated": lambda device=None: self.synchronized.append(device) or self.allocated,
-                            "memory_reserved": lambda device=None: self.synchronized.append(device) or self.reserved,
-                            "max_memory_allocated": lambda device=None: self.peak,
-                            "max_memory_reserved": lambda device=None: self.peak_reserved,
-                            "reset_peak_memory_stats": self.reset_peak_memory_stats}.items():
+        for name, value in {
+            "synchronize": lambda device=None: self.synchronized.append(device),
+            "memory_allocated": lambda device=None: self.synchronized.append(device) or self.allocated,
+            "memory_reserved": lambda device=None: self.synchronized.append(device) or self.reserved,
+            "max_memory_allocated": lambda device=None: self.peak,
+            "max_memory_reserved": lambda device=None: self.peak_reserved,
+            "reset_peak_memory_stats": self.reset_peak_memory_stats,
+        }.items():
             monkeypatch.setattr(torch.cuda, name, value)
 
 

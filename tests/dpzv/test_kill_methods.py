@@ -28,6 +28,7 @@ def spy_wire(algo):
 
 # ------------------------------------------------------------------------------------ DPZV
 
+
 def test_dpzv_query_embeds_at_w_plus_and_minus_lambda_u_and_restores_w(tiny_data):
     algo = to_double(DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd", "zo_lambda": 0.01}), seed=0))
     client = algo.clients[1]
@@ -49,8 +50,9 @@ def test_dpzv_query_embeds_at_w_plus_and_minus_lambda_u_and_restores_w(tiny_data
 def test_dpzv_client_applies_the_scalar_it_received_along_its_own_u(tiny_data):
     """eq. (9), momentum 0: w -> w - eta Delta u with the Delta that crossed the wire (noise included)."""
     lr = 1e-2
-    algo = DPZV(tiny_data, tiny_settings(eps=1.0, lr_client=lr, extra={"server_update": "sgd",
-                                                                       "zo_momentum": 0.0}), seed=0)
+    algo = DPZV(
+        tiny_data, tiny_settings(eps=1.0, lr_client=lr, extra={"server_update": "sgd", "zo_momentum": 0.0}), seed=0
+    )
     client = algo.clients[0]
     seeds = []
     new_seed = client.new_seed
@@ -67,15 +69,24 @@ def test_dpzv_client_applies_the_scalar_it_received_along_its_own_u(tiny_data):
 
 
 def test_dpzv_privacy_record_names_its_settings(tiny_data):
-    algo = DPZV(tiny_data, tiny_settings(eps=1.0, extra={"server_update": "sgd", "clip": 2.5,
-                                                         "clip_mode": "one_sided"}), seed=0)
+    algo = DPZV(
+        tiny_data, tiny_settings(eps=1.0, extra={"server_update": "sgd", "clip": 2.5, "clip_mode": "one_sided"}), seed=0
+    )
     record = algo.privacy()
-    assert (record["clip"], record["clip_mode"], record["label_privacy"], record["head_clip"]) == \
-        (2.5, "one_sided", "none", 1.0)
+    assert (record["clip"], record["clip_mode"], record["label_privacy"], record["head_clip"]) == (
+        2.5,
+        "one_sided",
+        "none",
+        1.0,
+    )
     assert "does not hold" in record["note"]
     assert "note" not in DPZV(tiny_data, tiny_settings(eps=1.0, extra={"server_update": "sgd"}), seed=0).privacy()
-    assert "note" not in DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd", "clip_mode": "one_sided"}),
-                              seed=0).privacy()  # no noise, no DP claim to qualify
+    assert (
+        "note"
+        not in DPZV(
+            tiny_data, tiny_settings(extra={"server_update": "sgd", "clip_mode": "one_sided"}), seed=0
+        ).privacy()
+    )  # no noise, no DP claim to qualify
 
 
 def test_dp_head_needs_a_finite_head_clip_only_when_it_adds_noise(tiny_data):
@@ -88,8 +99,9 @@ def test_dp_head_needs_a_finite_head_clip_only_when_it_adds_noise(tiny_data):
 def test_dpzv_sgd_server_step_is_one_momentum_sgd_step_on_the_table(tiny_data):
     lr = 0.05
     # label_privacy none: the head's gradient is the plain batch mean, head_clip plays no part
-    algo = DPZV(tiny_data, tiny_settings(lr_server=lr, momentum=0.9, extra={"server_update": "sgd",
-                                                                          "head_clip": 1e-4}), seed=0)
+    algo = DPZV(
+        tiny_data, tiny_settings(lr_server=lr, momentum=0.9, extra={"server_update": "sgd", "head_clip": 1e-4}), seed=0
+    )
     ids = torch.as_tensor(algo.clients[0].next_batch())
     before = flat(algo.server.params).detach().clone()
     grad = flat(torch.autograd.grad(algo.server.losses(ids).mean(), algo.server.params))
@@ -98,6 +110,7 @@ def test_dpzv_sgd_server_step_is_one_momentum_sgd_step_on_the_table(tiny_data):
 
 
 # ------------------------------------------------------------------------------------ VFL-CZOFO
+
 
 def czofo_reference(algo, idx, m, h, generator):
     """(1/n) sum_k (e / lambda) [L(h + lambda V_k) - L(h)] V_k, rows of V_k unit, draws in order."""
@@ -116,8 +129,9 @@ def test_czofo_answer_is_the_zo_embedding_gradient_of_the_head_before_its_step(t
     """Server side of VFL-CZOFO in float64: the answer is the reference estimate with the server's
     generator and the pre-step head; the table then holds h and the head takes one SGD step."""
     lr = 0.05
-    algo = to_double(VFLCZOFO(tiny_data, tiny_settings(lr_server=lr, extra={"perturbations": 3, "zo_lambda": 1e-3}),
-                              seed=0))
+    algo = to_double(
+        VFLCZOFO(tiny_data, tiny_settings(lr_server=lr, extra={"perturbations": 3, "zo_lambda": 1e-3}), seed=0)
+    )
     client, m = algo.clients[1], 1
     ids = client.next_batch()
     idx = torch.as_tensor(ids)
@@ -144,6 +158,7 @@ def test_czofo_needs_at_least_one_perturbation(tiny_data):
 
 
 # ------------------------------------------------------------------------------------ VAFL
+
 
 def test_vafl_server_stores_h_answers_its_gradient_and_steps_its_head(tiny_data):
     lr = 0.05

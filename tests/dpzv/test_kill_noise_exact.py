@@ -52,8 +52,13 @@ def test_dpzv_answer_is_the_clipped_mean_plus_one_float64_draw_of_the_server(cli
     """eq. (8) at finite eps, float64: Delta = (1/B) sum_i clip_C(delta_i) + sigma z, z from the
     server's generator in float64; the table gets the midpoint and the stats describe this batch."""
     clip = 0.05
-    algo = to_double(DPZV(tiny_data, tiny_settings(eps=1.0, extra={"server_update": "sgd", "clip": clip,
-                                                                   "clip_mode": clip_mode}), seed=0))
+    algo = to_double(
+        DPZV(
+            tiny_data,
+            tiny_settings(eps=1.0, extra={"server_update": "sgd", "clip": clip, "clip_mode": clip_mode}),
+            seed=0,
+        )
+    )
     client, m = algo.clients[1], 1
     ids = client.next_batch()
     msg, _ = algo.client_query(client, ids)
@@ -89,8 +94,11 @@ def test_dpzv_2lambda_denominator_halves_the_answer(tiny_data):
     """fd_denominator 2lambda divides eq. (7)'s difference by 2 lambda (no clip, no noise)."""
     answers = {}
     for denominator in ("lambda", "2lambda"):
-        algo = DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd", "clip": "inf",
-                                                    "fd_denominator": denominator}), seed=0)
+        algo = DPZV(
+            tiny_data,
+            tiny_settings(extra={"server_update": "sgd", "clip": "inf", "fd_denominator": denominator}),
+            seed=0,
+        )
         msg, _ = algo.client_query(algo.clients[0], algo.clients[0].next_batch())
         answers[denominator] = float(algo.server_answer(0, msg)[0])
     assert answers["lambda"] != 0
@@ -101,9 +109,13 @@ def test_dp_head_gradient_is_exact_in_float64(tiny_data):
     """label_privacy dp_head at finite eps: grad = (sum_i clip(g_i) + s C_head z) / B with z drawn per
     parameter tensor, in order, from the server's generator, in float64."""
     head_clip = 1e-3
-    algo = to_double(DPZV(tiny_data, tiny_settings(eps=1.0, extra={"server_update": "sgd",
-                                                                   "label_privacy": "dp_head",
-                                                                   "head_clip": head_clip}), seed=0))
+    algo = to_double(
+        DPZV(
+            tiny_data,
+            tiny_settings(eps=1.0, extra={"server_update": "sgd", "label_privacy": "dp_head", "head_clip": head_clip}),
+            seed=0,
+        )
+    )
     idx = torch.as_tensor(algo.clients[0].next_batch())
     params = algo.server.params
     total = [torch.zeros_like(p) for p in params]
@@ -114,8 +126,7 @@ def test_dp_head_gradient_is_exact_in_float64(tiny_data):
             t += g * min(1.0, head_clip / norm)
     generator = copy_of(algo.server.noise)
     sigma = algo.noise["noise_multiplier"] * head_clip
-    expected = [(t + sigma * torch.randn(t.shape, generator=generator, dtype=torch.float64)) / len(idx)
-                for t in total]
+    expected = [(t + sigma * torch.randn(t.shape, generator=generator, dtype=torch.float64)) / len(idx) for t in total]
     algo.dp_head_grad(idx)
     assert sigma > 0
     for p, e in zip(params, expected):
@@ -144,8 +155,13 @@ def test_zoo_vfl_pair_carries_one_or_two_float64_draws(mode, direction, tiny_dat
     """ZOO-VFL: h from w, h' from w + lambda u (u from the returned seed), both clipped; `shared` adds the
     same draw z to both, `independent` draws z then z' in that order."""
     clip = 0.05
-    algo = to_double(ZOOVFL(tiny_data, tiny_settings(eps=1.0, extra={"embed_clip": clip, "zoo_noise": mode,
-                                                                     "direction": direction}), seed=0))
+    algo = to_double(
+        ZOOVFL(
+            tiny_data,
+            tiny_settings(eps=1.0, extra={"embed_clip": clip, "zoo_noise": mode, "direction": direction}),
+            seed=0,
+        )
+    )
     client = algo.clients[0]
     ids = client.next_batch()
     x = client.x[torch.as_tensor(ids)]
@@ -185,9 +201,13 @@ def test_zoo_vfl_zo_server_step_is_the_one_sided_difference_along_u0(tiny_data):
     """ZOO-VFL's server ZO step (momentum 0), float64: theta -> theta - lr [L(theta + lambda u0) - L(theta)]
     / lambda u0, whose coefficient approaches autograd's u0 . grad L."""
     lr = 0.1
-    algo = to_double(ZOOVFL(tiny_data, tiny_settings(lr_server=lr, extra={"server_update": "zo",
-                                                                          "zo_momentum": 0.0,
-                                                                          "zo_lambda": 1e-6}), seed=0))
+    algo = to_double(
+        ZOOVFL(
+            tiny_data,
+            tiny_settings(lr_server=lr, extra={"server_update": "zo", "zo_momentum": 0.0, "zo_lambda": 1e-6}),
+            seed=0,
+        )
+    )
     seeds = []
     new_seed = algo.server.new_seed
     algo.server.new_seed = lambda: seeds.append(new_seed()) or seeds[-1]
@@ -210,8 +230,7 @@ def test_zoo_vfl_zo_server_step_is_the_one_sided_difference_along_u0(tiny_data):
 def test_zoo_vfl_client_step_is_the_loss_difference_over_lambda_along_u(tiny_data):
     """Client side of ZOO-VFL (momentum 0): w -> w - lr (L' - L) / lambda u, u regenerated from the seed."""
     lr = 1e-2
-    algo = ZOOVFL(tiny_data, tiny_settings(lr_client=lr, extra={"server_update": "sgd", "zo_momentum": 0.0}),
-                  seed=0)
+    algo = ZOOVFL(tiny_data, tiny_settings(lr_client=lr, extra={"server_update": "sgd", "zo_momentum": 0.0}), seed=0)
     client = algo.clients[0]
     before = [p.detach().clone() for p in client.params]
     algo.client_apply(client, 1234, 0.5)

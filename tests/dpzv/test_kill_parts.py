@@ -87,6 +87,7 @@ def test_json_writes_numpy_and_torch_scalars_as_numbers():
 
 # ------------------------------------------------------------------------------------ ZO parts
 
+
 def params_of(seed=0):
     torch.manual_seed(seed)
     return list(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).parameters())
@@ -145,6 +146,7 @@ def test_updater_state_round_trips_as_a_copy():
 
 
 # ------------------------------------------------------------------------------------ memory tracker
+
 
 def test_param_bytes_counts_every_parameter():
     net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2).double())

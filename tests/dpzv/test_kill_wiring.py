@@ -39,8 +39,13 @@ def test_server_table_lives_on_the_labels_device_whatever_the_default_device():
 def test_dpzv_zo_server_step_follows_the_configured_direction(tiny_data):
     """direction: gaussian also drives the server's own ZO step (u0 = z, not z rescaled to the sphere)."""
     lr = 0.1
-    algo = DPZV(tiny_data, tiny_settings(lr_server=lr, extra={"server_update": "zo", "zo_momentum": 0.0,
-                                                              "zo_lambda": 1e-4, "direction": "gaussian"}), seed=0)
+    algo = DPZV(
+        tiny_data,
+        tiny_settings(
+            lr_server=lr, extra={"server_update": "zo", "zo_momentum": 0.0, "zo_lambda": 1e-4, "direction": "gaussian"}
+        ),
+        seed=0,
+    )
     algo.server.head.double()
     algo.server.table = algo.server.table.double()
     seeds = []
@@ -58,8 +63,9 @@ def test_dpzv_zo_server_step_follows_the_configured_direction(tiny_data):
         assert torch.allclose(p, b - lr * slope * u, rtol=0, atol=1e-4 * lr * norm)
 
 
-@pytest.mark.parametrize("cls, noise", [(DPZV, "shared"), (VAFL, "shared"), (ZOOVFL, "shared"),
-                                        (ZOOVFL, "independent")])
+@pytest.mark.parametrize(
+    "cls, noise", [(DPZV, "shared"), (VAFL, "shared"), (ZOOVFL, "shared"), (ZOOVFL, "independent")]
+)
 def test_every_method_records_the_library_accountant_it_was_given(cls, noise, tiny_data):
     extra = {"server_update": "sgd", "embed_clip": 1.0, "zoo_noise": noise}
     record = cls(tiny_data, tiny_settings(eps=1.0, library_accountant="pld", extra=extra), seed=0).privacy()
@@ -121,8 +127,17 @@ def test_labels_are_class_indices_on_the_asked_device():
     x_tr, y_tr, x_te, y_te = tiny_images()
     p = vertical_partition((1, 8, 8), "rows", 2)
     with torch.device("meta"):
-        data = build_vfl_data(x_tr, y_tr.astype(np.uint8), x_te, y_te.astype(np.uint8), p.features,
-                              p.feature_shapes, 3, "image", device="cpu")
+        data = build_vfl_data(
+            x_tr,
+            y_tr.astype(np.uint8),
+            x_te,
+            y_te.astype(np.uint8),
+            p.features,
+            p.feature_shapes,
+            3,
+            "image",
+            device="cpu",
+        )
     for y in (data.y_train, data.y_val, data.y_test):
         assert y.dtype == torch.long and y.device.type == "cpu"
 

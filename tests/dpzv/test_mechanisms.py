@@ -47,6 +47,7 @@ def frozen(algo):
 
 # ------------------------------------------------------------------------------------------------ DPZV
 
+
 def test_dpzv_server_answer_matches_an_explicit_clipped_mean(tiny_data):
     """eq. (7)-(8) at eps = inf: Delta = (1/B) sum_i clip_C([l(H+_i) - l(H-_i)] / lambda), no noise."""
     algo = frozen(DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd", "clip": 0.05}), seed=0))
@@ -59,8 +60,9 @@ def test_dpzv_server_answer_matches_an_explicit_clipped_mean(tiny_data):
         for h in (msg["h_plus"], msg["h_minus"]):
             rows = algo.server.table[idx].clone()
             rows[:, m] = h
-            per_sample.append(F.cross_entropy(algo.server.head(rows.reshape(len(ids), -1)),
-                                              algo.server.y[idx], reduction="none"))
+            per_sample.append(
+                F.cross_entropy(algo.server.head(rows.reshape(len(ids), -1)), algo.server.y[idx], reduction="none")
+            )
         delta = (per_sample[0] - per_sample[1]) / algo.zo_lambda
         expected = delta.clamp(-0.05, 0.05).mean()
     answer, stats = algo.server_answer(m, msg)
@@ -73,8 +75,9 @@ def test_dpzv_server_answer_matches_an_explicit_clipped_mean(tiny_data):
 def test_dpzv_server_answer_is_twice_the_autograd_directional_derivative(tiny_data):
     """Real code path (client_query -> server_answer) in float64, C = inf, sigma = 0:
     Delta = (1/B) sum_i [l(H+_i) - l(H-_i)] / lambda -> 2 u . grad_w F (eq. 7's /lambda)."""
-    algo = frozen(DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd", "clip": "inf",
-                                                       "zo_lambda": 1e-5}), seed=0))
+    algo = frozen(
+        DPZV(tiny_data, tiny_settings(extra={"server_update": "sgd", "clip": "inf", "zo_lambda": 1e-5}), seed=0)
+    )
     for c in algo.clients:
         c.model.double()
         c.x = c.x.double()
@@ -134,8 +137,13 @@ def mean_client_step(algo, client, m: int, ids, n: int = 1500) -> torch.Tensor:
 def test_dpzv_client_step_is_a_descent_direction_in_expectation(tiny_data):
     """One DPZV round (zo_momentum 0, eps = inf): E[w_after - w_before] = -eta * 2 grad F (eq. 9)."""
     lr = 1e-3
-    algo = frozen(DPZV(tiny_data, tiny_settings(lr_client=lr,
-                                         extra={"server_update": "sgd", "zo_momentum": 0.0, "clip": "inf"}), seed=0))
+    algo = frozen(
+        DPZV(
+            tiny_data,
+            tiny_settings(lr_client=lr, extra={"server_update": "sgd", "zo_momentum": 0.0, "clip": "inf"}),
+            seed=0,
+        )
+    )
     client, m = algo.clients[0], 0
     ids = client.next_batch()
     grad = client_grad(algo, m, torch.as_tensor(ids))
@@ -146,6 +154,7 @@ def test_dpzv_client_step_is_a_descent_direction_in_expectation(tiny_data):
 
 
 # ------------------------------------------------------------------------------------------------ baselines
+
 
 def test_vafl_sends_the_autograd_embedding_gradient_and_client_takes_its_sgd_step(tiny_data):
     lr = 1.0  # one plain SGD step: a large lr keeps float32 round-off far below the step
@@ -184,8 +193,9 @@ def test_czofo_embedding_gradient_is_unbiased_for_the_autograd_one(tiny_data):
 def test_zoo_vfl_client_direction_follows_the_one_sided_difference(tiny_data):
     """ZOO-VFL: E[(L(w + lambda u) - L(w))/lambda u] = grad_w L; the client steps against it."""
     lr = 1e-3
-    algo = frozen(ZOOVFL(tiny_data, tiny_settings(lr_client=lr,
-                                           extra={"zo_momentum": 0.0, "server_update": "sgd"}), seed=0))
+    algo = frozen(
+        ZOOVFL(tiny_data, tiny_settings(lr_client=lr, extra={"zo_momentum": 0.0, "server_update": "sgd"}), seed=0)
+    )
     client, m = algo.clients[0], 0
     ids = client.next_batch()
     grad = client_grad(algo, m, torch.as_tensor(ids))
@@ -199,9 +209,13 @@ def test_zoo_vfl_shared_noise_keeps_the_loss_difference_at_the_scale_of_lambda(t
     one shared draw keeps it near the noise-free difference."""
     diffs = {}
     for mode in ("shared", "independent"):
-        algo = frozen(ZOOVFL(tiny_data, tiny_settings(eps=1.0,
-                                               extra={"zoo_noise": mode, "server_update": "sgd",
-                                                      "embed_clip": 0.5}), seed=0))
+        algo = frozen(
+            ZOOVFL(
+                tiny_data,
+                tiny_settings(eps=1.0, extra={"zoo_noise": mode, "server_update": "sgd", "embed_clip": 0.5}),
+                seed=0,
+            )
+        )
         client = algo.clients[0]
         ids = client.next_batch()
         values = []
@@ -244,6 +258,7 @@ def test_baseline_noise_on_the_wire_has_std_sigma_and_clip_binds(cls, tiny_data)
 
 # ------------------------------------------------------------------------------------------------ lemmas
 
+
 def sin_sum(points: torch.Tensor) -> torch.Tensor:
     """f(w) = sum_i sin(w_i): L-smooth with L = 1, l-Lipschitz with l = sqrt(d)."""
     return torch.sin(points).sum(-1)
@@ -259,15 +274,15 @@ def test_lemma_a6_ii_bias_and_second_moment_of_the_estimator():
     est = two_point_estimate(sin_sum, w, u, lam, "2lambda")
     grad = torch.cos(w)
     mean = est.mean(0)
-    assert (grad - mean).norm() <= 0.5 * lam * d ** 1.5
+    assert (grad - mean).norm() <= 0.5 * lam * d**1.5
     second = (est * est).sum(1).mean()
-    assert second <= 2 * d * grad.norm() ** 2 + 0.5 * lam ** 2 * d ** 3
+    assert second <= 2 * d * grad.norm() ** 2 + 0.5 * lam**2 * d**3
     # and the estimator is not trivially small: for small lambda E||g||^2 ~ d ||grad f||^2
     assert float(second) == pytest.approx(float(d * grad.norm() ** 2), rel=0.05)
     # eq. (14): |f - f_lambda| <= (L/2) lambda^2 d with f_lambda over the ball of radius sqrt(d)
     ball = sample_sphere(n, d, g) * torch.rand(n, 1, generator=g, dtype=torch.float64) ** (1 / d)
     f_lambda = sin_sum(w + lam * ball).mean()
-    assert abs(float(sin_sum(w)) - float(f_lambda)) <= 0.5 * lam ** 2 * d + 3 * (lam * math.sqrt(d)) / math.sqrt(n)
+    assert abs(float(sin_sum(w)) - float(f_lambda)) <= 0.5 * lam**2 * d + 3 * (lam * math.sqrt(d)) / math.sqrt(n)
 
 
 @pytest.mark.parametrize("c", [0.5, 1.0, 2.0])
@@ -298,7 +313,7 @@ def test_lemma_a8_clipping_probability_with_dpzv_clipping():
         c = c0 + 1.0 * lam * d / 2
         clipped = clip_scalar(delta, c)
         p_clip = float((clipped != delta).double().mean())
-        assert p_clip <= 2 * math.sqrt(2 * math.pi) * math.exp(-c0 ** 2 / (8 * ell ** 2))
+        assert p_clip <= 2 * math.sqrt(2 * math.pi) * math.exp(-(c0**2) / (8 * ell**2))
     # at a small threshold clipping does happen, so the measured frequency is not trivially 0
     assert float((clip_scalar(delta, 0.5) != delta).double().mean()) > 0.1
 
@@ -313,13 +328,18 @@ def test_direction_used_by_the_client_is_the_one_regenerated_for_the_step(tiny_d
 
 # ------------------------------------------------------------------------------------------------ label privacy
 
+
 def test_dp_head_gradient_is_the_clipped_noised_per_sample_mean(tiny_data):
     """label_privacy: dp_head. Unclipped and noise-free it equals autograd's batch-mean gradient;
     with a small head_clip every per-sample term is bounded, so the mean is too; at finite eps the
     noise on the gradient has std s * head_clip / B."""
+
     def grad_of(eps, head_clip, seed=0):
-        algo = DPZV(tiny_data, tiny_settings(eps=eps, extra={"server_update": "sgd", "label_privacy": "dp_head",
-                                                              "head_clip": head_clip}), seed=seed)
+        algo = DPZV(
+            tiny_data,
+            tiny_settings(eps=eps, extra={"server_update": "sgd", "label_privacy": "dp_head", "head_clip": head_clip}),
+            seed=seed,
+        )
         ids = torch.as_tensor(algo.clients[0].next_batch())
         algo.dp_head_grad(ids)
         return algo, ids, flat([p.grad for p in algo.server.params])
@@ -359,8 +379,11 @@ def test_plain_head_leaks_labels_and_says_so(tiny_data):
 def test_baselines_stay_finite_under_heavy_noise(cls, tiny_data):
     """Issue 17: with sigma_h ~ 38 (eps = 0.1) the head's SGD on raw noisy embeddings blew up to NaN;
     the server rescales them by the public sigma (post-processing) and the run stays finite."""
-    algo = cls(tiny_data, tiny_settings(epochs=3, eps=0.05, lr_server=0.5,
-                                        extra={"embed_clip": 0.5, "server_update": "sgd"}), seed=0)
+    algo = cls(
+        tiny_data,
+        tiny_settings(epochs=3, eps=0.05, lr_server=0.5, extra={"embed_clip": 0.5, "server_update": "sgd"}),
+        seed=0,
+    )
     assert algo.noise["sigma"] > 10 * 0.5 and algo.server.input_scale < 0.1
     for t in range(1, algo.num_blocks + 1):
         row = algo.round(t)
@@ -384,13 +407,17 @@ def test_memory_after_warmup_still_counts_lasting_state(tiny_data):
 
 # ------------------------------------------------------------------------------------------------ ZO server, frozen head
 
+
 def test_dpzv_zo_server_step_is_minus_lr_times_the_directional_derivative_along_u0(tiny_data):
     """Algorithm 1's server step (eq. 3 with 2 lambda, momentum 0), real code path in float64:
     theta_0 -> theta_0 - lr * [(L(theta+lambda u0) - L(theta-lambda u0)) / (2 lambda)] u0, and the
     coefficient equals autograd's u0 . grad L (central difference, O(lambda^2) error)."""
     lr = 0.1
-    algo = DPZV(tiny_data, tiny_settings(lr_server=lr, extra={"server_update": "zo", "zo_momentum": 0.0,
-                                                              "zo_lambda": 1e-4}), seed=0)
+    algo = DPZV(
+        tiny_data,
+        tiny_settings(lr_server=lr, extra={"server_update": "zo", "zo_momentum": 0.0, "zo_lambda": 1e-4}),
+        seed=0,
+    )
     algo.server.head.double()
     algo.server.table = algo.server.table.double()
     seeds = []
@@ -429,8 +456,9 @@ def test_dpzv_clients_alone_lower_the_loss_when_the_head_is_frozen(tiny_data):
     """End to end (issue 17): the server head is fitted once and then never moves, so any fall of the
     training loss comes from the clients' ZO steps (eq. 9) through the real round loop. With the
     client step disabled the loss stays exactly where it started."""
-    algo = DPZV(tiny_data, tiny_settings(epochs=3, lr_client=5e-3,
-                                         extra={"server_update": "sgd", "zo_momentum": 0.0}), seed=0)
+    algo = DPZV(
+        tiny_data, tiny_settings(epochs=3, lr_client=5e-3, extra={"server_update": "sgd", "zo_momentum": 0.0}), seed=0
+    )
     fit_head_on_start_embeddings(algo)
     frozen(algo)
     head = [p.detach().clone() for p in algo.server.params]

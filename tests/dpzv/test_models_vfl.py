@@ -10,8 +10,7 @@ def test_client_models_map_slices_to_embeddings():
     torch.manual_seed(0)
     assert build_model("vfl_mnist_cnn", embed_dim=16)(torch.randn(5, 1, 4, 28)).shape == (5, 16)
     assert build_model("vfl_cifar_cnn", embed_dim=16)(torch.randn(5, 3, 16, 16)).shape == (5, 16)
-    text = build_model("vfl_text_encoder", vocab_size=50, embed_dim=8, hidden=16, layers=1, heads=2,
-                       intermediate=32)
+    text = build_model("vfl_text_encoder", vocab_size=50, embed_dim=8, hidden=16, layers=1, heads=2, intermediate=32)
     assert text(torch.randint(1, 50, (5, 12))).shape == (5, 8)
 
 

@@ -30,9 +30,9 @@ def test_every_figure_variant_is_planned(config):
     runs = plan.runs(config)
     digits_dpzv = [r for r in runs if r.dataset == "digits" and r.method == "dpzv"]
     variants = {(v["eps"], v["clip"]) for r in digits_dpzv for v in r.spec["variants"]}
-    assert ("inf", "inf") in variants and ("inf", 10) in variants          # Figure 4
-    assert {(1.0, c) for c in (10, 50, 100, 500)} <= variants               # Figure 5
-    assert {(e, 10) for e in (0.1, 0.5, 1.0, 5.0, 10.0)} <= variants        # Figure 3
+    assert ("inf", "inf") in variants and ("inf", 10) in variants  # Figure 4
+    assert {(1.0, c) for c in (10, 50, 100, 500)} <= variants  # Figure 5
+    assert {(e, 10) for e in (0.1, 0.5, 1.0, 5.0, 10.0)} <= variants  # Figure 3
     vafl = [v for r in runs if r.dataset == "digits" and r.method == "vafl" for v in r.spec["variants"]]
     assert all("clip" not in v for v in vafl) and len(vafl) == 6
 
@@ -73,10 +73,13 @@ def test_paper_scale_runs_one_variant_per_job_on_the_papers_data(paper_config):
     assert all(len(r.spec["variants"]) == 1 for r in runs)
     assert {r.dataset for r in runs} == {"mnist", "cifar10", "modelnet40", "amazon_polarity"}
     fig2 = plan.figure_runs(paper_config, runs)["fig2"]
-    assert {(r.dataset, r.spec["variants"][0]["eps"]) for r in fig2} == {("mnist", 1.0), ("cifar10", 1.0),
-                                                                         ("modelnet40", 10.0)}
+    assert {(r.dataset, r.spec["variants"][0]["eps"]) for r in fig2} == {
+        ("mnist", 1.0),
+        ("cifar10", 1.0),
+        ("modelnet40", 10.0),
+    }
     mnist = next(r for r in runs if r.dataset == "mnist" and r.method == "vfl_czofo")
-    assert mnist.spec["lr_client"] == 1e-7 and mnist.spec["epochs"] == 100   # Table 2, Section 7
+    assert mnist.spec["lr_client"] == 1e-7 and mnist.spec["epochs"] == 100  # Table 2, Section 7
 
 
 def test_method_table_gives_the_spec_keys_and_the_labels(config):
@@ -112,8 +115,13 @@ def test_report_params_hold_only_each_jobs_own_options(config):
     config["report"]["decimals"] = 3
     changed = {job for job in after if after[job] != plan.report_spec(config, job)}
     assert changed == {"table3", "table6", "claims"}
-    assert set(plan.FIGURE_JOBS) == {"fig2_accuracy_curves", "fig3_privacy_tradeoff", "fig4_clipping",
-                                     "fig5_clip_threshold", "fig6_memory"}
+    assert set(plan.FIGURE_JOBS) == {
+        "fig2_accuracy_curves",
+        "fig3_privacy_tradeoff",
+        "fig4_clipping",
+        "fig5_clip_threshold",
+        "fig6_memory",
+    }
 
 
 def test_report_inputs_name_what_each_function_reads():

@@ -19,8 +19,7 @@ def test_non_private_records_still_name_the_releases_and_sampling_rate():
     dpzv = privacy.dpzv_noise(math.inf, 1e-3, 10.0, rounds=120, num_samples=640, batch_size=64)
     assert (dpzv["releases"], dpzv["sampling_rate"], dpzv["sigma"]) == (120, 0.1, 0.0)
     assert math.isinf(dpzv["gdp_mu"]) and math.isinf(dpzv["eps_pld"])
-    pair = privacy.embedding_noise(math.inf, 1e-3, 0.5, 120, 640, 64, embeddings_per_round=2,
-                                   pair_release="separate")
+    pair = privacy.embedding_noise(math.inf, 1e-3, 0.5, 120, 640, 64, embeddings_per_round=2, pair_release="separate")
     assert (pair["releases"], pair["sampling_rate"]) == (240, 0.1)
     assert math.isinf(pair["gdp_mu"]) and pair["sigma"] == 0.0
 
@@ -38,9 +37,20 @@ def test_zero_smoothing_is_rejected():
 
 
 def test_settings_for_keeps_setting_and_data_keys_out_of_the_method_options():
-    spec = {"batch_size": 8, "epochs": 2, "lr_server": 0.1, "val": "holdout", "val_fraction": 0.2,
-            "split_seed": 3, "device": "cpu", "variants": [], "checkpoint_every": 1, "dataset": "digits",
-            "method": "dpzv", "clip": 5}
+    spec = {
+        "batch_size": 8,
+        "epochs": 2,
+        "lr_server": 0.1,
+        "val": "holdout",
+        "val_fraction": 0.2,
+        "split_seed": 3,
+        "device": "cpu",
+        "variants": [],
+        "checkpoint_every": 1,
+        "dataset": "digits",
+        "method": "dpzv",
+        "clip": 5,
+    }
     settings = settings_for(spec, {"eps": 1, "clip": 50, "tag": "eps1-C50"})
     assert settings.extra == {"clip": 50}
     assert (settings.batch_size, settings.epochs, settings.lr_server, settings.eps) == (8, 2, 0.1, 1.0)
@@ -50,17 +60,20 @@ def test_settings_for_keeps_setting_and_data_keys_out_of_the_method_options():
 def test_baselines_take_their_server_settings_from_the_config(tiny_data):
     vafl = VAFL(tiny_data, tiny_settings(momentum=0.7), seed=0)
     assert vafl.server.optimizer.momentum == 0.7
-    zoo = ZOOVFL(tiny_data, tiny_settings(extra={"direction": "gaussian", "zo_momentum": 0.3, "server_update": "zo"}),
-                 seed=0)
+    zoo = ZOOVFL(
+        tiny_data, tiny_settings(extra={"direction": "gaussian", "zo_momentum": 0.3, "server_update": "zo"}), seed=0
+    )
     assert zoo.direction == "gaussian" and zoo.server.updater.momentum == 0.3
 
 
 def test_zoo_vfl_pair_release_key_sets_the_release_count(tiny_data):
     counts = {}
     for release in ("joint", "separate"):
-        algo = ZOOVFL(tiny_data, tiny_settings(extra={"embed_clip": 0.5, "zoo_noise": "independent",
-                                                               "zoo_pair_release": release}),
-                      seed=0)
+        algo = ZOOVFL(
+            tiny_data,
+            tiny_settings(extra={"embed_clip": 0.5, "zoo_noise": "independent", "zoo_pair_release": release}),
+            seed=0,
+        )
         counts[release] = algo.privacy()["releases"]
     assert counts["separate"] == 2 * counts["joint"] > 0
 

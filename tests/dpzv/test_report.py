@@ -17,18 +17,27 @@ def summary_file(tmp_path, method, cells):
     for eps, acc, status in cells:
         clip = 10.0 if method == "dpzv" else math.nan
         privacy = {"eps_pld": 1.04 * eps if math.isfinite(eps) else math.inf, "sigma": 0.5}
-        seed = {"best": {"test_acc": acc}, "privacy": privacy, "status": status,
-                "status_reason": "" if status == "ok" else f"{status} (made up)"}
-        variants[f"eps{eps}"] = {"eps": "inf" if math.isinf(eps) else eps, "clip": clip,
-                                 "seeds": {"0": seed, "1": seed}}
+        seed = {
+            "best": {"test_acc": acc},
+            "privacy": privacy,
+            "status": status,
+            "status_reason": "" if status == "ok" else f"{status} (made up)",
+        }
+        variants[f"eps{eps}"] = {
+            "eps": "inf" if math.isinf(eps) else eps,
+            "clip": clip,
+            "seeds": {"0": seed, "1": seed},
+        }
     path = folder / "summary.json"
     path.write_text(json.dumps({"variants": variants}, default=str))
     return str(path)
 
 
 def test_claims_are_not_tested_when_a_side_is_at_chance(tmp_path):
-    paths = [summary_file(tmp_path, "dpzv", [(1.0, 0.9, "ok"), (math.inf, 0.95, "ok")]),
-             summary_file(tmp_path, "vafl", [(1.0, 0.1, "chance"), (math.inf, 0.97, "ok")])]
+    paths = [
+        summary_file(tmp_path, "dpzv", [(1.0, 0.9, "ok"), (math.inf, 0.95, "ok")]),
+        summary_file(tmp_path, "vafl", [(1.0, 0.1, "chance"), (math.inf, 0.97, "ok")]),
+    ]
     best = report.load_best(paths)
     spec = {"clip": 10, "methods": ["dpzv", "vafl"], "figures": {"fig3": ["digits"]}}
     metrics = pd.DataFrame(columns=["dataset", "method", "eps", "clip", "test_loss"])
@@ -43,13 +52,21 @@ def test_claims_are_not_tested_when_a_side_is_at_chance(tmp_path):
 
 
 def test_figure3_table_prints_status_not_number_and_pld_beside_eps(tmp_path):
-    paths = [summary_file(tmp_path, "dpzv", [(1.0, 0.9, "ok")]),
-             summary_file(tmp_path, "vafl", [(1.0, 0.1, "diverged")])]
+    paths = [
+        summary_file(tmp_path, "dpzv", [(1.0, 0.9, "ok")]),
+        summary_file(tmp_path, "vafl", [(1.0, 0.1, "diverged")]),
+    ]
     out = tmp_path / "out"
 
     class Job:
-        spec = {"clip": 10, "methods": ["dpzv", "vafl"], "figures": {"fig3": ["digits"]}, "delta": 1e-3,
-                "scale": "quick", "decimals": 1}
+        spec = {
+            "clip": 10,
+            "methods": ["dpzv", "vafl"],
+            "figures": {"fig3": ["digits"]},
+            "delta": 1e-3,
+            "scale": "quick",
+            "decimals": 1,
+        }
         input = {"summaries": paths}
         output = {"png": str(out / "fig3.png"), "md": str(out / "fig3.md")}
 
@@ -73,7 +90,7 @@ def test_falls_as_eps_falls_allows_seed_noise_but_not_a_trend():
 
 def test_falls_as_eps_falls_ignores_a_rise_between_two_chance_level_cells():
     accs, stds = [0.101, 0.099, 0.099, 0.139, 0.908], [0.001, 0.001, 0.001, 0.04, 0.03]
-    assert not report.falls_as_eps_falls(accs, stds)                        # 0.101 -> 0.099 is a "rise"
+    assert not report.falls_as_eps_falls(accs, stds)  # 0.101 -> 0.099 is a "rise"
     assert report.falls_as_eps_falls(accs, stds, [True, True, True, False, False])
     assert not report.falls_as_eps_falls(accs, stds, [True, False, True, False, False])
 
@@ -81,6 +98,7 @@ def test_falls_as_eps_falls_ignores_a_rise_between_two_chance_level_cells():
 def test_a_chance_run_at_the_smallest_eps_is_the_fall_not_a_degenerate_side(tmp_path):
     """eps = inf trained and eps = 0.1 at chance: accuracy fell (holds). A diverged smallest-eps run or an
     untrained eps = inf leaves the claim untested."""
+
     def falls_verdict(method, cells):
         best = report.load_best([summary_file(tmp_path / method / str(len(cells)) / cells[0][2], method, cells)])
         spec = {"clip": 10, "methods": [method], "figures": {"fig3": ["digits"]}}

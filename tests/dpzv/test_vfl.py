@@ -89,8 +89,9 @@ def test_dpzv_scalar_times_u_estimates_twice_the_gradient(tiny_data):
 
 
 def test_dpzv_training_lowers_the_loss_without_noise(tiny_data):
-    algo = DPZV(tiny_data, tiny_settings(epochs=6, lr_client=5e-4, lr_server=0.05, extra={"server_update": "sgd"}),
-                seed=0)
+    algo = DPZV(
+        tiny_data, tiny_settings(epochs=6, lr_client=5e-4, lr_server=0.05, extra={"server_update": "sgd"}), seed=0
+    )
     first = algo.evaluate(0)["test_loss"]
     for t in range(1, algo.num_blocks + 1):
         algo.round(t)
@@ -131,9 +132,12 @@ def test_dpzv_allocates_no_second_copy_of_the_client_model():
     p = vertical_partition((12,), "tokens", 2)
     data = build_vfl_data(tokens[:32], labels[:32], tokens[32:], labels[32:], p.features, p.feature_shapes, 2, "text")
     # a transformer client: many parameter tensors, the largest (attention in_proj) ~20% of the model
-    settings = dict(client_model="vfl_text_encoder", embed_dim=8, extra={"zo_momentum": 0.0},
-                    client_kwargs={"vocab_size": 16, "hidden": 64, "layers": 2, "heads": 2, "intermediate": 128,
-                                   "max_len": 16})
+    settings = dict(
+        client_model="vfl_text_encoder",
+        embed_dim=8,
+        extra={"zo_momentum": 0.0},
+        client_kwargs={"vocab_size": 16, "hidden": 64, "layers": 2, "heads": 2, "intermediate": 128, "max_len": 16},
+    )
     dpzv = DPZV(data, tiny_settings(**settings), seed=0)
     zoo = ZOOVFL(data, tiny_settings(**settings), seed=0)
     dp, zo = measure_rounds(dpzv, 2), measure_rounds(zoo, 2)

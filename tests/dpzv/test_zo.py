@@ -22,7 +22,7 @@ def test_sphere_sampler_moments():
     assert u.mean(0).abs().max() < 0.01
     cov = u.T @ u / n
     assert torch.allclose(cov, torch.eye(d, dtype=u.dtype), atol=0.01)
-    fourth = (u ** 4).mean(0)
+    fourth = (u**4).mean(0)
     assert torch.allclose(fourth, torch.full((d,), 3 * d / (d + 2), dtype=u.dtype), atol=0.02)
 
 
@@ -42,18 +42,18 @@ def test_quadratic_directional_derivative_is_exact_and_eq7_doubles_it():
     assert torch.allclose(est7, 2 * est, atol=1e-9)
     # E ||g||^2 = d ||grad f||^2 for a quadratic
     many = two_point_estimate(f, w, sample_sphere(200_000, d, g), 0.3, "2lambda")
-    assert (many ** 2).sum(1).mean().item() == pytest.approx(d * grad.square().sum().item(), rel=0.02)
+    assert (many**2).sum(1).mean().item() == pytest.approx(d * grad.square().sum().item(), rel=0.02)
     assert torch.allclose(many.mean(0), grad, atol=0.05 * grad.abs().max().item())
 
 
 def test_cubic_estimator_is_biased_as_lemma_a6_predicts():
     d, lam = 5, 0.3
     w = torch.tensor([0.5, -1.0, 0.2, 1.5, -0.3], dtype=torch.float64)
-    f = lambda x: (x ** 3).sum(-1)  # noqa: E731
+    f = lambda x: (x**3).sum(-1)  # noqa: E731
     est = two_point_estimate(f, w, sample_sphere(400_000, d, gen(2)), lam, "2lambda").mean(0)
-    expected = 3 * w ** 2 + 3 * lam ** 2 * d / (d + 2)
+    expected = 3 * w**2 + 3 * lam**2 * d / (d + 2)
     assert torch.allclose(est, expected, atol=0.02)
-    assert not torch.allclose(est, 3 * w ** 2, atol=0.02)  # the smoothing bias is visible
+    assert not torch.allclose(est, 3 * w**2, atol=0.02)  # the smoothing bias is visible
 
 
 def test_fd_divisor_rejects_bad_values():
@@ -123,5 +123,5 @@ def test_noise_part_of_update_has_second_moment_sigma2_d():
     g = gen(5)
     u = sample_sphere(100_000, d, g)
     z = sigma * torch.randn(100_000, 1, generator=g, dtype=torch.float64)
-    assert ((z * u) ** 2).sum(1).mean().item() == pytest.approx(sigma ** 2 * d, rel=0.02)
+    assert ((z * u) ** 2).sum(1).mean().item() == pytest.approx(sigma**2 * d, rel=0.02)
     assert math.isfinite(sigma)

@@ -19,8 +19,9 @@ def blobs(n: int, k: int, d: int, gen: torch.Generator) -> tuple[torch.Tensor, t
     return centres[y] + torch.randn(n, d, generator=gen), y
 
 
-def make_data(num_clients: int = 3, k: int = 4, d: int = 12, per_client: int = 40,
-              public: int = 64, seed: int = 0) -> FedData:
+def make_data(
+    num_clients: int = 3, k: int = 4, d: int = 12, per_client: int = 40, public: int = 64, seed: int = 0
+) -> FedData:
     gen = torch.Generator().manual_seed(seed)
     xs, ys = [], []
     for n in range(num_clients):

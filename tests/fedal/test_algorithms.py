@@ -54,10 +54,10 @@ def test_server_receives_only_logits_and_clients_only_average_and_gradient():
     to_server = [m for m in algo.wire.messages if m.receiver == "server"]
     to_clients = [m for m in algo.wire.messages if m.receiver != "server"]
     assert {m.kind for m in to_server} == {"logits"}
-    assert all(m.numel == K * B for m in to_server)            # uplink K * B per client per iteration
+    assert all(m.numel == K * B for m in to_server)  # uplink K * B per client per iteration
     assert {m.kind for m in to_clients} == {"reply"}
-    assert all(m.numel == 2 * K * B for m in to_clients)       # downlink 2 K * B
-    per_iteration = algo.cfg.tau * 2 * algo.num_clients        # 2 rounds
+    assert all(m.numel == 2 * K * B for m in to_clients)  # downlink 2 K * B
+    per_iteration = algo.cfg.tau * 2 * algo.num_clients  # 2 rounds
     assert len(to_server) == per_iteration and len(to_clients) == per_iteration
 
 
@@ -175,17 +175,20 @@ def test_fedal_learns_the_synthetic_task():
     assert after["iteration"] == 8 * algo.cfg.tau
 
 
-@pytest.mark.parametrize("make", [
-    lambda d: FedAL(d, POOL, config(), 0),
-    lambda d: FedDF(d, POOL, config(), 1, use_al=True),
-    lambda d: FCCL(d, POOL, config(), 0, pretrain_iters=3),
-    lambda d: CFD(d, POOL, config(), 0),
-    lambda d: FD(d, POOL, config(), 0),
-    lambda d: FedProto(d, POOL, config(), 0),
-    lambda d: FedProto(d, POOL, config(), 0, variant="public_features"),
-    lambda d: FCCL(d, POOL, config(), 0, plus=True),
-    lambda d: FedAvg(d, POOL[:1], config(), 0),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: FedAL(d, POOL, config(), 0),
+        lambda d: FedDF(d, POOL, config(), 1, use_al=True),
+        lambda d: FCCL(d, POOL, config(), 0, pretrain_iters=3),
+        lambda d: CFD(d, POOL, config(), 0),
+        lambda d: FD(d, POOL, config(), 0),
+        lambda d: FedProto(d, POOL, config(), 0),
+        lambda d: FedProto(d, POOL, config(), 0, variant="public_features"),
+        lambda d: FCCL(d, POOL, config(), 0, plus=True),
+        lambda d: FedAvg(d, POOL[:1], config(), 0),
+    ],
+)
 def test_checkpoint_resume_is_exact(tmp_path, make):
     data = make_data()
     torch.manual_seed(0)
@@ -199,8 +202,10 @@ def test_checkpoint_resume_is_exact(tmp_path, make):
 
 def test_inapplicable_settings_raise_clear_errors():
     data = make_data()
-    mixed = [{"name": "mlp", "options": {"in_features": 12, "hidden": [16]}},
-             {"name": "mlp", "options": {"in_features": 12, "hidden": [24]}}]
+    mixed = [
+        {"name": "mlp", "options": {"in_features": 12, "hidden": [16]}},
+        {"name": "mlp", "options": {"in_features": 12, "hidden": [24]}},
+    ]
     with pytest.raises(ValueError, match="fedproto needs one feature dimension"):
         FedProto(data, mixed, config(), 0, assignment=[0, 1, 0])
     with pytest.raises(ValueError, match="fedavg needs one architecture"):
@@ -219,12 +224,13 @@ def test_every_baseline_runs_and_sends_what_its_paper_says():
     data = make_data()
     expected = {
         "fedproto": (lambda: FedProto(data, POOL, config(record_messages=True), 0), {"prototypes"}),
-        "fedproto_public": (lambda: FedProto(data, POOL, config(record_messages=True), 0,
-                                             variant="public_features"), {"features"}),
+        "fedproto_public": (
+            lambda: FedProto(data, POOL, config(record_messages=True), 0, variant="public_features"),
+            {"features"},
+        ),
         "cfd": (lambda: CFD(data, POOL, config(record_messages=True), 0), {"logits"}),
         "fccl": (lambda: FCCL(data, POOL, config(record_messages=True), 0, pretrain_iters=2), {"logits"}),
-        "fccl_plus": (lambda: FCCL(data, POOL, config(record_messages=True), 0, plus=True),
-                      {"logits", "similarity"}),
+        "fccl_plus": (lambda: FCCL(data, POOL, config(record_messages=True), 0, plus=True), {"logits", "similarity"}),
         "fd": (lambda: FD(data, POOL, config(record_messages=True), 0), {"label_logits"}),
         "feddf": (lambda: FedDF(data, POOL, config(record_messages=True), 1), {"weights"}),
     }

@@ -63,7 +63,7 @@ def test_leave_one_out_recovers_mean_of_others():
     logits = torch.randn(5, 3, 4, generator=torch.Generator().manual_seed(3))
     mean = logits.mean(0)
     for n in range(5):
-        others = torch.cat([logits[:n], logits[n + 1:]]).mean(0)
+        others = torch.cat([logits[:n], logits[n + 1 :]]).mean(0)
         torch.testing.assert_close(leave_one_out(mean, logits[n], 5), others)
     with pytest.raises(ValueError, match="at least 2"):
         leave_one_out(mean, logits[0], 1)
@@ -110,7 +110,7 @@ def test_split_gradient_equals_end_to_end_autograd():
     split = torch.autograd.grad(surrogate_from_grad(f, grads[me]), list(model.parameters()))
 
     f2 = model(x)
-    probs = torch.softmax(torch.cat([others[:me], f2[None], others[me + 1:]]) / temperature, -1)
+    probs = torch.softmax(torch.cat([others[:me], f2[None], others[me + 1 :]]) / temperature, -1)
     u_me = payoffs(disc, probs)[me].mean()
     direct = torch.autograd.grad(u_me, list(model.parameters()))
     for a, b in zip(split, direct):
@@ -139,7 +139,7 @@ def test_payoff_gradient_wrt_discriminator_logits_is_onehot_minus_softmax():
     n_players, k = 4, 3
     h = torch.randn(k, n_players, generator=torch.Generator().manual_seed(7))
     disc = _Table(h)
-    u = payoffs(disc, _all_symbols(n_players, k))          # (N, K): U_n on symbol k
+    u = payoffs(disc, _all_symbols(n_players, k))  # (N, K): U_n on symbol k
     n = 2
     (grad,) = torch.autograd.grad(u[n].sum(), disc.table)  # row k of the table is h(e_k)
     expected = torch.nn.functional.one_hot(torch.tensor([n] * k), n_players) - torch.softmax(h, -1)
@@ -155,7 +155,7 @@ def test_proposition_viii_1_weighted_log_maximiser_is_normalised_weights():
     opt = Adam([z], lr=0.05)
     for _ in range(3000):
         opt.zero_grad()
-        kl_to_probs((a / a.sum())[None], z).backward()   # = -(sum a log softmax z)/sum a + const
+        kl_to_probs((a / a.sum())[None], z).backward()  # = -(sum a log softmax z)/sum a + const
         opt.step()
     torch.testing.assert_close(torch.softmax(z, -1)[0].detach(), a / a.sum(), atol=1e-3, rtol=0)
 
@@ -203,7 +203,7 @@ def test_identity_43_optimal_discriminator_value():
     n_players, k = 5, 7
     p = torch.softmax(torch.randn(n_players, k, generator=gen) * 2, -1)
     d_star = p / p.sum(0, keepdim=True)
-    u = payoffs(_Table(d_star.T.log()), _all_symbols(n_players, k))   # log D*_n(k)
+    u = payoffs(_Table(d_star.T.log()), _all_symbols(n_players, k))  # log D*_n(k)
     lhs = (p * u).sum()
     mix = p.mean(0)
     rhs = sum(kl_to_probs(p[n][None], mix.log()[None]) for n in range(n_players)) - n_players * math.log(n_players)
@@ -232,7 +232,7 @@ def test_client_best_response_is_the_mean_of_the_others():
     assert float(value(z_off).detach()) > float(value(z).detach()) + 1e-6
     # the same best response through the client's loss: KD toward leave_one_out(mean, own, N)
     logits = torch.randn(n_players - 1, 2, k, generator=gen)
-    upload = torch.randn(2, k, generator=gen)                  # what client n sent this iteration
+    upload = torch.randn(2, k, generator=gen)  # what client n sent this iteration
     target = leave_one_out(torch.cat([logits, upload[None]]).mean(0), upload, n_players)
     best = logits.mean(0).clone().requires_grad_(True)
     (g,) = torch.autograd.grad(kl_to_logits(target, best), best)

@@ -153,16 +153,17 @@ def _global_reference(n, xb, info, anchor, use_al, use_lf, target="leave_one_out
     loss = kl(torch.stack(pool).mean(0), f, 1.0)
     if use_al:
         log_post = torch.log_softmax(info[disc_key](torch.softmax(f / 2.0, -1)), -1)
-        loss = loss + al_sign * log_post[:, n].mean()          # U_n, eq. (7); clients minimise it
+        loss = loss + al_sign * log_post[:, n].mean()  # U_n, eq. (7); clients minimise it
     if use_lf:
         with torch.no_grad():
             a = anchor(xb)
-        loss = loss + kl(a, f)                                  # r_glo, eq. (12)
+        loss = loss + kl(a, f)  # r_glo, eq. (12)
     return grads_of(loss, model)
 
 
-@pytest.mark.parametrize("use_al,use_lf", [(True, True), (False, True), (False, False)],
-                         ids=["fedal", "fedmd_lf", "fedmd"])
+@pytest.mark.parametrize(
+    "use_al,use_lf", [(True, True), (False, True), (False, False)], ids=["fedal", "fedmd_lf", "fedmd"]
+)
 def test_every_client_step_matches_the_papers_losses(use_al, use_lf):
     """Local (15) and global (17) steps of Algorithm 1, client by client, at tau = 2."""
     algo, rec, stages = _fedal_run(use_al, use_lf)
@@ -170,10 +171,11 @@ def test_every_client_step_matches_the_papers_losses(use_al, use_lf):
     for kind, anchors, parts in stages:
         for steps, info in parts:
             assert sorted(rec.steps[i][0] for i in steps) == sorted(
-                list(range(algo.num_clients)) * (algo.cfg.tau if kind == "local" else 1))
+                list(range(algo.num_clients)) * (algo.cfg.tau if kind == "local" else 1)
+            )
             for i in steps:
                 n, before, (x, y), public, grads = rec.steps[i]
-                if kind == "local":                              # CE + r_loc, anchor = round start (11)
+                if kind == "local":  # CE + r_loc, anchor = round start (11)
                     model = live(before)
                     f = model(x)
                     loss = F.cross_entropy(f, y)
@@ -204,11 +206,13 @@ def test_the_distinguishing_mistakes_give_other_gradients():
         right = _global_reference(n, xb, info, anchors[n], True, True)
         assert_grads(grads, right)
         scale = distance(right, [torch.zeros_like(g) for g in right])
-        for wrong in (_global_reference(n, xb, info, anchors[n], True, True, target="all"),
-                      _global_reference(n, xb, info, anchors[n], True, True, disc_key="disc_before"),
-                      _global_reference(n, xb, info, anchors[n], True, True, al_sign=-1.0),
-                      _global_reference(n, xb, info, anchors[n], True, False),
-                      _global_reference_other_payoff(n, xb, info, anchors[n])):
+        for wrong in (
+            _global_reference(n, xb, info, anchors[n], True, True, target="all"),
+            _global_reference(n, xb, info, anchors[n], True, True, disc_key="disc_before"),
+            _global_reference(n, xb, info, anchors[n], True, True, al_sign=-1.0),
+            _global_reference(n, xb, info, anchors[n], True, False),
+            _global_reference_other_payoff(n, xb, info, anchors[n]),
+        ):
             assert distance(wrong, right) > 1e-4 * scale + 1e-8
 
 
@@ -217,9 +221,12 @@ def _global_reference_other_payoff(n, xb, info, anchor):
     model = live(info["models"][n])
     with torch.no_grad():
         others = [m(xb) for m in info["models"]]
-        g0 = torch.autograd.functional.jacobian(
-            lambda f0: torch.log_softmax(info["disc"](torch.softmax(f0 / 2.0, -1)), -1)[:, 0].sum(),
-            others[0]) / xb.shape[0]
+        g0 = (
+            torch.autograd.functional.jacobian(
+                lambda f0: torch.log_softmax(info["disc"](torch.softmax(f0 / 2.0, -1)), -1)[:, 0].sum(), others[0]
+            )
+            / xb.shape[0]
+        )
     f = model(xb)
     loss = kl(torch.stack([o for m, o in enumerate(others) if m != n]).mean(0), f)
     loss = loss + (f * g0).sum()
@@ -275,8 +282,15 @@ def test_adversarial_clients_make_the_discriminator_less_sure_of_them():
     """Sign of the clients' adversarial term: with the discriminator held (all but) fixed (lr 1e-12) and only
     U_n in the loss, one global iteration lowers every client's U_n on its batch."""
     torch.manual_seed(0)
-    algo = FedAL(make_data(), POOL, config(tau=1, weights={"kd": 0.0, "al": 1.0, "lf": 0.0}), seed=0,
-                 use_al=True, use_lf=False, adversarial=AdversarialConfig(lr=1e-12))
+    algo = FedAL(
+        make_data(),
+        POOL,
+        config(tau=1, weights={"kd": 0.0, "al": 1.0, "lf": 0.0}),
+        seed=0,
+        use_al=True,
+        use_lf=False,
+        adversarial=AdversarialConfig(lr=1e-12),
+    )
     rec = Recorder(algo)
     disc = algo.server.adversary.disc
 
@@ -298,8 +312,9 @@ class RecordingAdam(feddf_module.Adam):
     log: list = []
 
     def step(self):
-        RecordingAdam.log.append(([p.detach().clone() for p in self.params],
-                                  [p.grad.detach().clone() for p in self.params], self))
+        RecordingAdam.log.append(
+            ([p.detach().clone() for p in self.params], [p.grad.detach().clone() for p in self.params], self)
+        )
         super().step()
 
 
@@ -319,7 +334,7 @@ def test_feddf_distils_the_averaged_model_toward_the_mean_teacher_logits(monkeyp
     nxt = algo.server_public.next
     algo.server_public.next = lambda b: batches.append(nxt(b)) or batches[-1]
     algo.round(1)
-    assert modes and not any(modes)                          # teachers evaluated in eval mode
+    assert modes and not any(modes)  # teachers evaluated in eval mode
     first = {}  # each group's optimiser's first step, in group order
     for before, grads, opt in RecordingAdam.log:
         first.setdefault(id(opt), (before, grads))
@@ -337,14 +352,13 @@ def test_feddf_distils_the_averaged_model_toward_the_mean_teacher_logits(monkeyp
             stacked = torch.stack([dict(algo.clients[n].model.named_parameters())[name].detach() for n in members])
             p.data.copy_((stacked * (sizes / sizes.sum()).reshape(-1, *[1] * (stacked.dim() - 1))).sum(0))
         for p, b in zip(student.parameters(), before):
-            torch.testing.assert_close(p.detach(), b)        # FedAvg within the group
+            torch.testing.assert_close(p.detach(), b)  # FedAvg within the group
         f = student(xb)
         assert_grads(grads, grads_of(kl(mean_logits, f, 2.0), student))
         p_target = mean_probs
         f = student(xb)
         wrong = grads_of((p_target * (p_target.log() - torch.log_softmax(f / 2.0, -1))).sum(-1).mean(), student)
-        assert distance(wrong, grads) > 1e-6                 # averaging probabilities is a different target
-
+        assert distance(wrong, grads) > 1e-6  # averaging probabilities is a different target
 
 
 def test_feddf_al_students_add_their_own_payoff_under_the_updated_discriminator(monkeypatch):
@@ -355,8 +369,15 @@ def test_feddf_al_students_add_their_own_payoff_under_the_updated_discriminator(
     RecordingAdam.log = []
     torch.manual_seed(0)
     data = make_data(num_clients=4)
-    algo = FedDF(data, POOL, config(kd_temperature=2.0), 1, use_al=True, assignment=[0, 1, 0, 1],
-                 adversarial=AdversarialConfig(lr=5e-2))
+    algo = FedDF(
+        data,
+        POOL,
+        config(kd_temperature=2.0),
+        1,
+        use_al=True,
+        assignment=[0, 1, 0, 1],
+        adversarial=AdversarialConfig(lr=5e-2),
+    )
     batches, discs = [], []
     nxt, step_and_grads = algo.server_public.next, algo.adversary.step_and_grads
     algo.server_public.next = lambda b: batches.append(nxt(b)) or batches[-1]
@@ -391,8 +412,7 @@ def test_feddf_al_students_add_their_own_payoff_under_the_updated_discriminator(
         right = step_grads(disc_after)
         assert_grads(grads, right)
         scale = distance(right, [torch.zeros_like(r) for r in right])
-        for wrong in (step_grads(disc_after, al=False), step_grads(disc_after, sign=-1.0),
-                      step_grads(disc_before)):
+        for wrong in (step_grads(disc_after, al=False), step_grads(disc_after, sign=-1.0), step_grads(disc_before)):
             assert distance(wrong, right) > 1e-4 * scale + 1e-8
 
 
@@ -406,9 +426,13 @@ def test_fedavg_clients_start_from_the_global_model_which_becomes_the_size_weigh
     algo = FedAvg(make_data(num_clients=4), POOL[:1], config(tau=3), 0)
     starts = []
     original = fedavg_module.local_update
-    monkeypatch.setattr(fedavg_module, "local_update",
-                        lambda client, start, steps, use_lf=False: starts.append(copy.deepcopy(start))
-                        or original(client, start, steps, use_lf))
+    monkeypatch.setattr(
+        fedavg_module,
+        "local_update",
+        lambda client, start, steps, use_lf=False: (
+            starts.append(copy.deepcopy(start)) or original(client, start, steps, use_lf)
+        ),
+    )
     for t in (1, 2):
         before = copy.deepcopy(algo.global_state)
         algo.round(t)
@@ -491,10 +515,12 @@ def test_fccl_steps_match_the_collaborative_and_local_losses(plus):
                 f = model.head(h)
                 loss = _cross_correlation_reference(f, mean)
                 if plus:
+
                     def sims(feat):
                         z = F.normalize(feat, dim=-1)
                         s = z @ z.T / 0.02
-                        return torch.stack([torch.cat([s[r, :r], s[r, r + 1:]]) for r in range(len(s))])
+                        return torch.stack([torch.cat([s[r, :r], s[r, r + 1 :]]) for r in range(len(s))])
+
                     with torch.no_grad():
                         mean_sim = torch.stack([sims(m.features(xb)) for m in saved]).mean(0)
                     loss = loss + 3.0 * kl(mean_sim, sims(h))
@@ -509,7 +535,7 @@ def test_fccl_steps_match_the_collaborative_and_local_losses(plus):
                 else:
                     with torch.no_grad():
                         own = intra[n](x)
-                    loss = loss + kl(inter, f, 2.0) + kl(own, f, 2.0)   # dual-domain KD at E_kd
+                    loss = loss + kl(inter, f, 2.0) + kl(own, f, 2.0)  # dual-domain KD at E_kd
             assert_grads(grads, grads_of(loss, model), rtol=1e-6, atol=1e-9)
             checked += 1
     assert checked == 2 * 2 * 2 * algo.num_clients
@@ -632,7 +658,7 @@ def test_fedproto_exchanges_count_weighted_class_prototypes():
     torch.testing.assert_close(algo.prototypes[seen], sums[seen] / counts[seen, None])
     start = len(rec.steps)
     algo.round(2)
-    for _, before, (x, y), _, grads in rec.steps[start:start + 1]:
+    for _, before, (x, y), _, grads in rec.steps[start : start + 1]:
         model = live(before)
         h = model.features(x)
         protos = sums / counts.clamp_min(1)[:, None]
@@ -647,5 +673,5 @@ def test_fccl_local_steps_sets_the_local_updating_length():
     algo = FCCL(make_data(), POOL, config(tau=2), 0, plus=True, local_steps=5)
     rec = Recorder(algo)
     algo.round(1)
-    assert len(rec.steps) == algo.num_clients * (2 + 5)   # tau collaborative + local_steps local
+    assert len(rec.steps) == algo.num_clients * (2 + 5)  # tau collaborative + local_steps local
     assert algo.iteration == 2

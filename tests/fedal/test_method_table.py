@@ -20,7 +20,7 @@ SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/fedal.schema.yaml").read_text(
 
 def _schema_keys(method: str) -> set[str]:
     block = SCHEMA["properties"]["methods"]["properties"][method]
-    if "$ref" in block:   # "#fedal_plain_method" -> the $defs entry with that $anchor
+    if "$ref" in block:  # "#fedal_plain_method" -> the $defs entry with that $anchor
         anchor = block["$ref"].removeprefix("#")
         block = next(d for d in SCHEMA["$defs"].values() if d.get("$anchor") == anchor)
     return set(block["properties"])

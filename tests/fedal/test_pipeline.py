@@ -81,6 +81,7 @@ def test_check_rejects_a_budget_below_tau_before_any_job():
         named = f"fedal.methods.{method}.tau = {tau}" in errors
         assert named == (tau > 2), method
 
+
 @pytest.fixture(scope="module")
 def digits_setting(tmp_path_factory):
     """Prepared digits and one Dirichlet partition with a public set, written like the pipeline does."""
@@ -98,9 +99,16 @@ def digits_setting(tmp_path_factory):
 def _spec(method: str, **extra) -> dict:
     config = quick_config()
     section = config["fedal"]
-    spec = {**section["train"], **section["methods"][method], "method": method,
-            "pool": section["pools"]["digits_hom" if method == "fedavg" else "digits_het"],
-            "iterations": 10, "device": "cpu", "checkpoint_every": 1, "evals": 2}
+    spec = {
+        **section["train"],
+        **section["methods"][method],
+        "method": method,
+        "pool": section["pools"]["digits_hom" if method == "fedavg" else "digits_het"],
+        "iterations": 10,
+        "device": "cpu",
+        "checkpoint_every": 1,
+        "evals": 2,
+    }
     if "adversarial" in method_table("fedal")[method].traits:
         spec["discriminator"] = section["discriminator"]
     spec.update(extra)
@@ -112,11 +120,14 @@ def _run(root, part, method, spec, seeds=(0,)):
     from fedrepro.pipeline import make_job
 
     folder = root / f"fedal/runs/digits/{method}/digits_het-a1-c3-p100-i10/s{'_'.join(map(str, seeds))}"
-    job = make_job(spec, {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")},
-                   {"data": str(root / "data/digits/arrays.npz"), "partition": str(part)}, seeds=list(seeds))
+    job = make_job(
+        spec,
+        {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")},
+        {"data": str(root / "data/digits/arrays.npz"), "partition": str(part)},
+        seeds=list(seeds),
+    )
     method_entry("fedal", method)(job)
     return folder
-
 
 
 def test_fig6_variances_with_fewer_than_two_batches_are_left_out_not_a_divergence(digits_setting):
@@ -155,17 +166,22 @@ def test_fedal_job_end_to_end_and_report(digits_setting, tmp_path):
     fedmd = _run(root, part, "fedmd", _spec("fedmd"), seeds=(0, 1))
     summaries = [str(folder / "summary.json"), str(fedmd / "summary.json")]
     out = tmp_path / "tables/table6.md"
-    job = make_job({"name": "table6", "axis": "alpha", "methods": ["fedmd", "fedal"], "scale": "quick",
-                    "decimals": 2}, {"md": str(out)}, {"summaries": summaries})
+    job = make_job(
+        {"name": "table6", "axis": "alpha", "methods": ["fedmd", "fedal"], "scale": "quick", "decimals": 2},
+        {"md": str(out)},
+        {"summaries": summaries},
+    )
     report.table(job)
     text = out.read_text()
-    assert "FedAL" in text and "0.78" in text and "alpha=1" in text   # published value beside ours
+    assert "FedAL" in text and "0.78" in text and "alpha=1" in text  # published value beside ours
     for name, extra in [("fig8", {}), ("fig2", {"class": 3}), ("fig6", {})]:
         png = tmp_path / f"figures/{name}.png"
         metrics_in = [str(folder / "metrics.parquet")] + ([] if name == "fig6" else [str(fedmd / "metrics.parquet")])
-        job = make_job({"name": name, "methods": ["fedmd", "fedal"], "scale": "quick", **extra},
-                       {"png": str(png), "pdf": str(png.with_suffix(".pdf"))},
-                       {"metrics": metrics_in, "summaries": summaries})
+        job = make_job(
+            {"name": name, "methods": ["fedmd", "fedal"], "scale": "quick", **extra},
+            {"png": str(png), "pdf": str(png.with_suffix(".pdf"))},
+            {"metrics": metrics_in, "summaries": summaries},
+        )
         report.figure(job)
         assert png.stat().st_size > 1000
 
@@ -179,9 +195,11 @@ def test_fedavg_job_and_partition_figure(digits_setting, tmp_path):
     final = json.loads((folder / "summary.json").read_text())["seeds"]["0"]["final"]
     assert final["uplink_mb_per_client"] > 0
     png = tmp_path / "fig4.png"
-    job = make_job({"name": "fig4", "dataset": "digits", "alphas": [1.0], "scale": "quick"},
-                   {"png": str(png), "pdf": str(tmp_path / "fig4.pdf")},
-                   {"data": [str(root / "data/digits/arrays.npz")], "partitions": [str(part)]})
+    job = make_job(
+        {"name": "fig4", "dataset": "digits", "alphas": [1.0], "scale": "quick"},
+        {"png": str(png), "pdf": str(tmp_path / "fig4.pdf")},
+        {"data": [str(root / "data/digits/arrays.npz")], "partitions": [str(part)]},
+    )
     report.partition_figure(job)
     assert png.stat().st_size > 1000
 
@@ -216,8 +234,8 @@ def test_paper_scale_merge_plans_every_output_and_table4_over_celeba():
     table4 = plan.output_runs(config, "table4")
     assert {r.dataset for r in table4} == {"celeba"}
     assert {plan.parse_setting(r.setting)["clients"] for r in table4} == {20, 50, 100}
-    assert len(table4) * len(config["fedal"]["seeds"]) == 54   # 6 methods x 3 N x 3 seeds, one seed per job
-    assert config["fedal"]["discriminator"]["lr"] == 1e-4       # the paper's, not the quick file's
+    assert len(table4) * len(config["fedal"]["seeds"]) == 54  # 6 methods x 3 N x 3 seeds, one seed per job
+    assert config["fedal"]["discriminator"]["lr"] == 1e-4  # the paper's, not the quick file's
     bad = copy.deepcopy(config)
     bad["fedal"]["outputs"]["table4"]["alphas"] = [1]
     assert any("fedal.outputs.table4.alphas" in e and "natural partition" in e for e in plan.check(bad))
@@ -231,12 +249,17 @@ def test_discriminator_note_names_an_inert_adversary():
     from fedrepro.report.fedal import discriminator_note
 
     log4 = math.log(4)
-    frame = pd.DataFrame({"method": ["fedal", "fedal", "fedmd"], "panel": ["alpha=1", "alpha=1", "alpha=1"],
-                          "disc_loss_final": [log4 + 1e-4, log4 - 2e-4, float("nan")],
-                          "disc_log_n": [log4, log4, float("nan")]})
+    frame = pd.DataFrame(
+        {
+            "method": ["fedal", "fedal", "fedmd"],
+            "panel": ["alpha=1", "alpha=1", "alpha=1"],
+            "disc_loss_final": [log4 + 1e-4, log4 - 2e-4, float("nan")],
+            "disc_log_n": [log4, log4, float("nan")],
+        }
+    )
     note = discriminator_note(frame)
     assert "1.3863" in note and "inert" in note and "FedMD-LF" in note
-    frame.loc[0, "disc_loss_final"] = log4 - 0.2   # one run where the discriminator learned something
+    frame.loc[0, "disc_loss_final"] = log4 - 0.2  # one run where the discriminator learned something
     assert "inert" not in discriminator_note(frame)
     assert discriminator_note(frame.drop(columns=["disc_loss_final"])) is None
 
@@ -267,12 +290,25 @@ def test_claims_are_not_tested_when_a_side_is_degenerate_or_the_discriminator_in
     from fedrepro.report.fedal import claim_notes
 
     log4 = math.log(4)
-    rows = [{"method": m, "column": "alpha=1", "acc": acc, "status": st, "status_reason": why,
-             "disc_loss_final": d, "disc_log_n": log4}
-            for m, acc, st, why, d in [("fedal", 0.7, "ok", "", log4 - 0.1), ("fedal", 0.72, "ok", "", log4 - 0.1),
-                                       ("fedmd_lf", 0.6, "ok", "", float("nan")), ("fedmd_lf", 0.62, "ok", "", float("nan")),
-                                       ("fedmd", 0.1, "chance", "at chance", float("nan")),
-                                       ("fedmd", 0.1, "ok", "", float("nan"))]]
+    rows = [
+        {
+            "method": m,
+            "column": "alpha=1",
+            "acc": acc,
+            "status": st,
+            "status_reason": why,
+            "disc_loss_final": d,
+            "disc_log_n": log4,
+        }
+        for m, acc, st, why, d in [
+            ("fedal", 0.7, "ok", "", log4 - 0.1),
+            ("fedal", 0.72, "ok", "", log4 - 0.1),
+            ("fedmd_lf", 0.6, "ok", "", float("nan")),
+            ("fedmd_lf", 0.62, "ok", "", float("nan")),
+            ("fedmd", 0.1, "chance", "at chance", float("nan")),
+            ("fedmd", 0.1, "ok", "", float("nan")),
+        ]
+    ]
     frame = pd.DataFrame(rows)
     frame["seed"] = [0, 1] * 3
     frame["panel"] = frame["column"]
@@ -282,7 +318,7 @@ def test_claims_are_not_tested_when_a_side_is_degenerate_or_the_discriminator_in
     frame.loc[frame["method"] == "fedal", "disc_loss_final"] = log4
     assert "not tested" in claim_notes(frame)[0] and "inert" in claim_notes(frame)[0]
     frame.loc[frame["method"] == "fedal", "disc_loss_final"] = log4 - 0.1
-    frame.loc[(frame["method"] == "fedal") & (frame["seed"] == 1), "acc"] = 0.5   # loses one seed of two
+    frame.loc[(frame["method"] == "fedal") & (frame["seed"] == 1), "acc"] = 0.5  # loses one seed of two
     assert "does not hold" in claim_notes(frame)[0] and "wins 1/2 seeds" in claim_notes(frame)[0]
 
 
@@ -302,13 +338,26 @@ def test_table4_builds_from_celeba_runs_without_alpha(tmp_path):
             (folder / "summary.json").write_text(json.dumps({"seeds": {"0": seed}}))
             summaries.append(str(folder / "summary.json"))
     out = tmp_path / "tables/table4.md"
-    job = make_job({"name": "table4", "axis": "clients", "methods": ["fedmd", "fedal"], "scale": "paper",
-                    "decimals": 2, "experiment": "celeba"}, {"md": str(out)}, {"summaries": summaries})
+    job = make_job(
+        {
+            "name": "table4",
+            "axis": "clients",
+            "methods": ["fedmd", "fedal"],
+            "scale": "paper",
+            "decimals": 2,
+            "experiment": "celeba",
+        },
+        {"md": str(out)},
+        {"summaries": summaries},
+    )
     report.table(job)
     text = out.read_text()
     assert "N=20" in text and "N=100" in text and "0.65" in text and "FedAL beats FedMD" in text
-    empty = make_job({"name": "table4", "axis": "clients", "methods": ["fedal"], "scale": "paper", "decimals": 2},
-                     {"md": str(out)}, {"summaries": []})
+    empty = make_job(
+        {"name": "table4", "axis": "clients", "methods": ["fedal"], "scale": "paper", "decimals": 2},
+        {"md": str(out)},
+        {"summaries": []},
+    )
     with pytest.raises(ValueError, match="fedal.outputs.table4"):
         report.table(empty)
 
@@ -332,11 +381,20 @@ def test_table8_says_beside_the_numbers_whether_the_discriminator_was_inert(tmp_
         (folder / "summary.json").write_text(json.dumps({"seeds": seeds}))
         summaries.append(str(folder / "summary.json"))
     out = tmp_path / "tables/table8.md"
-    job = make_job({"name": "table8", "axis": "method", "methods": ["fedmd", "fedmd_lf", "fedal"], "scale": "quick",
-                    "decimals": 2}, {"md": str(out)}, {"summaries": summaries})
+    job = make_job(
+        {
+            "name": "table8",
+            "axis": "method",
+            "methods": ["fedmd", "fedmd_lf", "fedal"],
+            "scale": "quick",
+            "decimals": 2,
+        },
+        {"md": str(out)},
+        {"summaries": summaries},
+    )
     report.table(job)
     text = out.read_text()
     adversarial = next(line for line in text.splitlines() if "FedAL > FedMD-LF" in line)
     assert f"all runs: {claim}" in adversarial
     assert ("inert" in text) == (claim == "not tested")
-    assert f"{log4 - disc_gap:.4f}" in text and "0.66 ± 0.01" in text   # FedAL: mean of 0.65 and 0.66
+    assert f"{log4 - disc_gap:.4f}" in text and "0.66 ± 0.01" in text  # FedAL: mean of 0.65 and 0.66

@@ -25,13 +25,21 @@ def linear_widths(module: torch.nn.Module) -> list[tuple[int, int]]:
 
 
 def test_train_config_reads_every_key_and_defaults_the_optional_ones():
-    full = {"tau": 3, "lr": 0.5, "batch_size": 7, "kd_temperature": 2.5, "lf_temperature": 1.5,
-            "kd_target": "all", "weights": {"al": 0.25}, "adam_state": "per_stage", "pretrain_iters": 4,
-            "assignment": "round_robin"}
+    full = {
+        "tau": 3,
+        "lr": 0.5,
+        "batch_size": 7,
+        "kd_temperature": 2.5,
+        "lf_temperature": 1.5,
+        "kd_target": "all",
+        "weights": {"al": 0.25},
+        "adam_state": "per_stage",
+        "pretrain_iters": 4,
+        "assignment": "round_robin",
+    }
     cfg = jobs.train_config(full)
     assert (cfg.tau, cfg.lr, cfg.batch_size, cfg.kd_temperature, cfg.lf_temperature) == (3, 0.5, 7, 2.5, 1.5)
-    assert (cfg.kd_target, cfg.adam_state, cfg.pretrain_iters, cfg.assignment) == ("all", "per_stage", 4,
-                                                                                  "round_robin")
+    assert (cfg.kd_target, cfg.adam_state, cfg.pretrain_iters, cfg.assignment) == ("all", "per_stage", 4, "round_robin")
     assert cfg.weights == {"kd": 1.0, "al": 0.25, "lf": 1.0}
     minimal = jobs.train_config({"tau": 2, "lr": 0.1, "batch_size": 5})
     assert minimal == TrainConfig(tau=2, lr=0.1, batch_size=5)
@@ -49,14 +57,23 @@ def test_adversarial_config_reads_the_discriminator_and_defaults_form_and_order(
 
 def test_fedal_build_passes_the_switches_discriminator_and_diagnostics():
     data = make_data()
-    algo = fedal.build(data, POOL, config(), 0, {"method": "fedal", "discriminator": DISC,
-                                                   "diagnostics": {"every_rounds": 2, "batches": 3}})
+    algo = fedal.build(
+        data,
+        POOL,
+        config(),
+        0,
+        {"method": "fedal", "discriminator": DISC, "diagnostics": {"every_rounds": 2, "batches": 3}},
+    )
     assert (algo.use_al, algo.use_lf) == (True, True)
     assert (algo.diag_every, algo.diag_batches) == (2, 3)
     adversary = algo.server.adversary
     assert linear_widths(adversary.disc) == [(4, 8), (8, 6), (6, 3)]
     assert (adversary.opt.lr, adversary.temperature, adversary.form, adversary.update) == (
-        0.25, 3.5, "saturating", "before_grad")
+        0.25,
+        3.5,
+        "saturating",
+        "before_grad",
+    )
     assert type(adversary.opt).__name__ == "SGD"
     off = fedal.build(data, POOL, config(), 0, {"method": "fedal", "use_al": False, "use_lf": False})
     assert (off.use_al, off.use_lf, off.server.adversary, off.diag_every) == (False, False, None, 0)
@@ -72,10 +89,11 @@ def test_feddf_build_turns_on_the_adversary_only_for_feddf_al():
     cfg = config(assignment="round_robin")
     plain = feddf.build(data, POOL, cfg, 0, {"method": "feddf"})
     assert (plain.use_al, plain.use_lf, plain.adversary, plain.server_lr) == (False, False, None, cfg.lr)
-    al = feddf.build(data, POOL, cfg, 0, {"method": "feddf_al", "discriminator": DISC, "use_lf": True,
-                                          "server_lr": 0.125})
+    al = feddf.build(
+        data, POOL, cfg, 0, {"method": "feddf_al", "discriminator": DISC, "use_lf": True, "server_lr": 0.125}
+    )
     assert (al.use_al, al.use_lf, al.server_lr) == (True, True, 0.125)
-    assert linear_widths(al.adversary.disc)[-1] == (6, 2)          # players = the two architecture groups
+    assert linear_widths(al.adversary.disc)[-1] == (6, 2)  # players = the two architecture groups
     assert (al.adversary.opt.lr, al.adversary.temperature) == (0.25, 3.5)
 
 
@@ -84,8 +102,9 @@ def test_cfd_build_picks_the_server_architecture_from_the_pool():
     default = cfd.build(data, POOL, config(), 0, {"method": "cfd"})
     assert default.server.model.arch == arch_key(POOL[0])
     assert default.server.opt.lr == config().lr and default.server.temperature == config().kd_temperature
-    second = cfd.build(data, POOL, config(kd_temperature=2.0), 0, {"method": "cfd", "server_model": 1,
-                                                                   "server_lr": 0.5})
+    second = cfd.build(
+        data, POOL, config(kd_temperature=2.0), 0, {"method": "cfd", "server_model": 1, "server_lr": 0.5}
+    )
     assert second.server.model.arch == arch_key(POOL[1])
     assert (second.server.opt.lr, second.server.temperature) == (0.5, 2.0)
     with pytest.raises(ValueError, match="server_model=2"):
@@ -104,9 +123,19 @@ def test_fccl_build_defaults_are_the_authors_digits_settings():
     assert (plain.sim_temperature, plain.sim_weight, plain.nt_temperature) == (0.02, 3.0, 3.0)
     default = fccl.build(data, POOL, config(), 0, {"method": "fccl"})
     assert default.pretrain_steps == 100
-    plus = fccl.build(data, POOL, config(), 0, {"method": "fccl_plus", "similarity_temperature": 0.5,
-                                                "similarity_weight": 2.0, "nt_temperature": 4.0,
-                                                "local_steps": 7})
+    plus = fccl.build(
+        data,
+        POOL,
+        config(),
+        0,
+        {
+            "method": "fccl_plus",
+            "similarity_temperature": 0.5,
+            "similarity_weight": 2.0,
+            "nt_temperature": 4.0,
+            "local_steps": 7,
+        },
+    )
     assert (plus.plus, plus.intra, plus.pretrain_steps, plus.local_steps) == (True, None, 0, 7)
     assert (plus.sim_temperature, plus.sim_weight, plus.nt_temperature) == (0.5, 2.0, 4.0)
 
@@ -116,8 +145,9 @@ def test_fedproto_fd_fedavg_builds_read_their_keys():
     proto = fedproto.build(data, POOL, config(), 0, {"method": "fedproto"})
     assert (proto.proto_weight, proto.variant, proto.uses_public) == (1.0, "prototypes", False)
     assert proto.clients[0].public_x is None
-    public = fedproto.build(data, POOL, config(), 0, {"method": "fedproto", "proto_weight": 0.5,
-                                                      "variant": "public_features"})
+    public = fedproto.build(
+        data, POOL, config(), 0, {"method": "fedproto", "proto_weight": 0.5, "variant": "public_features"}
+    )
     assert (public.proto_weight, public.variant, public.uses_public) == (0.5, "public_features", True)
     assert public.clients[0].public_x is data.public_x
     assert fd.build(data, POOL, config(), 0, {"method": "fd"}).fd_weight == 1.0
@@ -143,15 +173,25 @@ def tiny_job(tmp_path):
     rng = np.random.default_rng(0)
     folder = tmp_path / "data/toy"
     folder.mkdir(parents=True)
-    np.savez(folder / "arrays.npz", x_train=rng.normal(size=(12, 3)), y_train=np.arange(12) % 2,
-             x_test=rng.normal(size=(4, 3)), y_test=np.array([0, 1, 1, 0]))
+    np.savez(
+        folder / "arrays.npz",
+        x_train=rng.normal(size=(12, 3)),
+        y_train=np.arange(12) % 2,
+        x_test=rng.normal(size=(4, 3)),
+        y_test=np.array([0, 1, 1, 0]),
+    )
     (folder / "meta.json").write_text(json.dumps({"kind": "tabular", "num_classes": 2}))
-    part = Partition("horizontal", clients=[np.array([0, 1, 2, 3]), np.array([4, 5, 6])],
-                     public=np.array([8, 9, 10]), meta={})
+    part = Partition(
+        "horizontal", clients=[np.array([0, 1, 2, 3]), np.array([4, 5, 6])], public=np.array([8, 9, 10]), meta={}
+    )
     save_partition(part, tmp_path / "part.npz")
     x_train = np.load(folder / "arrays.npz")["x_train"]
-    return SimpleNamespace(input={"data": str(folder / "arrays.npz"), "partition": str(tmp_path / "part.npz")},
-                           threads=1, spec={}, x_train=x_train)
+    return SimpleNamespace(
+        input={"data": str(folder / "arrays.npz"), "partition": str(tmp_path / "part.npz")},
+        threads=1,
+        spec={},
+        x_train=x_train,
+    )
 
 
 def test_load_setting_splits_by_the_partition_on_the_requested_device(tiny_job):
@@ -165,14 +205,18 @@ def test_load_setting_splits_by_the_partition_on_the_requested_device(tiny_job):
     assert {t.device.type for t in [*on_meta.clients_x, on_meta.public_x, on_meta.test_x]} == {"meta"}
 
 
-@pytest.mark.parametrize("spec, rounds, eval_every, checkpoint_every", [
-    ({"iterations": 12, "tau": 3, "evals": 1}, 4, 4, 1),
-    ({"iterations": 12, "tau": 3, "evals": 2, "checkpoint_every": 3}, 4, 2, 3),
-    ({"iterations": 40, "tau": 2}, 20, 2, 1),                        # evals default 10
-    ({"iterations": 5, "tau": 2, "iteration_unit": "round", "device": "cpu"}, 5, 1, 1),
-])
-def test_run_turns_the_budget_into_rounds_and_evaluation_points(tiny_job, monkeypatch, spec, rounds,
-                                                                eval_every, checkpoint_every):
+@pytest.mark.parametrize(
+    "spec, rounds, eval_every, checkpoint_every",
+    [
+        ({"iterations": 12, "tau": 3, "evals": 1}, 4, 4, 1),
+        ({"iterations": 12, "tau": 3, "evals": 2, "checkpoint_every": 3}, 4, 2, 3),
+        ({"iterations": 40, "tau": 2}, 20, 2, 1),  # evals default 10
+        ({"iterations": 5, "tau": 2, "iteration_unit": "round", "device": "cpu"}, 5, 1, 1),
+    ],
+)
+def test_run_turns_the_budget_into_rounds_and_evaluation_points(
+    tiny_job, monkeypatch, spec, rounds, eval_every, checkpoint_every
+):
     import fedrepro.fl.device as device_module
     import fedrepro.fl.runner as runner
 

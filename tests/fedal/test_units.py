@@ -84,7 +84,9 @@ def test_surrogate_value_and_shape_check():
 
 # ---------------------------------------------------------------------- client
 def test_arch_key_names_the_architecture_and_its_sorted_options():
-    assert arch_key({"name": "mlp", "options": {"in_features": 12, "hidden": [16]}}) == "mlp(hidden=[16],in_features=12)"
+    assert (
+        arch_key({"name": "mlp", "options": {"in_features": 12, "hidden": [16]}}) == "mlp(hidden=[16],in_features=12)"
+    )
     assert arch_key({"name": "small_cnn"}) == "small_cnn"
     assert build_client_model(POOL[1], 4).arch == "mlp(hidden=[24, 16],in_features=12)"
 
@@ -101,8 +103,17 @@ def test_architectures_are_drawn_at_random_by_default_from_their_own_generator()
 def _client(public=True) -> Client:
     data = make_data()
     model = build_client_model(POOL[0], data.num_classes)
-    return Client(0, model, data.clients_x[0], data.clients_y[0], data.public_x if public else None,
-                  lr=0.1, batch_size=4, seed=0, public_seed=1)
+    return Client(
+        0,
+        model,
+        data.clients_x[0],
+        data.clients_y[0],
+        data.public_x if public else None,
+        lr=0.1,
+        batch_size=4,
+        seed=0,
+        public_seed=1,
+    )
 
 
 def test_snapshot_is_frozen_and_a_named_slot_is_refreshed_in_place():
@@ -137,27 +148,37 @@ def test_evaluate_reports_mean_client_accuracy_spread_and_megabytes_per_client()
     algo.wire.bytes_by_direction = {"up": 3 * 2**20, "down": 6 * 2**20}
     metrics = algo.evaluate(1)
     with torch.no_grad():
-        acc = np.array([float((c.model(algo.data.test_x).argmax(-1) == algo.data.test_y).double().mean())
-                        for c in algo.clients])
+        acc = np.array(
+            [float((c.model(algo.data.test_x).argmax(-1) == algo.data.test_y).double().mean()) for c in algo.clients]
+        )
     assert metrics["acc"] == pytest.approx(acc.mean())
     assert metrics["acc_std_clients"] == pytest.approx(acc.std())
     assert metrics["uplink_mb_per_client"] == pytest.approx(1.0)
     assert metrics["downlink_mb_per_client"] == pytest.approx(2.0)
 
 
-METHODS = {   # name: (make, kinds sent up, kinds sent down)
+METHODS = {  # name: (make, kinds sent up, kinds sent down)
     "fedal": (lambda d, c: FedAL(d, POOL, c, 0), {"logits"}, {"reply"}),
     "fedproto": (lambda d, c: FedProto(d, POOL, c, 0), {"prototypes"}, {"global_prototypes"}),
-    "fedproto_public": (lambda d, c: FedProto(d, POOL, c, 0, variant="public_features"), {"features"},
-                        {"mean_features"}),
+    "fedproto_public": (
+        lambda d, c: FedProto(d, POOL, c, 0, variant="public_features"),
+        {"features"},
+        {"mean_features"},
+    ),
     "cfd": (lambda d, c: CFD(d, POOL, c, 0), {"logits"}, {"server_logits"}),
     "fccl": (lambda d, c: FCCL(d, POOL, c, 0, pretrain_iters=2), {"logits"}, {"mean_logits"}),
-    "fccl_plus": (lambda d, c: FCCL(d, POOL, c, 0, plus=True), {"logits", "similarity"},
-                  {"mean_logits", "mean_similarity"}),
+    "fccl_plus": (
+        lambda d, c: FCCL(d, POOL, c, 0, plus=True),
+        {"logits", "similarity"},
+        {"mean_logits", "mean_similarity"},
+    ),
     "fd": (lambda d, c: FD(d, POOL, c, 0), {"label_logits"}, {"global_label_logits"}),
     "fedavg": (lambda d, c: FedAvg(d, POOL[:1], c, 0), {"weights"}, {"weights"}),
-    "feddf_al": (lambda d, c: FedDF(d, POOL, c, 0, use_al=True, use_lf=True, assignment=[0, 1, 0]),
-                 {"weights"}, {"weights"}),
+    "feddf_al": (
+        lambda d, c: FedDF(d, POOL, c, 0, use_al=True, use_lf=True, assignment=[0, 1, 0]),
+        {"weights"},
+        {"weights"},
+    ),
 }
 
 
@@ -168,7 +189,7 @@ def test_every_message_goes_between_the_server_and_one_client_and_every_metric_i
     algo = make(make_data(), config(record_messages=True))
     algo.round(1)
     sent_in_round_1 = len(algo.wire.messages)
-    metrics = algo.round(2)   # FedProto and FD have no global target before round 2
+    metrics = algo.round(2)  # FedProto and FD have no global target before round 2
     clients = {c.name for c in algo.clients}
     assert algo.wire.messages
     for i, m in enumerate(algo.wire.messages):
@@ -179,14 +200,24 @@ def test_every_message_goes_between_the_server_and_one_client_and_every_metric_i
     assert algo.wire.kinds("server") == up
     assert set().union(*(algo.wire.kinds(c) for c in clients)) == down
     assert metrics and all(math.isfinite(v) for v in metrics.values()), metrics
-    assert algo.iteration == 2 * algo.cfg.tau      # every method spends tau iterations per round
+    assert algo.iteration == 2 * algo.cfg.tau  # every method spends tau iterations per round
 
 
-@pytest.mark.parametrize("cls, kwargs, assignment", [   # seed 0 alone would draw [1, 1, 0]
-    (FedAL, {}, [0, 1, 1]), (FedProto, {}, [0, 1, 1]), (FedProto, {"variant": "public_features"}, [0, 1, 1]),
-    (CFD, {}, [0, 1, 1]), (FCCL, {"pretrain_iters": 1}, [0, 1, 1]), (FCCL, {"plus": True}, [0, 1, 1]),
-    (FD, {}, [0, 1, 1]), (FedDF, {"use_al": True}, [0, 1, 1]), (FedAvg, {}, [0, 0, 0]),
-], ids=lambda v: getattr(v, "__name__", None))
+@pytest.mark.parametrize(
+    "cls, kwargs, assignment",
+    [  # seed 0 alone would draw [1, 1, 0]
+        (FedAL, {}, [0, 1, 1]),
+        (FedProto, {}, [0, 1, 1]),
+        (FedProto, {"variant": "public_features"}, [0, 1, 1]),
+        (CFD, {}, [0, 1, 1]),
+        (FCCL, {"pretrain_iters": 1}, [0, 1, 1]),
+        (FCCL, {"plus": True}, [0, 1, 1]),
+        (FD, {}, [0, 1, 1]),
+        (FedDF, {"use_al": True}, [0, 1, 1]),
+        (FedAvg, {}, [0, 0, 0]),
+    ],
+    ids=lambda v: getattr(v, "__name__", None),
+)
 def test_every_method_keeps_a_given_architecture_assignment(cls, kwargs, assignment):
     algo = cls(make_data(), POOL, config(), 0, assignment=assignment, **kwargs)
     assert [c.model.arch for c in algo.clients] == [arch_key(POOL[i]) for i in assignment]
@@ -215,14 +246,14 @@ def test_after_grad_answers_with_the_old_discriminator_then_steps():
     grads, loss = before.step_and_grads(logits)
     expected_grads, u = payoff_grads(old, logits, 2.0)
     torch.testing.assert_close(grads, expected_grads)
-    torch.testing.assert_close(loss, -u.mean())                  # the loss of the step, taken with the old D
+    torch.testing.assert_close(loss, -u.mean())  # the loss of the step, taken with the old D
     assert any(not torch.equal(p, q) for p, q in zip(before.disc.parameters(), old.parameters()))
     with pytest.raises(ValueError, match="update"):
         AdversarialHelper(4, 3, (8,), 0.1, "sgd", 2.0, update="sideways")
 
 
 def test_feddf_use_lf_adds_r_glo_to_the_distillation():
-    def distilled(use_lf):   # the server's distillation alone (the local stage's r_loc left out)
+    def distilled(use_lf):  # the server's distillation alone (the local stage's r_loc left out)
         torch.manual_seed(0)
         algo = FedDF(make_data(), POOL, config(tau=3), 0, use_lf=use_lf, assignment=[0, 1, 0])
         algo._distill()
@@ -252,8 +283,8 @@ def test_gradient_variance_matches_the_closed_form_with_an_unused_parameter():
     w, unused = torch.randn(3, requires_grad=True), torch.zeros(2, requires_grad=True)
     chunks = [torch.arange(0, 4), torch.arange(4, 8), torch.arange(8, 12)]
     got = gradient_variance(lambda i: (x[i] @ w).sum(), [w, unused], chunks)
-    g = np.stack([x[i].sum(0).numpy() for i in chunks])         # d/dw of sum(x w) is the column sum
-    expected = (g ** 2).sum(1).mean() - (g.mean(0) ** 2).sum()
+    g = np.stack([x[i].sum(0).numpy() for i in chunks])  # d/dw of sum(x w) is the column sum
+    expected = (g**2).sum(1).mean() - (g.mean(0) ** 2).sum()
     assert got == pytest.approx(expected, rel=1e-10)
     assert math.isnan(gradient_variance(lambda i: (x[i] @ w).sum(), [w], chunks[:1]))
 

@@ -13,17 +13,23 @@ def digits_arrays(per_class: int = 12, test_per_class: int = 4):
     x = (d.images * (255 / 16)).round().astype(np.uint8)[:, None]
     y = d.target
     train = np.concatenate([np.flatnonzero(y == c)[:per_class] for c in range(10)])
-    test = np.concatenate([np.flatnonzero(y == c)[per_class:per_class + test_per_class] for c in range(10)])
+    test = np.concatenate([np.flatnonzero(y == c)[per_class : per_class + test_per_class] for c in range(10)])
     return x[train], y[train], x[test], y[test]
 
 
 def tiny_spec(**over):
-    spec = {"rounds": 3, "participation": "full",
-            "encoder": {"name": "small_cnn", "kwargs": {"width": 4, "feature_dim": 16, "image_size": 8}},
-            "projector": {"hidden": 16, "out": 8},
-            "train": {"local_epochs": 1, "batch_size": 16, "lr": 0.03, "grad_clip": 3.0},
-            "augment": {"crop_scale": [0.5, 1.0], "flip_p": 0.0}, "mu": 2.0, "sharing": None,
-            "dpcalr": {"passes": 1, "views_per_pass": 2}, "knn": {"k": 5}}
+    spec = {
+        "rounds": 3,
+        "participation": "full",
+        "encoder": {"name": "small_cnn", "kwargs": {"width": 4, "feature_dim": 16, "image_size": 8}},
+        "projector": {"hidden": 16, "out": 8},
+        "train": {"local_epochs": 1, "batch_size": 16, "lr": 0.03, "grad_clip": 3.0},
+        "augment": {"crop_scale": [0.5, 1.0], "flip_p": 0.0},
+        "mu": 2.0,
+        "sharing": None,
+        "dpcalr": {"passes": 1, "views_per_pass": 2},
+        "knn": {"k": 5},
+    }
     spec.update(over)
     return spec
 

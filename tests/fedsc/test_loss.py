@@ -20,8 +20,9 @@ def _toy(n_per_client=(7, 4, 9), dim_in=5, hidden=4, two_v=4, seed=0):
     """A tanh encoder and fixed augmented inputs for 3 non-i.i.d. clients (a toy model small enough for exact checks)."""
     g = torch.Generator().manual_seed(seed)
     weight = torch.randn(hidden, dim_in, generator=g, dtype=torch.float64, requires_grad=True)
-    inputs = [torch.randn(two_v, n, dim_in, generator=g, dtype=torch.float64) + 2.0 * j
-              for j, n in enumerate(n_per_client)]
+    inputs = [
+        torch.randn(two_v, n, dim_in, generator=g, dtype=torch.float64) + 2.0 * j for j, n in enumerate(n_per_client)
+    ]
     return weight, inputs
 
 
@@ -156,9 +157,9 @@ def test_normclip_bounds():
     inside = z.norm(dim=1) ** 2 < mu
     assert torch.equal(clipped[inside], z[inside])
     outer = torch.einsum("ni,nj->nij", clipped, clipped)
-    assert (outer.flatten(1).norm(dim=1) <= mu + 1e-9).all()   # ||z z^T||_F = ||z||^2 <= mu
+    assert (outer.flatten(1).norm(dim=1) <= mu + 1e-9).all()  # ||z z^T||_F = ||z||^2 <= mu
     _, r = L.correlations(clipped.view(2, 50, 8))
-    assert float((r * r).sum()) <= mu**2 + 1e-9                 # Lemma B.4 with A_0^2 = mu
+    assert float((r * r).sum()) <= mu**2 + 1e-9  # Lemma B.4 with A_0^2 = mu
     with pytest.raises(ValueError, match="mu"):
         normclip(z, 0.0)
 

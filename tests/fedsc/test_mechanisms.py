@@ -27,8 +27,15 @@ from tests.fedsc.helpers import tiny_spec
 
 torch.set_num_threads(1)
 
-CLASSES = {"fedavg_sc": FedSC, "fedsc": FedSC, "fedavg_byol": FedBYOL, "fedu": FedU, "fedema": FedEMA,
-           "fedx": FedX, "fedca": FedCA}
+CLASSES = {
+    "fedavg_sc": FedSC,
+    "fedsc": FedSC,
+    "fedavg_byol": FedBYOL,
+    "fedu": FedU,
+    "fedema": FedEMA,
+    "fedx": FedX,
+    "fedca": FedCA,
+}
 
 
 def _spec(method, **over):
@@ -67,6 +74,7 @@ def _np(x: torch.Tensor) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- FedAvg step of every method
 
+
 @pytest.mark.parametrize("method", sorted(CLASSES))
 def test_server_averages_every_participant_and_every_participant_trained(method, tiny_digits):
     """theta^t = mean of the |J^t| uploads (Algorithm 1, line 24), each upload differing from what it got."""
@@ -90,14 +98,17 @@ def test_server_averages_every_participant_and_every_participant_trained(method,
 
 # ----------------------------------------------------------------------------- FedSC
 
+
 def _fedsc_capture(algo, monkeypatch):
     """Record, per client, the (views, alpha, r_minus) of its first training batch."""
     seen, current = {}, {}
     original_loss, original_update = sc_mod.local_loss, algo.client_update
 
     def loss(views, alpha=1.0, r_minus=None, scale=2.0):
-        seen.setdefault((algo.wire.round, current["j"]), (views.detach().clone(), alpha,
-                                                           None if r_minus is None else r_minus.clone()))
+        seen.setdefault(
+            (algo.wire.round, current["j"]),
+            (views.detach().clone(), alpha, None if r_minus is None else r_minus.clone()),
+        )
         return original_loss(views, alpha, r_minus, scale)
 
     def update(j, weights, t, lr):
@@ -145,8 +156,13 @@ def test_fedsc_training_loss_sees_normclipped_representations(tiny_digits, monke
 
 def _dpcalr_run(tiny_digits, monkeypatch, sigma, mu=2.0, rounds=2, out=32):
     """FedSC with the clean (noise-free) correlation recomputed beside every DP-CalR call."""
-    spec = _spec("fedsc", rounds=rounds, mu=mu, projector={"hidden": 16, "out": out},
-                 privacy={"eps": 3 if sigma else "inf", "delta": 1e-2, "sigma": sigma, "deltas": [1e-2]})
+    spec = _spec(
+        "fedsc",
+        rounds=rounds,
+        mu=mu,
+        projector={"hidden": 16, "out": out},
+        privacy={"eps": 3 if sigma else "inf", "delta": 1e-2, "sigma": sigma, "deltas": [1e-2]},
+    )
     if not sigma:
         spec["privacy"] = {"eps": "inf", "deltas": []}
     algo = FedSC(spec, tiny_digits, seed=0)
@@ -174,13 +190,13 @@ def test_dpcalr_noise_on_the_wire_has_std_sigma_and_is_fresh_every_release(tiny_
     sigma = 0.05
     algo, released, clean = _dpcalr_run(tiny_digits, monkeypatch, sigma)
     assert algo.sigma == sigma  # full participation: no partial scaling
-    noise = np.stack([_np(r - c) for r, c in zip(released, clean)])   # (10, 32, 32): 10240 draws
+    noise = np.stack([_np(r - c) for r, c in zip(released, clean)])  # (10, 32, 32): 10240 draws
     assert noise.std() == pytest.approx(sigma, rel=0.05)
     assert abs(noise.mean()) < 4 * sigma / math.sqrt(noise.size)
     flat = noise.reshape(len(noise), -1)
     corr = np.corrcoef(flat)[np.triu_indices(len(flat), 1)]
-    assert np.abs(corr).max() < 0.15                                    # no draw is reused
-    assert not np.allclose(noise[0], noise[0].T)                        # i.i.d. per entry (not symmetrised)
+    assert np.abs(corr).max() < 0.15  # no draw is reused
+    assert not np.allclose(noise[0], noise[0].T)  # i.i.d. per entry (not symmetrised)
 
 
 def test_dpcalr_at_eps_inf_releases_the_clean_clipped_correlation(tiny_digits, monkeypatch):
@@ -191,10 +207,11 @@ def test_dpcalr_at_eps_inf_releases_the_clean_clipped_correlation(tiny_digits, m
         # Tr R~_j = mean ||NormClip(z)||^2 <= mu; the fixture's raw norms exceed sqrt(mu), so it sits at mu
         assert float(torch.trace(r)) <= mu * (1 + 1e-5)
         assert float(torch.trace(r)) == pytest.approx(mu, rel=1e-3)
-        assert float(torch.linalg.eigvalsh(r.double()).min()) > -1e-7     # PSD: a mean of z z^T
+        assert float(torch.linalg.eigvalsh(r.double()).min()) > -1e-7  # PSD: a mean of z z^T
 
 
 # ----------------------------------------------------------------------------- BYOL family
+
 
 def _one_step_spec(**over):
     return tiny_spec(rounds=2, train={"local_epochs": 1, "batch_size": 64, "lr": 0.1, "grad_clip": None}, **over)
@@ -205,7 +222,7 @@ def test_byol_target_is_the_ema_of_the_online_network(tiny_digits):
     algo = FedBYOL(_one_step_spec(byol={"ema": 0.9}), tiny_digits, seed=0)
     weights = algo.global_state()
     before = {k: v.clone() for k, v in weights.items() if not k.startswith("predictor.")}
-    after, _ = algo.client_update(0, weights, 1, 0.1)       # 24 images, batch 64: exactly one step
+    after, _ = algo.client_update(0, weights, 1, 0.1)  # 24 images, batch 64: exactly one step
     target = dict(algo.target.named_parameters())
     for name, value in target.items():
         expected = 0.9 * _np(before[name]) + 0.1 * _np(after[name])
@@ -217,7 +234,9 @@ def test_byol_target_is_the_ema_of_the_online_network(tiny_digits):
 def test_byol_loss_is_symmetric_with_stop_gradient_on_the_target(tiny_digits, monkeypatch):
     algo = FedBYOL(_one_step_spec(), tiny_digits, seed=0)
     captured = {}
-    monkeypatch.setattr(byol_mod, "local_sgd", lambda net, x, batch_loss, *a, **k: captured.setdefault("f", batch_loss) and 0.0)
+    monkeypatch.setattr(
+        byol_mod, "local_sgd", lambda net, x, batch_loss, *a, **k: captured.setdefault("f", batch_loss) and 0.0
+    )
     algo.client_update(0, algo.global_state(), 1, 0.1)
     with torch.no_grad():  # make the target differ from the online network
         for p in algo.target.parameters():
@@ -244,8 +263,12 @@ def test_byol_loss_is_symmetric_with_stop_gradient_on_the_target(tiny_digits, mo
 
 def _perturbed(state: dict, prefixes: tuple[str, ...], scale: float, seed: int) -> dict:
     gen = torch.Generator().manual_seed(seed)
-    return {k: (v + scale * torch.randn(v.shape, generator=gen)) if k.startswith(prefixes) and v.is_floating_point()
-            else v.clone() for k, v in state.items()}
+    return {
+        k: (v + scale * torch.randn(v.shape, generator=gen))
+        if k.startswith(prefixes) and v.is_floating_point()
+        else v.clone()
+        for k, v in state.items()
+    }
 
 
 def _fake_local(algo, j, online: dict):
@@ -260,7 +283,9 @@ def test_fedu_dapu_replaces_the_encoder_and_takes_the_global_predictor_only_when
     algo = FedU(_one_step_spec(fedu={"rule": "dapu", "threshold": 0.4}), tiny_digits, seed=0)
     glob = algo.global_state()
     local = _perturbed(_perturbed(glob, ("predictor.",), 0.02 if not far else 1.0, 0), ("backbone.",), 0.5, 1)
-    distance = math.sqrt(sum(float(((local[k] - glob[k]) ** 2).sum()) for k in algo.param_names if k.startswith("predictor.")))
+    distance = math.sqrt(
+        sum(float(((local[k] - glob[k]) ** 2).sum()) for k in algo.param_names if k.startswith("predictor."))
+    )
     assert (distance > 0.4) == far
     target = _fake_local(algo, 2, local)
     algo.start_local(2, glob)
@@ -277,12 +302,12 @@ def test_fedu_dapu_replaces_the_encoder_and_takes_the_global_predictor_only_when
 def test_fedu_keep_or_replace_is_the_fedsc_codes_whole_model_rule(tiny_digits):
     algo = FedU(_one_step_spec(fedu={"rule": "keep_or_replace", "threshold": 0.2}), tiny_digits, seed=0)
     glob = algo.global_state()
-    far = _perturbed(glob, ("backbone.",), 1.0, 0)        # d >= 1: 1 - min(1, d) = 0, not > 0.2: keep local
+    far = _perturbed(glob, ("backbone.",), 1.0, 0)  # d >= 1: 1 - min(1, d) = 0, not > 0.2: keep local
     own_target = _fake_local(algo, 1, far)
     algo.start_local(1, glob)
     assert all(torch.equal(v, far[k]) for k, v in algo.work.state_dict().items())
-    assert all(torch.equal(v, own_target[k]) for k, v in algo.target.state_dict().items())   # and its own target
-    near = _perturbed(glob, ("backbone.",), 1e-4, 0)      # d ~ 0: replace by global
+    assert all(torch.equal(v, own_target[k]) for k, v in algo.target.state_dict().items())  # and its own target
+    near = _perturbed(glob, ("backbone.",), 1e-4, 0)  # d ~ 0: replace by global
     _fake_local(algo, 1, near)
     algo.start_local(1, glob)
     assert all(torch.equal(v, glob[k]) for k, v in algo.work.state_dict().items())
@@ -309,7 +334,7 @@ def test_fedema_mixes_local_and_global_with_the_divergence_scaled_weight(tiny_di
     _fake_local(algo, 3, first)
     mixed_with(first, tau)
     assert algo.lambdas[3] == pytest.approx(tau / d1)
-    second = _perturbed(glob, ("backbone.", "projector.", "predictor."), 0.005, 1)   # closer: smaller mu
+    second = _perturbed(glob, ("backbone.", "projector.", "predictor."), 0.005, 1)  # closer: smaller mu
     d2 = math.sqrt(sum(float(((second[k] - glob[k]) ** 2).sum()) for k in enc))
     _fake_local(algo, 3, second)
     mixed_with(second, min(1.0, tau / d1 * d2))
@@ -332,13 +357,14 @@ def test_fedu_and_fedema_keep_local_models_and_report_per_round_statistics(tiny_
     for cls, key, fresh in ((FedU, "fedu_global", 1.0), (FedEMA, "fedema_mu", 0.0)):
         algo = cls(tiny_spec(rounds=2), tiny_digits, seed=0)
         first, second = algo.round(1), algo.round(2)
-        assert first[key] == fresh and first[f"{key}_returning"] == 0    # first participation: the global model
+        assert first[key] == fresh and first[f"{key}_returning"] == 0  # first participation: the global model
         assert 0.0 <= second[key] <= 1.0 and second[f"{key}_returning"] == 5
         assert sorted(algo.local) == list(range(5))
         assert algo.summary()[f"{key.split('_')[0]}_downloads"]["downloads"] == 5
 
 
 # ----------------------------------------------------------------------------- contrastive baselines
+
 
 def nt_xent_reference(a, b, tau, negatives=None):
     """SimCLR's NT-Xent in float64: -log softmax of the positive over the other 2B - 1 views (+ negatives)."""
@@ -377,9 +403,11 @@ def test_nt_xent_and_js_match_float64_references():
     a, b, neg, anc = (torch.randn(s, generator=gen) for s in ((6, 5), (6, 5), (4, 5), (6, 5)))
     assert float(fedx_mod.nt_xent(a, b, 0.5)) == pytest.approx(nt_xent_reference(_np(a), _np(b), 0.5), rel=1e-5)
     assert float(fedx_mod.nt_xent(a, b, 0.5, neg)) == pytest.approx(
-        nt_xent_reference(_np(a), _np(b), 0.5, _np(neg)), rel=1e-5)
+        nt_xent_reference(_np(a), _np(b), 0.5, _np(neg)), rel=1e-5
+    )
     assert float(fedx_mod.js_loss(a, b, anc, 0.5, 0.2)) == pytest.approx(
-        js_reference(_np(a), _np(b), _np(anc), 0.5, 0.2), rel=1e-4)
+        js_reference(_np(a), _np(b), _np(anc), 0.5, 0.2), rel=1e-4
+    )
 
 
 def test_fedx_loss_has_the_local_and_the_global_terms(tiny_digits, monkeypatch):
@@ -387,7 +415,9 @@ def test_fedx_loss_has_the_local_and_the_global_terms(tiny_digits, monkeypatch):
     frozen global model; recomputed term by term with float64 references."""
     algo = FedX(_one_step_spec(fedx={"tau": 0.5, "tau2": 0.2}), tiny_digits, seed=0)
     captured = {}
-    monkeypatch.setattr(fedx_mod, "local_sgd", lambda net, x, batch_loss, *a, **k: captured.setdefault("f", batch_loss) and 0.0)
+    monkeypatch.setattr(
+        fedx_mod, "local_sgd", lambda net, x, batch_loss, *a, **k: captured.setdefault("f", batch_loss) and 0.0
+    )
     algo.client_update(1, algo.global_state(), 1, 0.1)
     with torch.no_grad():  # a global model that differs from the local one
         for p in algo.frozen.parameters():
@@ -398,8 +428,13 @@ def test_fedx_loss_has_the_local_and_the_global_terms(tiny_digits, monkeypatch):
     loss = float(captured["f"](batch).detach())
     algo.gen.set_state(state)
     anchors = x_local[torch.randint(0, x_local.shape[0], (6,), generator=algo.gen)]
-    x = torch.cat([augment(batch, algo.aug_cfg, algo.gen), augment(batch, algo.aug_cfg, algo.gen),
-                   augment(anchors, algo.aug_cfg, algo.gen)])
+    x = torch.cat(
+        [
+            augment(batch, algo.aug_cfg, algo.gen),
+            augment(batch, algo.aug_cfg, algo.gen),
+            augment(anchors, algo.aug_cfg, algo.gen),
+        ]
+    )
     with torch.no_grad():
         proj = algo.work(x)
         pred, glob = algo.work.predictor(proj), algo.frozen(x)
@@ -432,6 +467,7 @@ def test_fedca_clients_contrast_against_the_other_clients_dictionaries(tiny_digi
 
 # ----------------------------------------------------------------------------- theory (the paper's Section 6 and App. B)
 
+
 def test_proof_constant_q_one_minus_q_squared_is_at_most_4_27():
     """Proof of Theorem 6.10: q_j (1 - q_j)^2 <= 4/27, attained at q_j = 1/3."""
     q = np.linspace(0, 1, 100001)
@@ -451,8 +487,11 @@ def test_fedsc_lowers_the_global_objective_below_fedavg_sc_on_a_pathological_spl
     clients = []
     for c in centres:
         base = c + torch.randn(20, dim, generator=gen)
-        clients.append(torch.stack([base + 0.1 * torch.randn(20, dim, generator=gen),
-                                    base + 0.1 * torch.randn(20, dim, generator=gen)]).double())
+        clients.append(
+            torch.stack(
+                [base + 0.1 * torch.randn(20, dim, generator=gen), base + 0.1 * torch.randn(20, dim, generator=gen)]
+            ).double()
+        )
     q = [1 / 3] * 3
     w0 = (0.1 * torch.randn(dim, hid, generator=gen)).double()
 
@@ -469,7 +508,7 @@ def test_fedsc_lowers_the_global_objective_below_fedavg_sc_on_a_pathological_spl
                 r_minus = sum(rs[k] for k in range(3) if k != j) / 2 if share else None
                 for _ in range(5):
                     loss = local_loss(views @ wj, q[j] if share else 1.0, r_minus, scale=1.0)
-                    grad, = torch.autograd.grad(loss, wj)
+                    (grad,) = torch.autograd.grad(loss, wj)
                     wj = (wj - 0.01 * grad).detach().requires_grad_(True)
                 new.append(wj.detach())
             w = sum(new) / 3

@@ -13,10 +13,24 @@ from tests.fedsc.helpers import tiny_spec
 
 torch.set_num_threads(1)
 
-CLASSES = {"fedavg_sc": FedSC, "fedsc": FedSC, "fedavg_byol": FedBYOL, "fedu": FedU, "fedema": FedEMA,
-           "fedx": FedX, "fedca": FedCA}
-SERVER_RECEIVES = {"fedsc": {"weights", "corr_matrix"}, "fedavg_sc": {"weights"}, "fedavg_byol": {"weights"},
-                   "fedu": {"weights"}, "fedema": {"weights"}, "fedx": {"weights"}, "fedca": {"weights", "dictionary"}}
+CLASSES = {
+    "fedavg_sc": FedSC,
+    "fedsc": FedSC,
+    "fedavg_byol": FedBYOL,
+    "fedu": FedU,
+    "fedema": FedEMA,
+    "fedx": FedX,
+    "fedca": FedCA,
+}
+SERVER_RECEIVES = {
+    "fedsc": {"weights", "corr_matrix"},
+    "fedavg_sc": {"weights"},
+    "fedavg_byol": {"weights"},
+    "fedu": {"weights"},
+    "fedema": {"weights"},
+    "fedx": {"weights"},
+    "fedca": {"weights", "dictionary"},
+}
 
 
 def _spec(method, **over):
@@ -67,10 +81,10 @@ def test_fedsc_same_seed_same_numbers_and_resume(tiny_digits):
 def test_fedsc_partial_participation_keeps_stale_matrices_and_first_round_collects_all(tiny_digits):
     algo = FedSC(_spec("fedsc", rounds=4, participation=2), tiny_digits, seed=1)
     algo.round(1)
-    assert algo.shares == [1] * 5                   # Algorithm 1, t = 1: every client uploads
+    assert algo.shares == [1] * 5  # Algorithm 1, t = 1: every client uploads
     first = {j: m.clone() for j, m in algo.server.latest.items()}
     algo.round(2)
-    assert sum(algo.shares) == 7                    # then only the 2 participants
+    assert sum(algo.shares) == 7  # then only the 2 participants
     changed = [j for j in range(5) if not torch.equal(first[j], algo.server.latest[j])]
     assert len(changed) == 2
     assert torch.allclose(algo.server.aggregate, algo.server.direct_sum(), atol=1e-10)
@@ -116,8 +130,14 @@ def test_single_client_fedsc_is_centralized_sc(tiny_digits):
     ref = FedSC(_spec("fedavg_sc", rounds=2), one, seed=0)  # same init and generator
     for t in (1, 2):
         fed.round(t)
-        local_sgd(ref.net, one.x_train, lambda b: local_loss(normclip(ref.views(ref.net, b), 2.0), scale=2.0),
-                  ref.train_cfg, ref.train_cfg.lr_at(t), ref.gen)
+        local_sgd(
+            ref.net,
+            one.x_train,
+            lambda b: local_loss(normclip(ref.views(ref.net, b), 2.0), scale=2.0),
+            ref.train_cfg,
+            ref.train_cfg.lr_at(t),
+            ref.gen,
+        )
     for k, v in fed.net.state_dict().items():
         assert torch.allclose(v, ref.net.state_dict()[k], atol=1e-6)
     with pytest.raises(ValueError, match="at least two clients"):
@@ -125,9 +145,9 @@ def test_single_client_fedsc_is_centralized_sc(tiny_digits):
 
 
 def test_sharing_schedules_of_table6():
-    assert planned_shares(200, {"after": 0.5, "every": 1}) == 100      # t > 100
-    assert planned_shares(200, {"after": 0.75, "every": 1}) == 50      # t > 150
-    assert planned_shares(200, {"after": 0.5, "every": 2}) == 50       # t > 100, t % 2 = 0
+    assert planned_shares(200, {"after": 0.5, "every": 1}) == 100  # t > 100
+    assert planned_shares(200, {"after": 0.75, "every": 1}) == 50  # t > 150
+    assert planned_shares(200, {"after": 0.5, "every": 2}) == 50  # t > 100, t % 2 = 0
     assert not shares_at(100, 200, {"after": 0.5, "every": 1}) and shares_at(101, 200, {"after": 0.5, "every": 1})
     assert planned_shares(200, None) == 0
     for bad in ({"after": 0.5, "every": 0}, {"after": 1.0, "every": 1}, {"after": -0.1, "every": 1}):
@@ -138,33 +158,43 @@ def test_sharing_schedules_of_table6():
 def test_noise_sigma_calibration_and_partial_scaling():
     from fedrepro.privacy import fedsc as priv
 
-    spec = {"rounds": 200, "mu": 4.0, "sharing": {"after": 0.5, "every": 2},
-            "privacy": {"eps": 6, "delta": 1e-2, "sigma": None}}
+    spec = {
+        "rounds": 200,
+        "mu": 4.0,
+        "sharing": {"after": 0.5, "every": 2},
+        "privacy": {"eps": 6, "delta": 1e-2, "sigma": None},
+    }
     sigma = noise_sigma(spec, [5000] * 10, 10)
     assert priv.epsilon(50, 4.0, sigma, 5000, 1e-2) == pytest.approx(6.0)
-    assert sigma == pytest.approx(0.0052, rel=0.03)                     # Table 6, CIFAR10 (6, 1e-2)
+    assert sigma == pytest.approx(0.0052, rel=0.03)  # Table 6, CIFAR10 (6, 1e-2)
     spec["privacy"]["sigma"] = 0.0052
-    assert noise_sigma(spec, [5000] * 10, 2) == pytest.approx(0.0052 * 0.2)   # the code's sigma * p
+    assert noise_sigma(spec, [5000] * 10, 2) == pytest.approx(0.0052 * 0.2)  # the code's sigma * p
     spec["privacy"]["partial_scaling"] = "sqrt_p"
     assert noise_sigma(spec, [5000] * 10, 2) == pytest.approx(0.0052 * math.sqrt(0.2))
     assert noise_sigma({"privacy": {"eps": "inf"}}, [10], 1) == 0.0
 
 
 def test_fedsc_summary_records_epsilons_per_client(tiny_digits):
-    spec = _spec("fedsc", rounds=2, privacy={"eps": 3, "delta": 1e-2, "sigma": None, "deltas": [1e-2, 1e-4]},
-                 sharing={"after": 0.0, "every": 1})
+    spec = _spec(
+        "fedsc",
+        rounds=2,
+        privacy={"eps": 3, "delta": 1e-2, "sigma": None, "deltas": [1e-2, 1e-4]},
+        sharing={"after": 0.0, "every": 1},
+    )
     algo = FedSC(spec, tiny_digits, seed=0)
     _run(algo, 2)
     from fedrepro.algorithms.fedsc.loss import alpha_schedule
 
-    assert algo.after_training(2, list(range(5))) == {"alpha": pytest.approx(alpha_schedule(2, 2, algo.alpha_start, algo.alpha_end))}
+    assert algo.after_training(2, list(range(5))) == {
+        "alpha": pytest.approx(alpha_schedule(2, 2, algo.alpha_start, algo.alpha_end))
+    }
     privacy = algo.summary()["privacy"]
     assert privacy["sigma"] == algo.sigma > 0
     rows = privacy["epsilons"]
     assert len(rows) == 5 * 2 and sorted(r["client"] for r in rows) == sorted(list(range(5)) * 2)
     at_1e2 = [r for r in rows if r["delta"] == 1e-2]
     assert all(r["T_j"] == 2 for r in at_1e2)
-    assert max(r["eps_sqrt2"] for r in at_1e2) == pytest.approx(3.0)     # calibrated on the smallest client
+    assert max(r["eps_sqrt2"] for r in at_1e2) == pytest.approx(3.0)  # calibrated on the smallest client
     assert all(r["eps_paper"] < r["eps_sqrt2"] for r in rows)
     assert all(r["eps_accountant"] <= r["eps_sqrt2"] * 1.01 for r in rows)
 

@@ -19,13 +19,13 @@ def test_fixup_resnet20_shapes_init_and_no_batchnorm():
     assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in net.modules())
     blocks = [m for m in net.modules() if m.__class__.__name__ == "FixupBasicBlock"]
     assert len(blocks) == 9
-    assert all(float(b.conv2.weight.detach().abs().sum()) == 0 for b in blocks)   # residual branches start at zero
+    assert all(float(b.conv2.weight.detach().abs().sum()) == 0 for b in blocks)  # residual branches start at zero
     std = float(blocks[0].conv1.weight.detach().std())
-    assert std == pytest.approx(math.sqrt(2 / (32 * 9)) / 3, rel=0.1)    # He init * L^-1/2, L = 9
+    assert std == pytest.approx(math.sqrt(2 / (32 * 9)) / 3, rel=0.1)  # He init * L^-1/2, L = 9
     out = net(torch.randn(2, 3, 32, 32))
     assert out.shape == (2, 128)
     head = build_model("fixup_resnet20", num_classes=10, widen_factor=1)
-    assert head(torch.randn(1, 3, 32, 32)).abs().sum() == 0               # zero-initialised classifier
+    assert head(torch.randn(1, 3, 32, 32)).abs().sum() == 0  # zero-initialised classifier
     assert build_model("fixup_resnet20", widen_factor=1).feature_dim == 64  # 64 w (the paper's w = 8: 512)
 
 
@@ -37,13 +37,17 @@ def test_augment_seeded_batched_and_identity():
     c = augment(x, cfg, torch.Generator().manual_seed(2))
     assert a.shape == (6, 3, 16, 16) and torch.equal(a, b) and not torch.equal(a, c)
     assert not torch.allclose(a[0], a[1])
-    ident = AugmentConfig(crop_scale=(1, 1), crop_ratio=(1, 1), jitter_p=0, flip_p=0, gray_p=0,
-                          mean=(0.5,) * 3, std=(0.25,) * 3)
+    ident = AugmentConfig(
+        crop_scale=(1, 1), crop_ratio=(1, 1), jitter_p=0, flip_p=0, gray_p=0, mean=(0.5,) * 3, std=(0.25,) * 3
+    )
     assert torch.allclose(augment(x, ident, torch.Generator()), plain(x, ident), atol=1e-5)
-    flip = AugmentConfig(crop_scale=(1, 1), crop_ratio=(1, 1), jitter_p=0, flip_p=1, gray_p=0,
-                         mean=(0.5,) * 3, std=(0.25,) * 3)
+    flip = AugmentConfig(
+        crop_scale=(1, 1), crop_ratio=(1, 1), jitter_p=0, flip_p=1, gray_p=0, mean=(0.5,) * 3, std=(0.25,) * 3
+    )
     assert torch.allclose(augment(x, flip, torch.Generator()), plain(x, ident).flip(-1), atol=1e-5)
-    gray = AugmentConfig(crop_scale=(1, 1), crop_ratio=(1, 1), jitter_p=0, flip_p=0, gray_p=1, mean=(0,) * 3, std=(1,) * 3)
+    gray = AugmentConfig(
+        crop_scale=(1, 1), crop_ratio=(1, 1), jitter_p=0, flip_p=0, gray_p=1, mean=(0,) * 3, std=(1,) * 3
+    )
     g = augment(x, gray, torch.Generator())
     assert torch.allclose(g[:, 0], g[:, 1]) and torch.allclose(g[:, 1], g[:, 2])
     with pytest.raises(KeyError, match="allowed"):
@@ -57,10 +61,13 @@ def test_hue_roundtrip():
     assert torch.allclose(_hsv_to_rgb(_rgb_to_hsv(x)), x, atol=1e-5)
 
 
-@pytest.mark.parametrize("ours, theirs, kwargs", [
-    (SGD, torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}),
-    (Adam, torch.optim.Adam, {"lr": 3e-3}),
-])
+@pytest.mark.parametrize(
+    "ours, theirs, kwargs",
+    [
+        (SGD, torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}),
+        (Adam, torch.optim.Adam, {"lr": 3e-3}),
+    ],
+)
 def test_optimisers_match_torch(ours, theirs, kwargs):
     torch.manual_seed(0)
     a = torch.nn.Linear(4, 3)

@@ -43,7 +43,7 @@ def test_planner_runs_settings_and_dedup():
     # two levels with the same explicit sigma and schedule share one run reporting both deltas
     shared = copy.deepcopy(config)
     levels = shared["fedsc"]["datasets"]["digits"]["privacy"]
-    levels[1]["sigma"] = levels[4]["sigma"] = 0.01          # (6, 1e-2) and (8, 1e-4)
+    levels[1]["sigma"] = levels[4]["sigma"] = 0.01  # (6, 1e-2) and (8, 1e-4)
     levels[4]["sharing"] = levels[1]["sharing"]
     settings = plan.fedsc_settings(shared["fedsc"]["datasets"]["digits"])
     assert settings[("partial", 8, 1e-4)] == settings[("partial", 6, 1e-2)] == "partial_eps6_d0.01"
@@ -56,7 +56,9 @@ def test_planner_cells_and_checks():
     config = _config()
     t2 = plan.table2_cells(config)
     assert {c["column"] for c in t2} == {"digits 10/10", "digits 2/10"}
-    assert {c["row"] for c in t2} == {row.label for row in METHODS.values()} | {plan.RANDOM_ROW}   # + the untrained reference row
+    assert {c["row"] for c in t2} == {row.label for row in METHODS.values()} | {
+        plan.RANDOM_ROW
+    }  # + the untrained reference row
     t5 = plan.dp_table_cells(config, "table5")
     assert {c["row"] for c in t5} == {"FedAvg+SC", "ε=3", "ε=8", "ε=∞", plan.RANDOM_ROW}
     assert {c["column"] for c in t5} == {"digits 2/10"}
@@ -91,41 +93,59 @@ def test_end_to_end_job_probe_and_tables(tmp_path):
     from fedrepro.report import fedsc as report
 
     data, part = _prepare(tmp_path)
-    spec = tiny_spec(rounds=2, sharing={"after": 0.0, "every": 1}, device="cpu", knn={"k": 5, "every": 2},
-                     privacy={"eps": 3, "delta": 1e-2, "sigma": None, "deltas": [1e-2]})
+    spec = tiny_spec(
+        rounds=2,
+        sharing={"after": 0.0, "every": 1},
+        device="cpu",
+        knn={"k": 5, "every": 2},
+        privacy={"eps": 3, "delta": 1e-2, "sigma": None, "deltas": [1e-2]},
+    )
     run_dir = tmp_path / "results" / "fedsc" / "runs" / "digits" / "fedsc" / "full_eps3" / "s0_1"
-    out = {k: str(run_dir / f) for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"),
-                                             ("model", "model.pt"))}
+    out = {
+        k: str(run_dir / f)
+        for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"), ("model", "model.pt"))
+    }
     job = make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0, 1])
     resolve(METHODS["fedsc"].entry)(job)
     metrics = pd.read_parquet(out["metrics"])
     assert sorted(metrics["seed"].unique()) == [0, 1]
-    assert list(metrics.loc[metrics["knn_acc"].notna(), "round"]) == [2, 2]     # the kNN monitor every knn.every rounds
+    assert list(metrics.loc[metrics["knn_acc"].notna(), "round"]) == [2, 2]  # the kNN monitor every knn.every rounds
     summary = json.loads(Path(out["summary"]).read_text())
     eps_rows = summary["seeds"]["0"]["privacy"]["epsilons"]
     assert {r["T_j"] for r in eps_rows} == {2} and len(eps_rows) == 5
 
     probe_out = str(run_dir / "probe.json")
-    pjob = make_job({"encoder": spec["encoder"], "projector": spec["projector"], "probe": {"epochs": 3, "batch_size": 32},
-                     "device": "cpu"},
-                    {"probe": probe_out}, {"data": str(data), "model": out["model"]})
+    pjob = make_job(
+        {
+            "encoder": spec["encoder"],
+            "projector": spec["projector"],
+            "probe": {"epochs": 3, "batch_size": 32},
+            "device": "cpu",
+        },
+        {"probe": probe_out},
+        {"data": str(data), "model": out["model"]},
+    )
     resolve("fedrepro.algorithms.fedsc.probing:probe_job")(pjob)
     probe = json.loads(Path(probe_out).read_text())
     assert set(probe["seeds"]) == {"0", "1"} and 0 <= probe["seeds"]["0"]["final_acc"] <= 1
-    assert len(probe["seeds"]["0"]["curve"]) == 3                                # probe.epochs
+    assert len(probe["seeds"]["0"]["curve"]) == 3  # probe.epochs
 
     cells = [{"path": probe_out, "row": "FedSC (Proposed)", "column": "digits 5/5"}]
-    tjob = make_job({"table": "table2", "cells": cells, "scale": "quick", "decimals": 2},
-                    {k: str(tmp_path / f"t2.{k}") for k in ("md", "csv", "tex")})
+    tjob = make_job(
+        {"table": "table2", "cells": cells, "scale": "quick", "decimals": 2},
+        {k: str(tmp_path / f"t2.{k}") for k in ("md", "csv", "tex")},
+    )
     report.probe_table(tjob)
     text = (tmp_path / "t2.md").read_text()
     assert "NOT the paper's setting" in text and "91.78" in text
     pcells = [{"path": out["summary"], "row": "full_eps3", "column": "digits"}]
     privacy = report.privacy_frame(pcells)
     assert privacy["eps_sqrt2_max"].iloc[0] == pytest.approx(3.0, rel=1e-6)
-    assert 0 < privacy["eps_pld_max"].iloc[0] <= privacy["eps_accountant_max"].iloc[0]   # PLD: tight, below RDP
+    assert 0 < privacy["eps_pld_max"].iloc[0] <= privacy["eps_accountant_max"].iloc[0]  # PLD: tight, below RDP
     fcells = [{"path": out["metrics"], "row": "FedSC", "column": "digits"}]
-    fjob = make_job({"cells": fcells, "scale": "quick"}, {"png": str(tmp_path / "f2.png"), "pdf": str(tmp_path / "f2.pdf")})
+    fjob = make_job(
+        {"cells": fcells, "scale": "quick"}, {"png": str(tmp_path / "f2.png"), "pdf": str(tmp_path / "f2.pdf")}
+    )
     report.figure2(fjob)
     assert (tmp_path / "f2.png").stat().st_size > 0
 
@@ -141,7 +161,10 @@ def test_resume_from_checkpoint_gives_same_numbers(tmp_path, monkeypatch):
 
     def job_at(name):
         d = tmp_path / name / "fedsc" / "runs" / "digits" / "fedavg_byol" / "full" / "s0"
-        out = {k: str(d / f) for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"), ("model", "model.pt"))}
+        out = {
+            k: str(d / f)
+            for k, f in (("metrics", "metrics.parquet"), ("summary", "summary.json"), ("model", "model.pt"))
+        }
         return make_job(spec, out, {"data": str(data), "partition": str(part)}, seeds=[0]), out
 
     full_job, full_out = job_at("a")

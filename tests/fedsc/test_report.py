@@ -24,10 +24,14 @@ def test_probe_records_effective_rank_and_flags_a_collapsed_encoder(tmp_path):
 
     data = write_prepared_digits(tmp_path)
     tiny = tiny_spec()
-    spec = {"encoder": tiny["encoder"], "projector": tiny["projector"],
-            "probe": {"epochs": 2, "batch_size": 64, "collapse_rank": 1.05}, "device": "cpu"}
+    spec = {
+        "encoder": tiny["encoder"],
+        "projector": tiny["projector"],
+        "probe": {"epochs": 2, "batch_size": 64, "collapse_rank": 1.05},
+        "device": "cpu",
+    }
     net = build_net(tiny, 1)
-    projector = dict(net.projector.state_dict())   # z = 1 + a tiny input-dependent part: one vector plus noise
+    projector = dict(net.projector.state_dict())  # z = 1 + a tiny input-dependent part: one vector plus noise
     projector["2.weight"], projector["2.bias"] = 1e-3 * projector["2.weight"], torch.ones_like(projector["2.bias"])
     model = {"seeds": {0: {"backbone": net.backbone.state_dict(), "projector": projector}}}
     torch.save(model, tmp_path / "model.pt")
@@ -35,29 +39,46 @@ def test_probe_records_effective_rank_and_flags_a_collapsed_encoder(tmp_path):
     probe_job(make_job(spec, {"probe": str(out)}, {"data": str(data), "model": str(tmp_path / "model.pt")}))
     seed = json.loads(out.read_text())["seeds"]["0"]
     assert seed["effective_rank"] == pytest.approx(1.0, abs=1e-3)
-    assert seed["embedding_rank_centered"] > 2.0        # the centered covariance cannot see this collapse
+    assert seed["embedding_rank_centered"] > 2.0  # the centered covariance cannot see this collapse
     assert seed["status"] == "collapsed" and "effective rank 1.00 < 1.05" in seed["status_reason"]
-    assert seed["feature_rank_centered"] > 2.0          # the backbone itself is intact
+    assert seed["feature_rank_centered"] > 2.0  # the backbone itself is intact
 
     out = tmp_path / "random" / "probe.json"
-    spec.update(encoder={"name": "small_cnn", "kwargs": {"width": 16, "feature_dim": 64, "image_size": 8}},
-                projector={"hidden": 128, "out": 64})   # the quick scale's architecture
+    spec.update(
+        encoder={"name": "small_cnn", "kwargs": {"width": 16, "feature_dim": 64, "image_size": 8}},
+        projector={"hidden": 128, "out": 64},
+    )  # the quick scale's architecture
     random_probe_job(make_job(spec, {"probe": str(out)}, {"data": str(data)}, seeds=[0, 1]))
     seeds = json.loads(out.read_text())["seeds"]
-    assert set(seeds) == {"0", "1"} and all(s["effective_rank"] > 1.05 and s["status"] != "collapsed"
-                                            for s in seeds.values())
+    assert set(seeds) == {"0", "1"} and all(
+        s["effective_rank"] > 1.05 and s["status"] != "collapsed" for s in seeds.values()
+    )
     assert seeds["0"]["effective_rank"] != seeds["1"]["effective_rank"]  # one seeded initialisation per seed
 
 
 def _write_run(folder: Path, accs: dict, statuses: dict | None = None, privacy: dict | None = None):
     folder.mkdir(parents=True, exist_ok=True)
     statuses = statuses or {}
-    seeds = {str(s): {"final_acc": a, "max_acc": a, "curve": [a], "effective_rank": 5.0,
-                      **({"status": statuses[s][0], "status_reason": statuses[s][1]} if s in statuses else {})}
-             for s, a in accs.items()}
+    seeds = {
+        str(s): {
+            "final_acc": a,
+            "max_acc": a,
+            "curve": [a],
+            "effective_rank": 5.0,
+            **({"status": statuses[s][0], "status_reason": statuses[s][1]} if s in statuses else {}),
+        }
+        for s, a in accs.items()
+    }
     (folder / "probe.json").write_text(json.dumps({"spec": {}, "seeds": seeds}))
-    summary = {str(s): {"status": "ok", "status_reason": "", "client_sizes": [100, 120],
-                        **({"privacy": privacy} if privacy else {})} for s in accs}
+    summary = {
+        str(s): {
+            "status": "ok",
+            "status_reason": "",
+            "client_sizes": [100, 120],
+            **({"privacy": privacy} if privacy else {}),
+        }
+        for s in accs
+    }
     (folder / "summary.json").write_text(json.dumps({"spec": {}, "seeds": summary}))
     return str(folder / "probe.json")
 
@@ -65,16 +86,31 @@ def _write_run(folder: Path, accs: dict, statuses: dict | None = None, privacy: 
 def test_table_prints_status_not_number_and_realised_epsilon_beside_the_label(tmp_path):
     avg = _write_run(tmp_path / "avg", {0: 0.80, 1: 0.82})
     private = {"sigma": 0.05, "mu": 2.0, "shares": [3, 5]}
-    eps3 = _write_run(tmp_path / "eps3", {0: 0.11, 1: 0.50}, {0: ("collapsed", "collapsed (embedding effective rank 1.01 < 2)")},
-                      privacy=private)
-    cells = [{"path": avg, "row": "FedAvg+SC", "column": "digits 2/10"},
-             {"path": eps3, "row": "ε=3", "column": "digits 2/10", "private": True}]
-    job = make_job({"table": "table5", "cells": cells, "scale": "quick", "decimals": 2, "delta": 1e-4,
-                    "note": "Quick scale cannot show this"}, {k: str(tmp_path / f"t5.{k}") for k in ("md", "csv", "tex")})
+    eps3 = _write_run(
+        tmp_path / "eps3",
+        {0: 0.11, 1: 0.50},
+        {0: ("collapsed", "collapsed (embedding effective rank 1.01 < 2)")},
+        privacy=private,
+    )
+    cells = [
+        {"path": avg, "row": "FedAvg+SC", "column": "digits 2/10"},
+        {"path": eps3, "row": "ε=3", "column": "digits 2/10", "private": True},
+    ]
+    job = make_job(
+        {
+            "table": "table5",
+            "cells": cells,
+            "scale": "quick",
+            "decimals": 2,
+            "delta": 1e-4,
+            "note": "Quick scale cannot show this",
+        },
+        {k: str(tmp_path / f"t5.{k}") for k in ("md", "csv", "tex")},
+    )
     report.probe_table(job)
     text = (tmp_path / "t5.md").read_text()
     assert "collapsed (embedding effective rank 1.01 < 2) (1/2 seeds collapsed)" in text
-    assert "30.5" not in text                                        # the collapsed cell's mean is not shown
+    assert "30.5" not in text  # the collapsed cell's mean is not shown
     assert "81.00" in text and "Quick scale cannot show this" in text
     # the realised tight epsilon: PLD of the composed Gaussian with sensitivity sqrt(2) mu / |D_j|, worst client
     from dp_accounting import dp_event, pld
@@ -94,10 +130,21 @@ def test_claims_are_not_tested_when_a_side_is_degenerate(tmp_path):
     a = _write_run(tmp_path / "a", {0: 0.90, 1: 0.88})
     b = _write_run(tmp_path / "b", {0: 0.80, 1: 0.89})
     c = _write_run(tmp_path / "c", {0: 0.95, 1: 0.95}, {1: ("chance", "at chance")})
-    claim = {"claim": "A > B", "column": "digits 10/10", "a_name": "A", "b_name": "B",
-             "a": [{"path": a, "row": "A", "column": "digits 10/10"}], "b": [{"path": b, "row": "B", "column": "digits 10/10"}]}
-    frame = report.claims_frame([claim, {**claim, "claim": "B > A", "a": claim["b"], "b": claim["a"]},
-                                 {**claim, "claim": "C > A", "a": [{"path": c, "row": "C", "column": "x"}], "b": claim["a"]}])
+    claim = {
+        "claim": "A > B",
+        "column": "digits 10/10",
+        "a_name": "A",
+        "b_name": "B",
+        "a": [{"path": a, "row": "A", "column": "digits 10/10"}],
+        "b": [{"path": b, "row": "B", "column": "digits 10/10"}],
+    }
+    frame = report.claims_frame(
+        [
+            claim,
+            {**claim, "claim": "B > A", "a": claim["b"], "b": claim["a"]},
+            {**claim, "claim": "C > A", "a": [{"path": c, "row": "C", "column": "x"}], "b": claim["a"]},
+        ]
+    )
     assert list(frame["verdict"]) == ["holds", "does not hold", "not tested (A: at chance (1/2 seeds chance))"]
     assert list(frame["seeds A > B"]) == ["1/2", "1/2", "2/2"]
 

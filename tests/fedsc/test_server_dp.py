@@ -83,20 +83,23 @@ def test_dpcalr_sensitivity_replace_one():
     for _ in range(50):
         other = data.clone()
         other[0] = torch.randn(6, generator=g) * 3
-        diff = clipped_correlation(_identity_view, data, _identity_view, mu, 1, 1) - \
-            clipped_correlation(_identity_view, other, _identity_view, mu, 1, 1)
+        diff = clipped_correlation(_identity_view, data, _identity_view, mu, 1, 1) - clipped_correlation(
+            _identity_view, other, _identity_view, mu, 1, 1
+        )
         worst = max(worst, float(diff.norm()))
     assert worst <= math.sqrt(2) * mu / n + 1e-9
     # orthogonal clipped rows reach the sqrt(2) bound, so mu/|D| alone is not enough
     a = torch.zeros(n, 6)
     b = a.clone()
     a[0, 0], b[0, 1] = 10.0, 10.0
-    diff = clipped_correlation(_identity_view, a, _identity_view, mu, 1, 1) - \
-        clipped_correlation(_identity_view, b, _identity_view, mu, 1, 1)
+    diff = clipped_correlation(_identity_view, a, _identity_view, mu, 1, 1) - clipped_correlation(
+        _identity_view, b, _identity_view, mu, 1, 1
+    )
     assert float(diff.norm()) == pytest.approx(math.sqrt(2) * mu / n)
     zero = torch.zeros(n, 6)
-    diff = clipped_correlation(_identity_view, a, _identity_view, mu, 1, 1) - \
-        clipped_correlation(_identity_view, zero, _identity_view, mu, 1, 1)
+    diff = clipped_correlation(_identity_view, a, _identity_view, mu, 1, 1) - clipped_correlation(
+        _identity_view, zero, _identity_view, mu, 1, 1
+    )
     assert float(diff.norm()) == pytest.approx(mu / n)
 
 
@@ -109,7 +112,7 @@ def test_dpcalr_views_and_normalisation():
 
     data = torch.ones(10, 3)
     r = clipped_correlation(_identity_view, data, view, mu=None, passes=5, views_per_pass=2, batch_size=4)
-    assert sum(calls) == 10 * 10   # every sample seen in 5 x 2 views
+    assert sum(calls) == 10 * 10  # every sample seen in 5 x 2 views
     assert torch.allclose(r, torch.ones(3, 3))
 
 
@@ -119,8 +122,8 @@ def test_dpcalr_noise_moment_and_seed():
     g = torch.Generator().manual_seed(0)
     draws = torch.stack([dp_calr(_identity_view, data, _identity_view, 1.0, sigma, g, 1, 1) for _ in range(200)])
     mean_sq = float((draws**2).sum(dim=(1, 2)).mean())
-    assert mean_sq == pytest.approx(16 * 16 * sigma**2, rel=0.05)       # E||N||_F^2 = H^2 sigma^2
-    assert not torch.allclose(draws[0], draws[0].T)                       # not symmetrised (as the paper)
+    assert mean_sq == pytest.approx(16 * 16 * sigma**2, rel=0.05)  # E||N||_F^2 = H^2 sigma^2
+    assert not torch.allclose(draws[0], draws[0].T)  # not symmetrised (as the paper)
     # leave-one-out over J-1 = 4 uniform clients: per-entry variance sigma^2/(J-1)
     loo = draws[:150].view(30, 5, 16, 16)[:, 1:].mean(1)
     assert float(loo.var()) == pytest.approx(sigma**2 / 4, rel=0.1)

@@ -26,8 +26,13 @@ def blobs() -> TensorData:
     y = rng.integers(0, 3, size=300)
     x = centres[y] + rng.normal(size=(300, 16))
     as_t = lambda a, d: torch.as_tensor(a, dtype=d)  # noqa: E731
-    return TensorData(as_t(x[:240], torch.float32), as_t(y[:240], torch.long),
-                      as_t(x[240:], torch.float32), as_t(y[240:], torch.long), 3)
+    return TensorData(
+        as_t(x[:240], torch.float32),
+        as_t(y[:240], torch.long),
+        as_t(x[240:], torch.float32),
+        as_t(y[240:], torch.long),
+        3,
+    )
 
 
 @pytest.fixture

@@ -120,8 +120,9 @@ def write_digits_shaped_data(folder, num_clients: int) -> dict:
     folder.mkdir(parents=True)
     np.savez(folder / "arrays.npz", x_train=x[:100], y_train=y[:100], x_test=x[100:], y_test=y[100:])
     (folder / "meta.json").write_text(json.dumps({"kind": "tabular", "num_classes": 10}))
-    save_partition(Partition("horizontal", clients=np.array_split(np.arange(100), num_clients)),
-                   folder / "partition.npz")
+    save_partition(
+        Partition("horizontal", clients=np.array_split(np.arange(100), num_clients)), folder / "partition.npz"
+    )
     return {"data": str(folder / "arrays.npz"), "partition": str(folder / "partition.npz")}
 
 
@@ -129,8 +130,12 @@ def run_planned(run, inputs: dict, results) -> str:
     """One job of a planned run, as the fedavg_train rule runs it (3 rounds, one seed)."""
     spec = {**run.spec, "rounds": 3, "device": "cpu"}
     folder = Path(run.folder(str(results), "fedavg", "s0"))
-    job = make_job(spec, {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")},
-                   input=inputs, seeds=[0])
+    job = make_job(
+        spec,
+        {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")},
+        input=inputs,
+        seeds=[0],
+    )
     run_job(job, methods("fedavg")[run.method])
     return job.output["summary"]
 
@@ -138,16 +143,16 @@ def run_planned(run, inputs: dict, results) -> str:
 def test_the_four_steps_add_a_method_to_checks_plan_jobs_and_report(tmp_path, monkeypatch, toy_module):
     config = fedavg_only_config()
     add_config_block(config)
-    assert "config key 'fedavg.methods'" in config_error(config, SCHEMAS)   # no schema entry yet
+    assert "config key 'fedavg.methods'" in config_error(config, SCHEMAS)  # no schema entry yet
     schemas = shutil.copytree(SCHEMAS, tmp_path / "schemas")
     add_schema_entry(schemas)
-    assert "not in the method table" in config_error(config, schemas)      # no table line yet
+    assert "not in the method table" in config_error(config, schemas)  # no table line yet
     add_table_line(monkeypatch, toy_module)
     check_config(config, schemas)
 
     runs = fedavg_plan.runs(config)
     alphas = config["fedavg"]["partition"]["alphas"]
-    assert [run.method for run in runs] == ["fedavg"] * len(alphas) + [TOY] * len(alphas)   # table order
+    assert [run.method for run in runs] == ["fedavg"] * len(alphas) + [TOY] * len(alphas)  # table order
     toy_run = next(run for run in runs if run.method == TOY)
     assert toy_run.spec["server_lr"] == 0.5
 
@@ -160,8 +165,11 @@ def test_the_four_steps_add_a_method_to_checks_plan_jobs_and_report(tmp_path, mo
     from fedrepro.report.fedavg import accuracy_table
 
     out = tmp_path / "results" / "fedavg" / "tables" / "accuracy"
-    table = make_job({"scale": "quick", "decimals": 2}, {"md": f"{out}.md", "csv": f"{out}.csv", "tex": f"{out}.tex"},
-                     input={"summaries": summaries})
+    table = make_job(
+        {"scale": "quick", "decimals": 2},
+        {"md": f"{out}.md", "csv": f"{out}.csv", "tex": f"{out}.tex"},
+        input={"summaries": summaries},
+    )
     accuracy_table(table)
     rows = pd.read_csv(f"{out}.csv")["row"].tolist()
     assert rows[:2] == ["FedAvg", "FedAvg, server step 0.5"]
@@ -177,7 +185,6 @@ def test_the_fedavg_table_matches_its_schema_and_config():
         assert set(row.config_keys) == set(schema[name]["properties"]), name
 
 
-
 @pytest.mark.pipeline
 def test_four_files_add_a_method_to_the_workflow(tmp_path):
     """The four steps as file edits in a copy of the repository: Snakemake plans the new method's
@@ -191,26 +198,52 @@ def test_four_files_add_a_method_to_the_workflow(tmp_path):
     baselines = copy / "src" / "fedrepro" / "algorithms" / "baselines"
     (baselines / f"{TOY}.py").write_text(textwrap.dedent(TOY_MODULE))
     keys = (*method_table("fedavg")["fedavg"].config_keys, "server_lr")
-    line = f'    "{TOY}": Method(entry="fedrepro.algorithms.baselines.{TOY}:run_job", label="Toy", config_keys={keys}),\n'
+    line = (
+        f'    "{TOY}": Method(entry="fedrepro.algorithms.baselines.{TOY}:run_job", label="Toy", config_keys={keys}),\n'
+    )
     table = baselines / "__init__.py"
     text = table.read_text()
-    table.write_text(text[: text.rindex("}")] + line + text[text.rindex("}"):])
+    table.write_text(text[: text.rindex("}")] + line + text[text.rindex("}") :])
     config = yaml.safe_load((copy / "config.yaml").read_text())
     add_config_block(config)
     (copy / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     add_schema_entry(copy / "workflow" / "schemas")
 
-    changed = [str(path.relative_to(copy)) for path in sorted(copy.rglob("*")) if path.is_file()
-               and "__pycache__" not in path.parts
-               and not ((ROOT / path.relative_to(copy)).exists()
-                        and filecmp.cmp(path, ROOT / path.relative_to(copy), shallow=False))]
-    assert sorted(changed) == sorted(["config.yaml", f"src/fedrepro/algorithms/baselines/{TOY}.py",
-                                      "src/fedrepro/algorithms/baselines/__init__.py",
-                                      "workflow/schemas/fedavg.schema.yaml"])
+    changed = [
+        str(path.relative_to(copy))
+        for path in sorted(copy.rglob("*"))
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and not (
+            (ROOT / path.relative_to(copy)).exists() and filecmp.cmp(path, ROOT / path.relative_to(copy), shallow=False)
+        )
+    ]
+    assert sorted(changed) == sorted(
+        [
+            "config.yaml",
+            f"src/fedrepro/algorithms/baselines/{TOY}.py",
+            "src/fedrepro/algorithms/baselines/__init__.py",
+            "workflow/schemas/fedavg.schema.yaml",
+        ]
+    )
 
-    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "fedavg", "--config", "papers=[fedavg]",
-                             f"results={tmp_path / 'results'}"], cwd=copy, capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "PYTHONPATH": str(copy / "src")})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "fedavg",
+            "--config",
+            "papers=[fedavg]",
+            f"results={tmp_path / 'results'}",
+        ],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(copy / "src")},
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     alphas = len(config["fedavg"]["partition"]["alphas"])

@@ -70,7 +70,7 @@ def test_server_model_is_the_weighted_average_of_the_client_updates(blobs, clien
     seen = record_updates(algo)
     algo.round(1)
     sizes = np.array([len(clients[c]) for c in seen["chosen"]], dtype=np.float64)
-    weights = np.ones_like(sizes) if weighting == "uniform" else sizes   # size weighting is the default
+    weights = np.ones_like(sizes) if weighting == "uniform" else sizes  # size weighting is the default
     for name, value in algo.model.state_dict().items():
         expected = sum(w * u[name].double().numpy() for w, u in zip(weights, seen["updates"])) / weights.sum()
         np.testing.assert_allclose(value.numpy(), expected, rtol=1e-5, atol=1e-7, err_msg=name)
@@ -96,8 +96,15 @@ def bn_images(n_train=24, n_test=8):
 
 def test_per_client_loop_trains_a_model_with_batchnorm_buffers():
     """Only parameters cross the wire; the running statistics stay as they are on both sides."""
-    spec = {"model": "wrn10_1", "model_options": {"in_channels": 3, "num_classes": 2}, "local_steps": 1,
-            "batch_size": 4, "lr": 0.05, "participation": 1.0, "batched": False}
+    spec = {
+        "model": "wrn10_1",
+        "model_options": {"in_channels": 3, "num_classes": 2},
+        "local_steps": 1,
+        "batch_size": 4,
+        "lr": 0.05,
+        "participation": 1.0,
+        "batched": False,
+    }
     algo = new_fedavg(spec, bn_images(), [np.arange(12), np.arange(12, 24)])
     before = {k: v.clone() for k, v in algo.model.state_dict().items() if "running" in k}
     algo.round(1)
@@ -106,8 +113,7 @@ def test_per_client_loop_trains_a_model_with_batchnorm_buffers():
 
 
 def test_model_options_are_optional(blobs):
-    images = TensorData(torch.randn(16, 1, 8, 8), torch.arange(16) % 10, torch.randn(4, 1, 8, 8),
-                        torch.arange(4), 10)
+    images = TensorData(torch.randn(16, 1, 8, 8), torch.arange(16) % 10, torch.randn(4, 1, 8, 8), torch.arange(4), 10)
     spec = {**without(FEDAVG_SPEC, "model_options"), "model": "small_cnn", "participation": 1.0}
     assert new_fedavg(spec, images, [np.arange(8), np.arange(8, 16)]).round(1)["clients"] == 2
 
@@ -120,7 +126,7 @@ def test_summary_counts_bytes_and_checks_chance_with_the_test_set_size(blobs, cl
     labels = blobs.y_test.numpy()
     chance = np.bincount(labels).max() / len(labels)
     margin = chance_margin(chance, len(labels))
-    assert margin > 0.1   # 60 test samples: 3 standard errors, far above the 0.02 floor
+    assert margin > 0.1  # 60 test samples: 3 standard errors, far above the 0.02 floor
     algo.evaluate = lambda t: {"test_acc": chance + margin_multiple * margin}
     summary = algo.summary()
     param_bytes = 4 * sum(p.numel() for p in algo.model.parameters())
@@ -131,12 +137,18 @@ def test_summary_counts_bytes_and_checks_chance_with_the_test_set_size(blobs, cl
 
 # ------------------------------------------------------------------------------------ run_job
 
+
 @pytest.fixture
 def job_inputs(tmp_path, blobs, clients):
     folder = tmp_path / "data"
     folder.mkdir()
-    np.savez(folder / "arrays.npz", x_train=blobs.x_train.numpy(), y_train=blobs.y_train.numpy(),
-             x_test=blobs.x_test.numpy(), y_test=blobs.y_test.numpy())
+    np.savez(
+        folder / "arrays.npz",
+        x_train=blobs.x_train.numpy(),
+        y_train=blobs.y_train.numpy(),
+        x_test=blobs.x_test.numpy(),
+        y_test=blobs.y_test.numpy(),
+    )
     (folder / "meta.json").write_text(json.dumps({"kind": "tabular", "num_classes": 3}))
     save_partition(Partition("horizontal", clients=clients), tmp_path / "part.npz")
     return {"data": str(folder / "arrays.npz"), "partition": str(tmp_path / "part.npz")}
@@ -146,8 +158,9 @@ def run_job(tmp_path, inputs, **changes):
     spec = {**FEDAVG_SPEC, "rounds": 3, **changes}
     spec = {k: v for k, v in spec.items() if v is not None}
     out = tmp_path / "run"
-    job = make_job(spec, {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
-                   input=inputs, seeds=[0])
+    job = make_job(
+        spec, {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")}, input=inputs, seeds=[0]
+    )
     fedavg.run_job(job)
     return pd.read_parquet(out / "metrics.parquet"), json.loads((out / "summary.json").read_text())
 

@@ -40,48 +40,77 @@ def package_copy(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_closure_follows_imports_lazy_imports_packages_and_registry_strings(tmp_path):
-    src = package_copy(tmp_path, {
-        "pipeline.py": "", "registry.py": "",
-        "a/__init__.py": "",
-        "a/entry.py": """
+    src = package_copy(
+        tmp_path,
+        {
+            "pipeline.py": "",
+            "registry.py": "",
+            "a/__init__.py": "",
+            "a/entry.py": """
             from fedrepro.b import helper
             from . import sibling
             def run(job):
                 import fedrepro.c.lazy
                 return "fedrepro.d.model:build"
         """,
-        "a/sibling.py": "", "b/__init__.py": "", "b/helper.py": "",
-        "c/__init__.py": "", "c/lazy.py": "import fedrepro.c.deeper\n", "c/deeper.py": "",
-        "d/__init__.py": "", "d/model.py": "", "e/__init__.py": "", "e/unrelated.py": "",
-    })
+            "a/sibling.py": "",
+            "b/__init__.py": "",
+            "b/helper.py": "",
+            "c/__init__.py": "",
+            "c/lazy.py": "import fedrepro.c.deeper\n",
+            "c/deeper.py": "",
+            "d/__init__.py": "",
+            "d/model.py": "",
+            "e/__init__.py": "",
+            "e/unrelated.py": "",
+        },
+    )
     found = set(codedeps.closure("fedrepro.a.entry:run", src))
-    assert found == {"fedrepro", "fedrepro.pipeline", "fedrepro.registry", "fedrepro.a", "fedrepro.a.entry",
-                     "fedrepro.a.sibling", "fedrepro.b", "fedrepro.b.helper", "fedrepro.c", "fedrepro.c.lazy",
-                     "fedrepro.c.deeper", "fedrepro.d", "fedrepro.d.model"}
+    assert found == {
+        "fedrepro",
+        "fedrepro.pipeline",
+        "fedrepro.registry",
+        "fedrepro.a",
+        "fedrepro.a.entry",
+        "fedrepro.a.sibling",
+        "fedrepro.b",
+        "fedrepro.b.helper",
+        "fedrepro.c",
+        "fedrepro.c.lazy",
+        "fedrepro.c.deeper",
+        "fedrepro.d",
+        "fedrepro.d.model",
+    }
 
 
 def test_reading_a_papers_method_table_depends_on_that_table_only(tmp_path):
     """`method_table(paper)` imports the paper's package by name, which no import statement shows."""
-    src = package_copy(tmp_path, {
-        "pipeline.py": "", "registry.py": "",
-        "algorithms/__init__.py": """
+    src = package_copy(
+        tmp_path,
+        {
+            "pipeline.py": "",
+            "registry.py": "",
+            "algorithms/__init__.py": """
             PAPERS: dict[str, str] = {"p": "fedrepro.algorithms.p", "q": "fedrepro.algorithms.q"}
             def method_table(paper): ...
         """,
-        "algorithms/p/__init__.py": "", "algorithms/q/__init__.py": "",
-        "report/__init__.py": "",
-        "report/p.py": """
+            "algorithms/p/__init__.py": "",
+            "algorithms/q/__init__.py": "",
+            "report/__init__.py": "",
+            "report/p.py": """
             from fedrepro.algorithms import method_table
             PAPER = "p"
             def table(job):
                 return method_table(PAPER)
         """,
-        "report/q.py": """
+            "report/q.py": """
             from fedrepro import algorithms
             def table(job):
                 return algorithms.method_table("q")
         """,
-    })
+        },
+    )
+
     def tables(entry):
         return {m for m in codedeps.closure(entry, src) if m.startswith("fedrepro.algorithms.")}
 
@@ -90,12 +119,17 @@ def test_reading_a_papers_method_table_depends_on_that_table_only(tmp_path):
 
 
 def test_code_hash_ignores_comments_docstrings_and_layout_but_not_code(tmp_path):
-    src = package_copy(tmp_path, {"m.py": '''
+    src = package_copy(
+        tmp_path,
+        {
+            "m.py": '''
         """Module docstring."""
         def f(x):
             """Docstring."""
             return x * 2  # a comment
-    '''})
+    '''
+        },
+    )
     before = codedeps.code_hash("fedrepro.m", src)
     (src / "m.py").write_text('"""Another docstring."""\n# new comment\n\ndef f( x ):\n    return (x *\n 2)\n')
     assert codedeps.code_hash("fedrepro.m", src) == before
@@ -167,8 +201,9 @@ def test_every_rule_entry_imports_only_declared_modules():
     compares sys.modules with the job's code inputs; tests/cluster/test_reruns.py runs it)."""
     entries = rule_entries()
     assert len(entries) > 30
-    result = subprocess.run([sys.executable, "-c", RECORDER, json.dumps(entries)], capture_output=True,
-                            text=True, timeout=300, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", RECORDER, json.dumps(entries)], capture_output=True, text=True, timeout=300, check=True
+    )
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {}
 
 

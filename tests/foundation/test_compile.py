@@ -50,8 +50,16 @@ def digits() -> tuple[TensorData, list[np.ndarray]]:
 
 def fedavg_params(compile_on: bool, batched: bool, **options) -> dict[str, torch.Tensor]:
     data, clients = digits()
-    spec = {**FEDAVG_SPEC, "model": "small_cnn", "model_options": CNN, "participation": 1.0,
-            "local_steps": 2, "batched": batched, "compile": compile_on, **options}
+    spec = {
+        **FEDAVG_SPEC,
+        "model": "small_cnn",
+        "model_options": CNN,
+        "participation": 1.0,
+        "local_steps": 2,
+        "batched": batched,
+        "compile": compile_on,
+        **options,
+    }
     seeding.seed_everything(0)
     algo = FedAvg(spec, data, clients, 0, torch.device("cpu"))
     losses = [algo.round(t)["train_loss"] for t in (1, 2)]
@@ -66,17 +74,24 @@ def assert_close(compiled: dict, eager: dict) -> None:
 def test_compile_is_off_by_default_and_never_reaches_a_spec_when_off():
     assert Precision.from_spec({}) == Precision("fp32", False, False)
     assert training_options({"compile": False, "precision": "fp32", "channels_last": False}) == {}
-    section = {"dataset": "digits", "partition": {"num_clients": 4, "alphas": [1.0], "seed": 0},
-               "methods": {"fedavg": {"lr": 0.1}}}
-    assert fedavg_plan.runs({"fedavg": section, "compile": False})[0].spec == fedavg_plan.runs({"fedavg": section})[0].spec
+    section = {
+        "dataset": "digits",
+        "partition": {"num_clients": 4, "alphas": [1.0], "seed": 0},
+        "methods": {"fedavg": {"lr": 0.1}},
+    }
+    assert (
+        fedavg_plan.runs({"fedavg": section, "compile": False})[0].spec == fedavg_plan.runs({"fedavg": section})[0].spec
+    )
 
 
 def test_compile_on_reaches_the_spec_of_jobs_that_honour_it():
     from fedrepro.experiments import TRAINING_DEFAULTS
 
     if "compile" not in TRAINING_DEFAULTS:
-        pytest.skip("fedrepro.experiments.TRAINING_DEFAULTS has no 'compile' key yet: the config key "
-                    "does not reach job specs (a one-line change in fedrepro/experiments/__init__.py)")
+        pytest.skip(
+            "fedrepro.experiments.TRAINING_DEFAULTS has no 'compile' key yet: the config key "
+            "does not reach job specs (a one-line change in fedrepro/experiments/__init__.py)"
+        )
     assert training_options({"compile": True}) == {"compile": True}
 
 
@@ -111,7 +126,9 @@ def test_compiled_fedsc_client_update_matches_eager_and_compiles_once(backend, t
         weights = algo.global_state()
         updates[compile_on] = [algo.client_update(j, weights, 1, 0.03) for j in (0, 1)]
         graphs = counters["stats"]["unique_graphs"]
-    assert graphs == 2  # went through dynamo: one graph per batch shape (16, then the last 8 as a dynamic size), not per client
+    assert (
+        graphs == 2
+    )  # went through dynamo: one graph per batch shape (16, then the last 8 as a dynamic size), not per client
     (eager_0, eager_loss_0), (eager_1, _) = updates[False]
     (compiled_0, compiled_loss_0), (compiled_1, _) = updates[True]
     assert compiled_loss_0 == pytest.approx(eager_loss_0, rel=1e-5)
@@ -120,10 +137,14 @@ def test_compiled_fedsc_client_update_matches_eager_and_compiles_once(backend, t
     assert not torch.equal(compiled_0["projector.0.weight"], weights["projector.0.weight"])  # it trained
 
 
-@pytest.mark.skipif(os.environ.get("FEDREPRO_INDUCTOR_TESTS") != "1",
-                    reason="inductor compiles C++ kernels (minutes cold on 2 cores): set FEDREPRO_INDUCTOR_TESTS=1")
-@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
-                    reason="no C++ compiler on this machine: torch.compile's inductor backend cannot run on the CPU")
+@pytest.mark.skipif(
+    os.environ.get("FEDREPRO_INDUCTOR_TESTS") != "1",
+    reason="inductor compiles C++ kernels (minutes cold on 2 cores): set FEDREPRO_INDUCTOR_TESTS=1",
+)
+@pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None,
+    reason="no C++ compiler on this machine: torch.compile's inductor backend cannot run on the CPU",
+)
 def test_inductor_compiled_fedavg_matches_eager():
     precision.compiled.cache_clear()
     assert_close(fedavg_params(True, False), fedavg_params(False, False))

@@ -22,7 +22,9 @@ def deep_merge(base: dict, override: dict) -> dict:
     """How Snakemake merges a second --configfile into the first."""
     merged = copy.deepcopy(base)
     for key, value in override.items():
-        merged[key] = deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        merged[key] = (
+            deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged
 
 
@@ -37,18 +39,25 @@ def test_default_and_paper_configs_are_valid(config):
     check_config(deep_merge(config, yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())), SCHEMAS)
 
 
-@pytest.mark.parametrize("mutate, key, words", [
-    (lambda c: c["fedavg"]["partition"]["alphas"].__setitem__(0, 0), "fedavg.partition.alphas[0]", "minimum"),
-    (lambda c: c["fedavg"]["partition"]["alphas"].__setitem__(0, -1.5), "fedavg.partition.alphas[0]", "minimum"),
-    (lambda c: c["fedavg"].__setitem__("dataset", "imagenet"), "fedavg.dataset", "cifar10"),
-    (lambda c: c["fedavg"]["methods"].__setitem__("fedprox", {}), "fedavg.methods", "fedprox"),
-    (lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("lr", "fast"), "fedavg.methods.fedavg.lr", "number"),
-    (lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("participation", 1.5), "fedavg.methods.fedavg.participation", "maximum"),
-    (lambda c: c.__setitem__("devise", "cpu"), "<top level>", "devise"),
-    (lambda c: c.__setitem__("device", "tpu"), "device", "cuda"),
-    (lambda c: c["resources"]["train"].__setitem__("gpu", -1), "resources.train.gpu", "minimum"),
-    (lambda c: c["fedavg"].__setitem__("seeds", []), "fedavg.seeds", "non-empty"),
-])
+@pytest.mark.parametrize(
+    "mutate, key, words",
+    [
+        (lambda c: c["fedavg"]["partition"]["alphas"].__setitem__(0, 0), "fedavg.partition.alphas[0]", "minimum"),
+        (lambda c: c["fedavg"]["partition"]["alphas"].__setitem__(0, -1.5), "fedavg.partition.alphas[0]", "minimum"),
+        (lambda c: c["fedavg"].__setitem__("dataset", "imagenet"), "fedavg.dataset", "cifar10"),
+        (lambda c: c["fedavg"]["methods"].__setitem__("fedprox", {}), "fedavg.methods", "fedprox"),
+        (lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("lr", "fast"), "fedavg.methods.fedavg.lr", "number"),
+        (
+            lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("participation", 1.5),
+            "fedavg.methods.fedavg.participation",
+            "maximum",
+        ),
+        (lambda c: c.__setitem__("devise", "cpu"), "<top level>", "devise"),
+        (lambda c: c.__setitem__("device", "tpu"), "device", "cuda"),
+        (lambda c: c["resources"]["train"].__setitem__("gpu", -1), "resources.train.gpu", "minimum"),
+        (lambda c: c["fedavg"].__setitem__("seeds", []), "fedavg.seeds", "non-empty"),
+    ],
+)
 def test_schema_errors_name_the_key_and_what_is_allowed(config, mutate, key, words):
     mutate(config)
     message = error_of(config)
@@ -56,14 +65,17 @@ def test_schema_errors_name_the_key_and_what_is_allowed(config, mutate, key, wor
     assert words in message
 
 
-@pytest.mark.parametrize("mutate, key, words", [
-    (lambda c: c["dpzv"]["eps_grid"].__setitem__(0, 0), "dpzv.eps_grid[0]", "inf"),
-    (lambda c: c["dpzv"]["eps_grid"].__setitem__(1, -2), "dpzv.eps_grid[1]", "inf"),
-    (lambda c: c["dpzv"].__setitem__("delta", 1.0), "dpzv.delta", "maximum"),
-    (lambda c: c["dpzv"].__setitem__("delta", 0), "dpzv.delta", "minimum"),
-    (lambda c: c["dpzv"]["methods"].append("dp_sgd"), "dpzv.methods[4]", "vfl_czofo"),
-    (lambda c: c["dpzv"]["shared"].__setitem__("clip_mode", "both"), "dpzv.shared.clip_mode", "one_sided"),
-])
+@pytest.mark.parametrize(
+    "mutate, key, words",
+    [
+        (lambda c: c["dpzv"]["eps_grid"].__setitem__(0, 0), "dpzv.eps_grid[0]", "inf"),
+        (lambda c: c["dpzv"]["eps_grid"].__setitem__(1, -2), "dpzv.eps_grid[1]", "inf"),
+        (lambda c: c["dpzv"].__setitem__("delta", 1.0), "dpzv.delta", "maximum"),
+        (lambda c: c["dpzv"].__setitem__("delta", 0), "dpzv.delta", "minimum"),
+        (lambda c: c["dpzv"]["methods"].append("dp_sgd"), "dpzv.methods[4]", "vfl_czofo"),
+        (lambda c: c["dpzv"]["shared"].__setitem__("clip_mode", "both"), "dpzv.shared.clip_mode", "one_sided"),
+    ],
+)
 def test_privacy_and_method_errors_name_the_key(config, mutate, key, words):
     if "dpzv" not in config:
         pytest.skip("no dpzv section in config.yaml")
@@ -100,25 +112,54 @@ def test_every_error_is_reported_at_once(config):
 # Issue 15, item 6: values no schema type catches, YAML files, --config overrides.
 
 
-@pytest.mark.parametrize("mutate, key, words", [
-    (lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("lr", float("nan")), "fedavg.methods.fedavg.lr", "finite"),
-    (lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("lr", float("inf")), "fedavg.methods.fedavg.lr", "finite"),
-    (lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("rounds", 10**12), "fedavg.methods.fedavg.rounds",
-     "at most"),
-    (lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("rounds", 30.0), "fedavg.methods.fedavg.rounds",
-     "integer"),
-    (lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("batch_size", 32.5), "fedavg.methods.fedavg.batch_size",
-     "whole number"),
-    (lambda c: c["fedavg"].__setitem__("seeds", [0, 1, 0]), "fedavg.seeds", "twice"),
-    (lambda c: c["fedavg"]["partition"].__setitem__("alphas", [0.3, 100, 0.3]), "fedavg.partition.alphas", "twice"),
-    (lambda c: c["fedavg"]["partition"].__setitem__("alphas", [1, 1.0]), "fedavg.partition.alphas", "twice"),
-    (lambda c: c["datasets"]["synthetic_text"].__setitem__("n_train", 0), "datasets.synthetic_text.n_train",
-     "at least 1"),
-    (lambda c: c["fedavg"]["methods"]["fedavg"]["model_options"].__setitem__("in_features", 10),
-     "fedavg.methods.fedavg.model_options.in_features", "64 features"),
-    (lambda c: c["fedavg"]["methods"]["fedavg"]["model_options"].__setitem__("num_classes", 3),
-     "fedavg.methods.fedavg.model_options.num_classes", "10 classes"),
-])
+@pytest.mark.parametrize(
+    "mutate, key, words",
+    [
+        (
+            lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("lr", float("nan")),
+            "fedavg.methods.fedavg.lr",
+            "finite",
+        ),
+        (
+            lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("lr", float("inf")),
+            "fedavg.methods.fedavg.lr",
+            "finite",
+        ),
+        (
+            lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("rounds", 10**12),
+            "fedavg.methods.fedavg.rounds",
+            "at most",
+        ),
+        (
+            lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("rounds", 30.0),
+            "fedavg.methods.fedavg.rounds",
+            "integer",
+        ),
+        (
+            lambda c: c["fedavg"]["methods"]["fedavg"].__setitem__("batch_size", 32.5),
+            "fedavg.methods.fedavg.batch_size",
+            "whole number",
+        ),
+        (lambda c: c["fedavg"].__setitem__("seeds", [0, 1, 0]), "fedavg.seeds", "twice"),
+        (lambda c: c["fedavg"]["partition"].__setitem__("alphas", [0.3, 100, 0.3]), "fedavg.partition.alphas", "twice"),
+        (lambda c: c["fedavg"]["partition"].__setitem__("alphas", [1, 1.0]), "fedavg.partition.alphas", "twice"),
+        (
+            lambda c: c["datasets"]["synthetic_text"].__setitem__("n_train", 0),
+            "datasets.synthetic_text.n_train",
+            "at least 1",
+        ),
+        (
+            lambda c: c["fedavg"]["methods"]["fedavg"]["model_options"].__setitem__("in_features", 10),
+            "fedavg.methods.fedavg.model_options.in_features",
+            "64 features",
+        ),
+        (
+            lambda c: c["fedavg"]["methods"]["fedavg"]["model_options"].__setitem__("num_classes", 3),
+            "fedavg.methods.fedavg.model_options.num_classes",
+            "10 classes",
+        ),
+    ],
+)
 def test_bad_values_fail_naming_the_key(config, mutate, key, words):
     mutate(config)
     message = error_of(config)
@@ -156,8 +197,15 @@ def test_command_line_overrides_get_yaml_types(config):
     config.update(channels_last="true", checkpoint_every="2")
     config["fedavg"]["partition"]["alphas"] = ["0.3", "1e2"]
     config["dpzv"]["eps_grid"] = ["1", "inf"]
-    coerce_overrides(config, {"channels_last": "true", "checkpoint_every": "2",
-                              "fedavg": {"partition": {"alphas": ["0.3", "1e2"]}}, "dpzv": {"eps_grid": ["1", "inf"]}})
+    coerce_overrides(
+        config,
+        {
+            "channels_last": "true",
+            "checkpoint_every": "2",
+            "fedavg": {"partition": {"alphas": ["0.3", "1e2"]}},
+            "dpzv": {"eps_grid": ["1", "inf"]},
+        },
+    )
     assert config["channels_last"] is True and config["checkpoint_every"] == 2
     assert config["fedavg"]["partition"]["alphas"] == [0.3, 100.0] and config["dpzv"]["eps_grid"] == [1, "inf"]
     check_config(config, SCHEMAS)
@@ -178,9 +226,15 @@ def snakemake_overrides(config: dict, *entries: str) -> dict:
 def test_snakemake_command_line_true_1_and_null_validate(config):
     """Snakemake's parser keeps 'true', 'null' and every value inside a mapping as strings; the schema
     wants a boolean, null and integers there."""
-    config = snakemake_overrides(config, "channels_last=true", "compile=False", "checkpoint_every=1",
-                                 "checkpoint_minutes=null", "fedavg={seeds: [0, 1], seeds_per_job: 1}",
-                                 "results=/tmp/true")
+    config = snakemake_overrides(
+        config,
+        "channels_last=true",
+        "compile=False",
+        "checkpoint_every=1",
+        "checkpoint_minutes=null",
+        "fedavg={seeds: [0, 1], seeds_per_job: 1}",
+        "results=/tmp/true",
+    )
     assert config["channels_last"] is True and config["compile"] is False
     assert config["checkpoint_every"] == 1 and config["checkpoint_minutes"] is None
     assert config["fedavg"]["seeds"] == [0, 1] and config["fedavg"]["seeds_per_job"] == 1

@@ -31,6 +31,7 @@ from fedrepro.eval.knn import knn_accuracy
 
 # ------------------------------------------------------------------------------------ health
 
+
 def test_health_round_trips_through_a_summary_and_defaults_to_ok():
     health = Health("chance", "at chance (accuracy 0.100)")
     assert health.as_dict() == {"status": "chance", "status_reason": "at chance (accuracy 0.100)"}
@@ -51,7 +52,7 @@ def test_check_finite_names_the_round_value_not_the_row_and_skips_text_columns()
 
 def test_chance_margin_is_three_binomial_standard_errors_above_a_floor():
     assert chance_margin(0.5, 100) == pytest.approx(3 * math.sqrt(0.25 / 100), rel=1e-12)
-    assert chance_margin(0.1, 10**6) == 0.02          # 3 SE = 0.0009 < floor
+    assert chance_margin(0.1, 10**6) == 0.02  # 3 SE = 0.0009 < floor
     assert chance_margin(0.5, None) == chance_margin(0.5, 0) == 0.02
 
 
@@ -61,7 +62,7 @@ def test_majority_rate_is_the_frequency_of_the_most_common_label():
 
 
 def test_check_chance_boundary_non_finite_and_name():
-    assert check_chance(0.5 + 0.02, chance=0.5).status == "chance"   # exactly chance + margin
+    assert check_chance(0.5 + 0.02, chance=0.5).status == "chance"  # exactly chance + margin
     assert check_chance(0.5 + 0.03, chance=0.5) == OK
     assert check_chance(float("nan"), chance=0.5) == Health("diverged", "accuracy = nan")
     assert "probe_acc 0.400" in check_chance(0.4, chance=0.5, name="probe_acc").reason
@@ -108,6 +109,7 @@ def test_verdict_and_cell_status_texts():
 
 
 # ------------------------------------------------------------------------------------ fairness
+
 
 def brute_rates(y_hat, value, cond, s):
     """P[y_hat = value | cond, s = g] per group g with a non-empty conditioning set."""
@@ -156,16 +158,23 @@ def test_fairness_metrics_match_brute_force_for_each_model_of_a_grid():
     np.testing.assert_allclose(fairness.misclassification_error(grid, Y), expected_error, rtol=1e-12)
     np.testing.assert_allclose(fairness.dp_violation(grid, S), [brute_dp(r, S) for r in Y_HAT], rtol=1e-12)
     np.testing.assert_allclose(fairness.eo_violation(grid, Y, S), [brute_eo(r, Y, S) for r in Y_HAT], rtol=1e-12)
-    np.testing.assert_allclose(fairness.dp_violation_marginal(grid, S),
-                               [brute_dp_marginal(r, S) for r in Y_HAT], rtol=1e-12)
+    np.testing.assert_allclose(
+        fairness.dp_violation_marginal(grid, S), [brute_dp_marginal(r, S) for r in Y_HAT], rtol=1e-12
+    )
 
 
 def test_fairness_metrics_of_one_model_are_scalars():
     y_hat = np.array(Y_HAT[0])
-    for value in (fairness.misclassification_error(y_hat, Y), fairness.dp_violation(y_hat, S),
-                  fairness.eo_violation(y_hat, Y, S), fairness.dp_violation_marginal(y_hat, S)):
+    for value in (
+        fairness.misclassification_error(y_hat, Y),
+        fairness.dp_violation(y_hat, S),
+        fairness.eo_violation(y_hat, Y, S),
+        fairness.dp_violation_marginal(y_hat, S),
+    ):
         assert np.shape(value) == ()
-    assert fairness.dp_violation_marginal(y_hat, np.array(S, dtype=float)) == pytest.approx(brute_dp_marginal(Y_HAT[0], S))
+    assert fairness.dp_violation_marginal(y_hat, np.array(S, dtype=float)) == pytest.approx(
+        brute_dp_marginal(Y_HAT[0], S)
+    )
 
 
 def test_equalized_odds_uses_the_positive_condition():
@@ -179,6 +188,7 @@ def test_a_single_model_with_one_group_has_no_gap():
 
 
 # ------------------------------------------------------------------------------------ kNN monitor
+
 
 def unit(angle: float) -> list[float]:
     return [math.cos(angle), math.sin(angle)]
@@ -207,6 +217,7 @@ def test_knn_accuracy_passes_its_temperature_on():
 
 # ------------------------------------------------------------------------------------ linear probe
 
+
 def probe_data(n=10, dim=3, classes=3):
     gen = torch.Generator().manual_seed(7)
     train_f, test_f = torch.randn(n, dim, generator=gen), torch.randn(6, dim, generator=gen)
@@ -218,8 +229,10 @@ def reference_probe(train_f, train_y, num_classes, epochs, batch_size, lr, seed,
     written out in float64 with autograd gradients."""
     gen = torch.Generator().manual_seed(seed)
     bound = 1.0 / math.sqrt(train_f.shape[1])
-    params = [((torch.rand(num_classes, train_f.shape[1], generator=gen) * 2 - 1) * bound).double(),
-              ((torch.rand(num_classes, generator=gen) * 2 - 1) * bound).double()]
+    params = [
+        ((torch.rand(num_classes, train_f.shape[1], generator=gen) * 2 - 1) * bound).double(),
+        ((torch.rand(num_classes, generator=gen) * 2 - 1) * bound).double(),
+    ]
     m, v = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
     x, step = train_f.double(), 0
     for _ in range(epochs):
@@ -238,6 +251,7 @@ def reference_probe(train_f, train_y, num_classes, epochs, batch_size, lr, seed,
 
 class RecordingAdam(probe.Adam):
     """The probe's own optimiser, keeping a handle on the head it trains."""
+
     last = None
 
     def __init__(self, params, **kwargs):
@@ -262,5 +276,5 @@ def test_linear_probe_defaults_and_smallest_valid_settings():
     train_f, train_y, test_f, test_y = probe_data(n=4)
     assert len(probe.linear_probe(train_f, train_y, test_f, test_y, 3)["curve"]) == 200
     assert len(probe.linear_probe(train_f, train_y, test_f, test_y, 3, epochs=1, batch_size=1)["curve"]) == 1
-    with pytest.raises(ValueError, match="probe needs"):   # its own check, not Adam's
+    with pytest.raises(ValueError, match="probe needs"):  # its own check, not Adam's
         probe.linear_probe(train_f, train_y, test_f, test_y, 3, lr=0.0)

@@ -35,28 +35,47 @@ def set_in(config: dict, path: str, value) -> None:
     config[last] = value
 
 
-@pytest.mark.parametrize("path, value, key, words", [
-    # FedAvg: a CNN sized for 16x16 images on 8x8 digits (its linear layer gets the wrong width)
-    ("fedavg.methods.fedavg.model", "small_cnn", "fedavg.methods.fedavg.model_options", "small_cnn"),
-    # FedSC: the encoder's image size, and clients that cannot hold equal class blocks
-    ("fedsc.datasets.digits.encoder.kwargs.image_size", 32, "fedsc.datasets.digits.encoder", "digits"),
-    ("fedsc.datasets.digits.clients", 3, "fedsc.datasets.digits.clients", "must divide 10"),
-    # DPZV: more row strips than rows, views that are not one per client, a text encoder too small
-    ("dpzv.datasets.digits.partition.clients", 9, "dpzv.datasets.digits.partition", "8 along axis 1"),
-    ("dpzv.datasets.synthetic_multiview.partition.clients", 6, "dpzv.datasets.synthetic_multiview.partition",
-     "views"),
-    ("dpzv.figures.fig6.datasets.1.model.options.vocab_size", 500,
-     "dpzv.figures.fig6.datasets[1].model.options.vocab_size", "token ids up to 999"),
-    ("dpzv.figures.fig6.datasets.1.model.options.max_len", 8,
-     "dpzv.figures.fig6.datasets[1].model.options.max_len", "16 tokens"),
-    ("dpzv.figures.fig6.datasets.0.model.options", {"norm": "group", "in_channels": 3},
-     "dpzv.figures.fig6.datasets[0].model", "vfl_resnet18"),
-    # FedAL: a three-channel CNN and a wrong MLP width in the digits pool
-    ("fedal.pools.digits_het.2.options.in_channels", 3, "fedal.pools.digits_het[2]", "small_cnn"),
-    ("fedal.pools.digits_hom.0.options.in_features", 784, "fedal.pools.digits_hom[0]", "mlp"),
-    # a data set's own options change the sample: 6 views for 12 clients of one view each
-    ("datasets.synthetic_multiview.views", 6, "dpzv.datasets.synthetic_multiview.partition", "(6, 1, 16, 16)"),
-])
+@pytest.mark.parametrize(
+    "path, value, key, words",
+    [
+        # FedAvg: a CNN sized for 16x16 images on 8x8 digits (its linear layer gets the wrong width)
+        ("fedavg.methods.fedavg.model", "small_cnn", "fedavg.methods.fedavg.model_options", "small_cnn"),
+        # FedSC: the encoder's image size, and clients that cannot hold equal class blocks
+        ("fedsc.datasets.digits.encoder.kwargs.image_size", 32, "fedsc.datasets.digits.encoder", "digits"),
+        ("fedsc.datasets.digits.clients", 3, "fedsc.datasets.digits.clients", "must divide 10"),
+        # DPZV: more row strips than rows, views that are not one per client, a text encoder too small
+        ("dpzv.datasets.digits.partition.clients", 9, "dpzv.datasets.digits.partition", "8 along axis 1"),
+        (
+            "dpzv.datasets.synthetic_multiview.partition.clients",
+            6,
+            "dpzv.datasets.synthetic_multiview.partition",
+            "views",
+        ),
+        (
+            "dpzv.figures.fig6.datasets.1.model.options.vocab_size",
+            500,
+            "dpzv.figures.fig6.datasets[1].model.options.vocab_size",
+            "token ids up to 999",
+        ),
+        (
+            "dpzv.figures.fig6.datasets.1.model.options.max_len",
+            8,
+            "dpzv.figures.fig6.datasets[1].model.options.max_len",
+            "16 tokens",
+        ),
+        (
+            "dpzv.figures.fig6.datasets.0.model.options",
+            {"norm": "group", "in_channels": 3},
+            "dpzv.figures.fig6.datasets[0].model",
+            "vfl_resnet18",
+        ),
+        # FedAL: a three-channel CNN and a wrong MLP width in the digits pool
+        ("fedal.pools.digits_het.2.options.in_channels", 3, "fedal.pools.digits_het[2]", "small_cnn"),
+        ("fedal.pools.digits_hom.0.options.in_features", 784, "fedal.pools.digits_hom[0]", "mlp"),
+        # a data set's own options change the sample: 6 views for 12 clients of one view each
+        ("datasets.synthetic_multiview.views", 6, "dpzv.datasets.synthetic_multiview.partition", "(6, 1, 16, 16)"),
+    ],
+)
 def test_a_model_that_does_not_fit_its_data_fails_naming_the_key(config, path, value, key, words):
     if path == "fedavg.methods.fedavg.model":
         set_in(config, "fedavg.methods.fedavg.model_options", {"num_classes": 10, "image_size": 16})

@@ -60,9 +60,11 @@ def test_same_seed_same_numbers_different_seed_different(blobs, clients):
 
 
 def test_run_seeds_writes_outputs_and_reuses_finished_seeds(tmp_path, blobs, clients):
-    job = make_job(FEDAVG_SPEC, {"metrics": str(tmp_path / "run/metrics.parquet"),
-                                 "summary": str(tmp_path / "run/summary.json")},
-                   seeds=[0, 1])
+    job = make_job(
+        FEDAVG_SPEC,
+        {"metrics": str(tmp_path / "run/metrics.parquet"), "summary": str(tmp_path / "run/summary.json")},
+        seeds=[0, 1],
+    )
     calls = []
 
     def counting_build(seed):
@@ -83,8 +85,12 @@ def test_run_seeds_writes_outputs_and_reuses_finished_seeds(tmp_path, blobs, cli
 
 def fedavg_job(tmp_path, spec, inputs=None):
     folder = tmp_path / "run"
-    return make_job(spec, {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")},
-                    input=inputs, seeds=[0])
+    return make_job(
+        spec,
+        {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")},
+        input=inputs,
+        seeds=[0],
+    )
 
 
 def run_fedavg(job, blobs, clients):
@@ -136,13 +142,12 @@ def timed(algo, clock):
     return algo
 
 
-def test_wall_time_policy_saves_at_most_every_minutes_and_always_the_last_round(tmp_path, blobs, clients,
-                                                                                monkeypatch):
-    clock = FakeClock(step=4)   # 4 minutes per round, checkpoint at most every 10 minutes
+def test_wall_time_policy_saves_at_most_every_minutes_and_always_the_last_round(tmp_path, blobs, clients, monkeypatch):
+    clock = FakeClock(step=4)  # 4 minutes per round, checkpoint at most every 10 minutes
     checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1, minutes=10, clock=clock)
     rounds = saved_rounds(monkeypatch)
     run_rounds(timed(build(blobs, clients, 2), clock), 7, checkpoint)
-    assert rounds == [3, 6, 7]      # 12 and 24 minutes after the last write, then the last round
+    assert rounds == [3, 6, 7]  # 12 and 24 minutes after the last write, then the last round
     assert checkpoint.saves == 3 and checkpoint.bytes_written > 3 * 1000
     assert list(tmp_path.iterdir()) == [checkpoint.path], "no temporary file may be left behind"
 
@@ -160,7 +165,7 @@ def test_wall_time_checkpoint_resumes_bit_identically_after_a_kill(tmp_path, blo
 
 def test_checkpoint_minutes_comes_from_the_job_environment_and_is_validated(monkeypatch, tmp_path):
     monkeypatch.delenv(loop.MINUTES_ENV, raising=False)
-    assert Checkpoint(tmp_path / "a.pt").minutes is None       # quick scale: every `every` rounds
+    assert Checkpoint(tmp_path / "a.pt").minutes is None  # quick scale: every `every` rounds
     monkeypatch.setenv(loop.MINUTES_ENV, "10")
     assert Checkpoint(tmp_path / "a.pt").minutes == 10.0
     monkeypatch.setenv(loop.MINUTES_ENV, "0")
@@ -170,8 +175,9 @@ def test_checkpoint_minutes_comes_from_the_job_environment_and_is_validated(monk
         Checkpoint(tmp_path / "a.pt")
 
 
-def test_a_failed_save_keeps_the_previous_checkpoint_and_leaves_no_temporary_file(tmp_path, blobs, clients,
-                                                                                 monkeypatch):
+def test_a_failed_save_keeps_the_previous_checkpoint_and_leaves_no_temporary_file(
+    tmp_path, blobs, clients, monkeypatch
+):
     checkpoint = Checkpoint(tmp_path / "ckpt.pt")
     algo = build(blobs, clients, 1)
     run_rounds(algo, 2, checkpoint)
@@ -208,15 +214,16 @@ def test_restore_maps_every_tensor_to_the_cpu(tmp_path, blobs, clients, monkeypa
     assert seen == ["cpu"]
 
 
-def test_a_wall_time_checkpoint_is_fsynced_file_and_folder_and_a_per_round_one_is_not(tmp_path, blobs, clients,
-                                                                                      monkeypatch):
+def test_a_wall_time_checkpoint_is_fsynced_file_and_folder_and_a_per_round_one_is_not(
+    tmp_path, blobs, clients, monkeypatch
+):
     """Paper scale (minutes set) writes rarely, so each write survives a node crash: the file's bytes and
     the rename into its folder are both forced to disk. Quick scale (every round) skips the cost."""
     synced = []
     real_fsync = loop.os.fsync
 
     def recording_fsync(fd):
-        synced.append(loop.os.path.isdir(f"/proc/self/fd/{fd}"))   # Linux: the folder or the file
+        synced.append(loop.os.path.isdir(f"/proc/self/fd/{fd}"))  # Linux: the folder or the file
         real_fsync(fd)
 
     monkeypatch.setattr(loop.os, "fsync", recording_fsync)

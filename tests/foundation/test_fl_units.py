@@ -47,8 +47,13 @@ def test_normalised_rejects_wrong_count_negative_or_zero_sum(weights):
 
 def test_weighted_average_of_state_dicts_matches_float64_numpy():
     rng = np.random.default_rng(0)
-    dicts = [{"w": torch.tensor(rng.standard_normal((2, 3)), dtype=torch.float32),
-              "count": torch.tensor(c, dtype=torch.long)} for c in (1, 2, 6)]
+    dicts = [
+        {
+            "w": torch.tensor(rng.standard_normal((2, 3)), dtype=torch.float32),
+            "count": torch.tensor(c, dtype=torch.long),
+        }
+        for c in (1, 2, 6)
+    ]
     weights = [1.0, 2.0, 1.0]
     out = weighted_average(dicts, weights)
     expected = sum(w * d["w"].double().numpy() for w, d in zip(weights, dicts)) / sum(weights)
@@ -65,6 +70,7 @@ def test_weighted_average_of_tensors_and_of_a_single_client():
 
 
 # ------------------------------------------------------------------------------------ batched
+
 
 def linear_params(count: int, seed: int = 0) -> dict:
     gen = torch.Generator().manual_seed(seed)
@@ -118,8 +124,9 @@ def test_local_sgd_matches_a_per_client_autograd_loop(momentum, weight_decay):
     start = linear_params(clients)
     expected, expected_loss = reference_local_sgd(start, xs, ys, steps, 0.5, momentum, weight_decay)
     loss = batched.cross_entropy_loss(nn.Linear(2, 3))
-    params, mean_loss = batched.local_sgd(loss, {k: v.clone() for k, v in start.items()},
-                                          lambda s: (xs[s], ys[s]), steps, 0.5, momentum, weight_decay)
+    params, mean_loss = batched.local_sgd(
+        loss, {k: v.clone() for k, v in start.items()}, lambda s: (xs[s], ys[s]), steps, 0.5, momentum, weight_decay
+    )
     for name in expected:
         torch.testing.assert_close(params[name], expected[name], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(mean_loss.numpy(), expected_loss, rtol=1e-5)
@@ -127,8 +134,9 @@ def test_local_sgd_matches_a_per_client_autograd_loop(momentum, weight_decay):
 
 def test_local_sgd_with_no_steps_returns_the_start_and_zero_loss():
     start = linear_params(2)
-    params, mean_loss = batched.local_sgd(batched.cross_entropy_loss(nn.Linear(2, 3)), dict(start),
-                                          lambda s: None, 0, 0.5)
+    params, mean_loss = batched.local_sgd(
+        batched.cross_entropy_loss(nn.Linear(2, 3)), dict(start), lambda s: None, 0, 0.5
+    )
     assert torch.equal(params["weight"], start["weight"]) and mean_loss.tolist() == [0.0, 0.0]
 
 
@@ -136,13 +144,14 @@ def test_sgd_state_round_trip_keeps_buffers_not_started_yet():
     used, unused = torch.ones(2, requires_grad=True), torch.ones(3, requires_grad=True)
     optimiser = SGD([used, unused], lr=0.1, momentum=0.9)
     used.grad = torch.tensor([1.0, 2.0])
-    optimiser.step()                       # `unused` has no gradient: its momentum buffer stays None
+    optimiser.step()  # `unused` has no gradient: its momentum buffer stays None
     restored = SGD([used, unused], lr=0.1, momentum=0.9)
     restored.load_state_dict(optimiser.state_dict())
     assert restored.buffers[1] is None and torch.equal(restored.buffers[0], torch.tensor([1.0, 2.0]))
 
 
 # ------------------------------------------------------------------------------------ device, precision
+
 
 def test_pick_device():
     assert pick_device("cpu") == torch.device("cpu")
@@ -184,6 +193,7 @@ def test_precision_forward_layout_and_dtype():
 
 # ------------------------------------------------------------------------------------ sampling, seeding
 
+
 def test_sample_clients_is_numpys_draw_without_replacement_sorted():
     chosen = sample_clients(np.random.default_rng(5), 10, 4)
     assert chosen.tolist() == sorted(np.random.default_rng(5).choice(10, size=4, replace=False).tolist())
@@ -201,10 +211,10 @@ def test_sampling_everyone_draws_nothing_from_the_generator():
 
 def test_clients_per_round():
     assert clients_per_round(10, 1.0) == 10
-    assert clients_per_round(10, 0.25) == 2             # round(2.5) = 2
-    assert clients_per_round(10, 0.01) == 1             # at least `minimum`
+    assert clients_per_round(10, 0.25) == 2  # round(2.5) = 2
+    assert clients_per_round(10, 0.01) == 1  # at least `minimum`
     assert clients_per_round(10, 0.01, minimum=3) == 3
-    assert clients_per_round(2, 0.5, minimum=5) == 2    # never more than there are
+    assert clients_per_round(2, 0.5, minimum=5) == 2  # never more than there are
     for fraction in (0.0, 1.5):
         with pytest.raises(ValueError):
             clients_per_round(10, fraction)
@@ -215,7 +225,7 @@ def draws():
 
 
 def test_seed_everything_seeds_python_numpy_and_torch():
-    seeding.seed_everything(2**32 + 7)   # numpy needs the seed reduced modulo 2**32
+    seeding.seed_everything(2**32 + 7)  # numpy needs the seed reduced modulo 2**32
     big = draws()
     seeding.seed_everything(7)
     small = draws()
@@ -233,12 +243,14 @@ def test_rng_state_round_trip_and_component_generators():
     first = draws()
     seeding.set_rng_state(state)
     assert draws() == first
-    assert torch.equal(torch.rand(3, generator=seeding.generator(4)),
-                       torch.rand(3, generator=torch.Generator().manual_seed(4)))
+    assert torch.equal(
+        torch.rand(3, generator=seeding.generator(4)), torch.rand(3, generator=torch.Generator().manual_seed(4))
+    )
     assert seeding.generator(4).device == torch.device("cpu")
 
 
 # ------------------------------------------------------------------------------------ transport
+
 
 def test_wire_records_sizes_directions_and_hands_over_copies():
     wire = Wire()
@@ -247,8 +259,10 @@ def test_wire_records_sizes_directions_and_hands_over_copies():
     received = wire.send("client0", "server", "weights", weights)
     wire.round = 2
     wire.send("server", "client1", "model", torch.ones(5, dtype=torch.int8))
-    assert wire.messages == [Message(0, "client0", "server", "weights", 6 + 4 + 1 + 1, 24 + 32 + 8 + 8),
-                             Message(2, "server", "client1", "model", 5, 5)]
+    assert wire.messages == [
+        Message(0, "client0", "server", "weights", 6 + 4 + 1 + 1, 24 + 32 + 8 + 8),
+        Message(2, "server", "client1", "model", 5, 5),
+    ]
     assert wire.bytes_by_direction == {"up": 72, "down": 5}
     assert wire.kinds("server") == {"weights"} and wire.kinds("client1") == {"model"}
     assert isinstance(received["b"], list) and isinstance(received["n"], tuple) and received["b"][1] == 1.5
@@ -270,6 +284,7 @@ def test_unrecorded_wire_counts_bytes_and_restores_its_counters():
 
 
 # ------------------------------------------------------------------------------------ loop, runner
+
 
 class Counter:
     """A federated algorithm without a model: its state is a count of rounds and a random draw."""
@@ -313,7 +328,7 @@ def test_run_rounds_resumes_from_the_checkpoint_with_state_and_random_streams(tm
     seeding.seed_everything(0)
     checkpoint = Checkpoint(tmp_path / "deep" / "folder" / "run.pt")
     run_rounds(Counter(), 2, checkpoint)
-    torch.rand(5)                       # the process moved on before it was killed
+    torch.rand(5)  # the process moved on before it was killed
     resumed = Counter()
     metrics = run_rounds(resumed, 4, Checkpoint(checkpoint.path))
     assert resumed.rounds == [1, 2, 3, 4]
@@ -321,14 +336,25 @@ def test_run_rounds_resumes_from_the_checkpoint_with_state_and_random_streams(tm
 
 
 def seed_job(tmp_path, seeds=(0, 1)):
-    return make_job({"method": "counter"}, {"metrics": str(tmp_path / "run/metrics.parquet"),
-                                             "summary": str(tmp_path / "run/summary.json")}, seeds=list(seeds))
+    return make_job(
+        {"method": "counter"},
+        {"metrics": str(tmp_path / "run/metrics.parquet"), "summary": str(tmp_path / "run/summary.json")},
+        seeds=list(seeds),
+    )
 
 
 def test_run_seeds_outputs_summaries_and_health(tmp_path):
     job = seed_job(tmp_path)
-    build = lambda seed: CounterWithSummary({"extra": np.float32(0.5), "status": "chance",  # noqa: E731
-                                             "status_reason": "at chance"})
+
+    def build(seed):
+        return CounterWithSummary(
+            {
+                "extra": np.float32(0.5),
+                "status": "chance",
+                "status_reason": "at chance",
+            }
+        )
+
     metrics = run_seeds(job, build, num_rounds=3, eval_every=2)
     assert metrics.index.tolist() == list(range(6)) and metrics["seed"].tolist() == [0, 0, 0, 1, 1, 1]
     assert metrics["acc"].isna().tolist() == [True, False, False] * 2
@@ -337,8 +363,12 @@ def test_run_seeds_outputs_summaries_and_health(tmp_path):
     summary = json.loads(text)
     assert text == json.dumps(summary, indent=2) and read_summary(job.output["summary"]) == summary
     seed0 = summary["seeds"]["0"]
-    assert seed0["final"] == {"round": 3, "loss": pytest.approx(1 / 3), "draw": pytest.approx(seed0["final"]["draw"]),
-                              "acc": pytest.approx(0.3)}
+    assert seed0["final"] == {
+        "round": 3,
+        "loss": pytest.approx(1 / 3),
+        "draw": pytest.approx(seed0["final"]["draw"]),
+        "acc": pytest.approx(0.3),
+    }
     assert seed0["extra"] == 0.5 and seed0["status"] == "chance" and seed0["status_reason"] == "at chance"
     for seed in (0, 1):
         store = tmp_path / "run/.checkpoint" / f"seed{seed}.parquet"
@@ -380,7 +410,9 @@ def test_checkpoint_minutes_spelled_as_nothing_mean_by_rounds_only(value):
 def test_run_seeds_passes_checkpoint_every_on(tmp_path, monkeypatch):
     saved = []
     original = Checkpoint.save
-    monkeypatch.setattr(Checkpoint, "save", lambda self, algo, done, rows: saved.append(done) or original(self, algo, done, rows))
+    monkeypatch.setattr(
+        Checkpoint, "save", lambda self, algo, done, rows: saved.append(done) or original(self, algo, done, rows)
+    )
     run_seeds(seed_job(tmp_path, seeds=[0]), lambda seed: Counter(), num_rounds=3, checkpoint_every=2)
     assert saved == [2, 3]
 

@@ -66,10 +66,16 @@ def test_worst_and_verdict():
 
 
 def test_table_prints_status_not_number_for_degenerate_cells():
-    ours = pd.DataFrame({"row": ["A", "A", "B", "B"], "column": ["x"] * 4, "seed": [0, 1, 0, 1],
-                         "value": [0.10, 0.10, 0.90, 0.92],
-                         "status": ["diverged", "ok", "ok", "ok"],
-                         "status_reason": ["diverged at round 177 (train_loss = nan)", "", "", ""]})
+    ours = pd.DataFrame(
+        {
+            "row": ["A", "A", "B", "B"],
+            "column": ["x"] * 4,
+            "seed": [0, 1, 0, 1],
+            "value": [0.10, 0.10, 0.90, 0.92],
+            "status": ["diverged", "ok", "ok", "ok"],
+            "status_reason": ["diverged at round 177 (train_loss = nan)", "", "", ""],
+        }
+    )
     table = compare(ours)
     a = table.set_index("row").loc["A"]
     assert np.isnan(a["ours_mean"]) and "round 177" in a["status"]

@@ -67,7 +67,7 @@ class LoopAdam:
     def step(self):
         self.t += 1
         beta1, beta2 = self.betas
-        bias1, bias2_sqrt = 1 - beta1 ** self.t, math.sqrt(1 - beta2 ** self.t)
+        bias1, bias2_sqrt = 1 - beta1**self.t, math.sqrt(1 - beta2**self.t)
         for p, m, v in zip(self.params, self.m, self.v):
             if p.grad is None:
                 continue
@@ -85,13 +85,22 @@ def run(make, params, steps, skip=True):
 
 
 CASES = [
-    (lambda ps: SGD(ps, **SGD_OPTIONS), lambda ps: LoopSGD(ps, **SGD_OPTIONS),
-     lambda ps: torch.optim.SGD(ps, **SGD_OPTIONS)),
-    (lambda ps: SGD(ps, lr=0.05, momentum=0.5), lambda ps: LoopSGD(ps, lr=0.05, momentum=0.5),
-     lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.5)),
+    (
+        lambda ps: SGD(ps, **SGD_OPTIONS),
+        lambda ps: LoopSGD(ps, **SGD_OPTIONS),
+        lambda ps: torch.optim.SGD(ps, **SGD_OPTIONS),
+    ),
+    (
+        lambda ps: SGD(ps, lr=0.05, momentum=0.5),
+        lambda ps: LoopSGD(ps, lr=0.05, momentum=0.5),
+        lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.5),
+    ),
     (lambda ps: SGD(ps, lr=0.05), lambda ps: LoopSGD(ps, lr=0.05), lambda ps: torch.optim.SGD(ps, lr=0.05)),
-    (lambda ps: Adam(ps, **ADAM_OPTIONS), lambda ps: LoopAdam(ps, **ADAM_OPTIONS),
-     lambda ps: torch.optim.Adam(ps, **ADAM_OPTIONS)),
+    (
+        lambda ps: Adam(ps, **ADAM_OPTIONS),
+        lambda ps: LoopAdam(ps, **ADAM_OPTIONS),
+        lambda ps: torch.optim.Adam(ps, **ADAM_OPTIONS),
+    ),
 ]
 IDS = ["sgd-momentum-decay", "sgd-momentum", "sgd-plain", "adam"]
 
@@ -135,9 +144,11 @@ def test_resuming_from_a_state_dict_gives_the_uninterrupted_parameters(ours):
 
 
 def test_a_step_does_not_import_torch_dynamo():
-    code = ("import sys, torch\nfrom fedrepro.fl.optim import SGD, Adam\n"
-            "p = torch.ones(3, requires_grad=True); p.grad = torch.ones(3)\n"
-            "SGD([p], lr=0.1, momentum=0.9, weight_decay=0.1).step(); Adam([p]).step()\n"
-            "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))")
+    code = (
+        "import sys, torch\nfrom fedrepro.fl.optim import SGD, Adam\n"
+        "p = torch.ones(3, requires_grad=True); p.grad = torch.ones(3)\n"
+        "SGD([p], lr=0.1, momentum=0.9, weight_decay=0.1).step(); Adam([p]).step()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

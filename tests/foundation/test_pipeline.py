@@ -15,8 +15,9 @@ pytestmark = pytest.mark.pipeline
 
 
 def snakemake(*args, cwd=ROOT, check=True):
-    result = subprocess.run([*SNAKEMAKE, "-s", str(ROOT / "Snakefile"), *args], cwd=cwd,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [*SNAKEMAKE, "-s", str(ROOT / "Snakefile"), *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
     if check and result.returncode != 0:
         pytest.fail(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
@@ -62,8 +63,13 @@ def tiny_run(tmp_path_factory):
 def test_tiny_run_builds_the_table_the_figure_and_resumable_runs(tiny_run):
     work, _, config = tiny_run
     results = work / "results"
-    for name in ("tables/accuracy.md", "tables/accuracy.csv", "tables/accuracy.tex",
-                 "figures/accuracy.png", "figures/accuracy.pdf"):
+    for name in (
+        "tables/accuracy.md",
+        "tables/accuracy.csv",
+        "tables/accuracy.tex",
+        "figures/accuracy.png",
+        "figures/accuracy.pdf",
+    ):
         assert (results / "fedavg" / name).stat().st_size > 0, name
     metrics = pd.read_parquet(next(results.glob("fedavg/runs/digits/fedavg/a0.3/*/metrics.parquet")))
     assert sorted(metrics["seed"].unique()) == config["fedavg"]["seeds"]
@@ -87,8 +93,7 @@ def test_changing_one_setting_reruns_only_its_jobs_and_reports(tiny_run):
     path = work / "changed.yaml"
     path.write_text(yaml.safe_dump(changed))
     rules = scheduled_rules(snakemake("-n", "--configfile", str(path), cwd=work).stdout)
-    assert rules == {"fedavg_train": 2, "fedavg_accuracy_table": 1, "fedavg_accuracy_figure": 1,
-                     "index": 1, "all": 1}
+    assert rules == {"fedavg_train": 2, "fedavg_accuracy_table": 1, "fedavg_accuracy_figure": 1, "index": 1, "all": 1}
 
 
 def test_changing_a_report_option_reruns_only_reports(tiny_run):

@@ -69,8 +69,11 @@ def test_only_non_default_options_reach_a_job_spec():
     config = {"precision": "fp32", "channels_last": False}
     assert training_options(config) == {} and training_options({}) == {}
     assert training_options({"precision": "bf16", "channels_last": False}) == {"precision": "bf16"}
-    section = {"dataset": "digits", "partition": {"num_clients": 4, "alphas": [1.0], "seed": 0},
-               "methods": {"fedavg": {"lr": 0.1}}}
+    section = {
+        "dataset": "digits",
+        "partition": {"num_clients": 4, "alphas": [1.0], "seed": 0},
+        "methods": {"fedavg": {"lr": 0.1}},
+    }
     default_spec = fedavg_plan.runs({"fedavg": section})[0].spec
     assert "precision" not in default_spec
     assert fedavg_plan.runs({"fedavg": section, "precision": "bf16"})[0].spec["precision"] == "bf16"
@@ -88,8 +91,9 @@ def test_channels_last_fedavg_matches_nchw_in_both_paths():
     for batched in (True, False):
         for channels_last in (False, True):
             seeding.seed_everything(0)
-            algo = FedAvg({**spec, "batched": batched, "channels_last": channels_last}, data, clients, 0,
-                          torch.device("cpu"))
+            algo = FedAvg(
+                {**spec, "batched": batched, "channels_last": channels_last}, data, clients, 0, torch.device("cpu")
+            )
             algo.round(1)
             heads[batched, channels_last] = algo.model.head.weight.detach()
     for key, head in heads.items():

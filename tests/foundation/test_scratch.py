@@ -32,7 +32,6 @@ def test_atomic_write_serves_writers_that_care_about_the_suffix(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clients.npz"]
 
 
-
 def test_atomic_write_gives_the_mode_a_plain_open_gives(tmp_path):
     # mkstemp makes 0600 files; a result on a shared cluster folder must follow the umask
     import os
@@ -56,8 +55,9 @@ def reading_entry(job):
 
 def make(tmp_path, name="job", **kwargs):
     output = {"metrics": str(tmp_path / name / "metrics.parquet")}
-    return Job(spec={}, output=output, log=str(tmp_path / f"{name}.log"), scratch=scratch_for(output["metrics"]),
-               **kwargs)
+    return Job(
+        spec={}, output=output, log=str(tmp_path / f"{name}.log"), scratch=scratch_for(output["metrics"]), **kwargs
+    )
 
 
 def test_a_failed_jobs_traceback_goes_to_its_log(tmp_path):
@@ -110,8 +110,13 @@ def pipeline_job(tmp_path, seeds, spec=None):
     tag = "s" + "_".join(map(str, seeds))
     folder = tmp_path / "runs" / "digits" / "counter" / "a1" / tag
     output = {"metrics": str(folder / "metrics.parquet"), "summary": str(folder / "summary.json")}
-    return Job(spec=spec or {"scale": 1.0}, output=output, seeds=list(seeds), wildcards={"seeds": tag},
-               scratch=scratch_for(output["metrics"]))
+    return Job(
+        spec=spec or {"scale": 1.0},
+        output=output,
+        seeds=list(seeds),
+        wildcards={"seeds": tag},
+        scratch=scratch_for(output["metrics"]),
+    )
 
 
 def run(job):

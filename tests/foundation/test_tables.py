@@ -6,15 +6,25 @@ import pytest
 
 from fedrepro.report import tables
 
-PUBLISHED = pd.DataFrame({"row": ["FedSC", "FedSC", "FedAvg"], "column": ["N=20", "N=100", "N=20"],
-                          "mean": [80.0, 70.0, 75.0], "std": [0.5, 0.4, np.nan]})
+PUBLISHED = pd.DataFrame(
+    {
+        "row": ["FedSC", "FedSC", "FedAvg"],
+        "column": ["N=20", "N=100", "N=20"],
+        "mean": [80.0, 70.0, 75.0],
+        "std": [0.5, 0.4, np.nan],
+    }
+)
 
 
 def ours():
-    return pd.DataFrame({"row": ["FedAvg", "FedAvg", "FedSC", "FedSC", "FedSC", "FedSC", "Extra"],
-                         "column": ["N=20", "N=20", "N=20", "N=20", "N=100", "N=100", "N=20"],
-                         "seed": [0, 1, 0, 1, 0, 1, 0],
-                         "value": [74.0, 76.0, 79.0, 81.0, 69.0, 69.0, 50.0]})
+    return pd.DataFrame(
+        {
+            "row": ["FedAvg", "FedAvg", "FedSC", "FedSC", "FedSC", "FedSC", "Extra"],
+            "column": ["N=20", "N=20", "N=20", "N=20", "N=100", "N=100", "N=20"],
+            "seed": [0, 1, 0, 1, 0, 1, 0],
+            "value": [74.0, 76.0, 79.0, 81.0, 69.0, 69.0, 50.0],
+        }
+    )
 
 
 def test_compare_puts_mean_std_over_seeds_beside_published_with_difference():
@@ -49,11 +59,13 @@ def test_report_modules_load_plotting_only_when_a_figure_is_drawn():
     import subprocess
     import sys
 
-    code = ("import sys; import fedrepro.report.fedavg, fedrepro.report.fedsc, fedrepro.report.dpzv, "
-            "fedrepro.report.fedal, fedrepro.report.steffle, fedrepro.report.index\n"
-            "print(sorted(m for m in ('seaborn', 'matplotlib', 'torch') if m in sys.modules))\n"
-            "from fedrepro.report import figures; figures.new_figure()\n"
-            "print('seaborn' in sys.modules)")
+    code = (
+        "import sys; import fedrepro.report.fedavg, fedrepro.report.fedsc, fedrepro.report.dpzv, "
+        "fedrepro.report.fedal, fedrepro.report.steffle, fedrepro.report.index\n"
+        "print(sorted(m for m in ('seaborn', 'matplotlib', 'torch') if m in sys.modules))\n"
+        "from fedrepro.report import figures; figures.new_figure()\n"
+        "print('seaborn' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]" and out[1] == "True"
 
@@ -62,10 +74,20 @@ def test_index_links_every_paper_target_and_the_cross_paper_audit(tmp_path):
     from fedrepro.pipeline import make_job
     from fedrepro.report.index import write_index
 
-    targets = [f"{tmp_path}/fedsc/tables/table2.md", f"{tmp_path}/fedsc/tables/table2.csv",
-               f"{tmp_path}/dpzv/figures/fig3.png", f"{tmp_path}/privacy/audit.md"]
-    job = make_job({"scale": "quick", "papers": ["fedsc", "dpzv"]}, {"index": str(tmp_path / "index.md")},
-                   input={"targets": targets}, log=str(tmp_path / "index.log"), threads=1, wildcards={})
+    targets = [
+        f"{tmp_path}/fedsc/tables/table2.md",
+        f"{tmp_path}/fedsc/tables/table2.csv",
+        f"{tmp_path}/dpzv/figures/fig3.png",
+        f"{tmp_path}/privacy/audit.md",
+    ]
+    job = make_job(
+        {"scale": "quick", "papers": ["fedsc", "dpzv"]},
+        {"index": str(tmp_path / "index.md")},
+        input={"targets": targets},
+        log=str(tmp_path / "index.log"),
+        threads=1,
+        wildcards={},
+    )
     write_index(job)
     text = (tmp_path / "index.md").read_text()
     assert "- [table2](fedsc/tables/table2.md)" in text and "table2.csv" not in text

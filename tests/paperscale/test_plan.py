@@ -13,8 +13,13 @@ from fedrepro import plan
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = ["config.yaml", "configs/paper.yaml"]
-TRAIN_RULES = {"fedsc": "fedsc_pretrain", "dpzv": "dpzv_train", "fedal": "fedal_train", "steffle": "steffle_train",
-               "fedavg": "fedavg_train"}
+TRAIN_RULES = {
+    "fedsc": "fedsc_pretrain",
+    "dpzv": "dpzv_train",
+    "fedal": "fedal_train",
+    "steffle": "steffle_train",
+    "fedavg": "fedavg_train",
+}
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +28,22 @@ def paper_config():
 
 
 def test_training_jobs_per_paper_are_the_jobs_snakemake_schedules(paper_config, tmp_path):
-    dry = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-n", "--quiet", "rules", "--config",
-                          f"results={tmp_path}", "--configfile", *PAPER], cwd=REPO, capture_output=True, text=True,
-                         timeout=600)
+    dry = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("snakemake")),
+            "-n",
+            "--quiet",
+            "rules",
+            "--config",
+            f"results={tmp_path}",
+            "--configfile",
+            *PAPER,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", dry.stdout, re.M)}
     planned = plan.plan(paper_config)
     for paper, rule in TRAIN_RULES.items():
@@ -34,17 +52,25 @@ def test_training_jobs_per_paper_are_the_jobs_snakemake_schedules(paper_config, 
 
 
 def test_gpu_hours_are_units_times_measured_seconds(paper_config):
-    costs = [plan.Cost("fedsc", "round", "cifar10", "fixup_resnet20", "*", "H200", 77.0, "test"),
-             plan.Cost("fedsc", "probe_epoch", "cifar10", "fixup_resnet20", "*", "H200", 1.0, "test"),
-             plan.Cost("fedal", "iteration", "cifar10", "cifar_resnet", "fedal", "H200", 1.7, "test"),
-             plan.Cost("dpzv", "epoch", "cifar10", "vfl_cifar_cnn", "*", "H200", 6.0, "test")]
+    costs = [
+        plan.Cost("fedsc", "round", "cifar10", "fixup_resnet20", "*", "H200", 77.0, "test"),
+        plan.Cost("fedsc", "probe_epoch", "cifar10", "fixup_resnet20", "*", "H200", 1.0, "test"),
+        plan.Cost("fedal", "iteration", "cifar10", "cifar_resnet", "fedal", "H200", 1.7, "test"),
+        plan.Cost("dpzv", "epoch", "cifar10", "vfl_cifar_cnn", "*", "H200", 6.0, "test"),
+    ]
     planned = plan.plan(paper_config, costs)
-    job = next(j for j in planned["fedsc"]["all runs"]
-               if j.key[:3] == ("cifar10", "fedsc", "full_epsinf") and j.unit == "round")
-    assert job.measured and job.gpu_hours == pytest.approx(200 * 77.0 / 3600)   # 200 rounds, one seed per job
-    probe = next(j for j in planned["fedsc"]["all runs"]
-                 if j.key[:3] == ("cifar10", "fedsc", "full_epsinf") and j.unit == "probe_epoch")
-    assert probe.gpu_hours == pytest.approx(200 * 1.0 / 3600)                   # 200 probe epochs
+    job = next(
+        j
+        for j in planned["fedsc"]["all runs"]
+        if j.key[:3] == ("cifar10", "fedsc", "full_epsinf") and j.unit == "round"
+    )
+    assert job.measured and job.gpu_hours == pytest.approx(200 * 77.0 / 3600)  # 200 rounds, one seed per job
+    probe = next(
+        j
+        for j in planned["fedsc"]["all runs"]
+        if j.key[:3] == ("cifar10", "fedsc", "full_epsinf") and j.unit == "probe_epoch"
+    )
+    assert probe.gpu_hours == pytest.approx(200 * 1.0 / 3600)  # 200 probe epochs
     fedal = next(j for j in planned["fedal"]["table7"] if j.key[1] == "fedal" and j.key[0] == "cifar10")
     assert fedal.measured and fedal.gpu_hours == pytest.approx(fedal.units * 1.7 / 3600)
     dpzv = next(j for j in planned["dpzv"]["all runs"] if j.key[0] == "cifar10")

@@ -60,8 +60,17 @@ KNOWN: dict[str, str] = {}
 
 
 def _snakemake(results: Path, data_root: Path, *args: str, env: dict | None = None, timeout: float = 2700):
-    command = [SNAKEMAKE, *args, "--config", f"results={results}", f"data_root={data_root}",
-               "--configfile", "config.yaml", "configs/paper.yaml", str(REPO / "tests/paperscale/smoke.yaml")]
+    command = [
+        SNAKEMAKE,
+        *args,
+        "--config",
+        f"results={results}",
+        f"data_root={data_root}",
+        "--configfile",
+        "config.yaml",
+        "configs/paper.yaml",
+        str(REPO / "tests/paperscale/smoke.yaml"),
+    ]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -76,8 +85,9 @@ def smoke(tmp_path_factory):
     start = time.monotonic()
     targets = ["all"] if set(SELECTED) >= set(PAPERS) else SELECTED
     try:
-        run = _snakemake(results, data_root, *targets, "-c2", "--scheduler", "greedy", "--keep-going",
-                         "--quiet", "rules", env=env)
+        run = _snakemake(
+            results, data_root, *targets, "-c2", "--scheduler", "greedy", "--keep-going", "--quiet", "rules", env=env
+        )
     except subprocess.TimeoutExpired as error:
         pytest.fail(f"the paper-scale smoke run ({' '.join(targets)}) exceeded {error.timeout:.0f} s")
     minutes = (time.monotonic() - start) / 60
@@ -90,8 +100,9 @@ def smoke(tmp_path_factory):
 def pending(smoke) -> dict[str, int]:
     """Jobs per rule that a dry run still plans after the smoke run (one dry run for every paper: each
     costs Snakemake's whole DAG)."""
-    dry = _snakemake(smoke["results"], smoke["data_root"], "-n", "--quiet", "rules", *smoke["targets"],
-                     env=smoke["env"], timeout=300)
+    dry = _snakemake(
+        smoke["results"], smoke["data_root"], "-n", "--quiet", "rules", *smoke["targets"], env=smoke["env"], timeout=300
+    )
     out = dry.stdout + dry.stderr
     assert dry.returncode == 0, f"dry run failed:\n{out[-3000:]}"
     if "Nothing to be done" in out:
@@ -135,8 +146,9 @@ def _loss_columns(frame: pd.DataFrame) -> list[str]:
 @pytest.mark.parametrize("paper", PAPERS)
 def test_every_loss_is_finite(smoke, paper):
     _selected(paper)
-    files = sorted(f for f in (smoke["results"] / paper / "runs").rglob("metrics.parquet")
-                   if ".checkpoint" not in f.parts)   # scratch copies of what the outputs hold
+    files = sorted(
+        f for f in (smoke["results"] / paper / "runs").rglob("metrics.parquet") if ".checkpoint" not in f.parts
+    )  # scratch copies of what the outputs hold
     if not files:
         _known(paper)
     assert files, f"{paper}: no run wrote metrics.parquet"
@@ -149,7 +161,7 @@ def test_every_loss_is_finite(smoke, paper):
             health = check_finite(rows, _loss_columns(rows), step=step)
             if health.status != "ok":
                 bad.append(f"{path.relative_to(smoke['results'])} seed {seed}: {health.reason}")
-        summary = path.with_name("summary.json")   # what fl.runner recorded (diverged: a metric went NaN/inf)
+        summary = path.with_name("summary.json")  # what fl.runner recorded (diverged: a metric went NaN/inf)
         if summary.exists():
             for seed, record in json.loads(summary.read_text()).get("seeds", {}).items():
                 if isinstance(record, dict) and record.get("status") == "diverged":

@@ -23,13 +23,20 @@ def _run_folder(root, metrics, status="ok"):
     (folder / "summary.json").write_text(json.dumps({"seeds": {"0": {"status": status, "status_reason": status}}}))
 
 
-@pytest.mark.parametrize("loss, status, caught", [([0.5, 0.4, 0.3], "ok", False), ([0.5, np.inf, 0.3], "ok", True),
-                                                  ([0.5, 0.4, np.nan], "ok", True),
-                                                  ([0.5, 0.4, 0.3], "diverged", True)])
+@pytest.mark.parametrize(
+    "loss, status, caught",
+    [
+        ([0.5, 0.4, 0.3], "ok", False),
+        ([0.5, np.inf, 0.3], "ok", True),
+        ([0.5, 0.4, np.nan], "ok", True),
+        ([0.5, 0.4, 0.3], "diverged", True),
+    ],
+)
 def test_a_non_finite_loss_or_a_diverged_seed_fails_the_loss_check(tmp_path, monkeypatch, loss, status, caught):
     monkeypatch.setattr(smoke, "SELECTED", ["steffle"])
-    _run_folder(tmp_path, {"seed": 0, "round": [1, 2, 3], "train_loss": loss, "test_loss": [np.nan, np.nan, 0.2]},
-                status)
+    _run_folder(
+        tmp_path, {"seed": 0, "round": [1, 2, 3], "train_loss": loss, "test_loss": [np.nan, np.nan, 0.2]}, status
+    )
     if caught:
         with pytest.raises(AssertionError, match="non-finite"):
             smoke.test_every_loss_is_finite({"results": tmp_path}, "steffle")
@@ -44,7 +51,7 @@ def test_a_table_without_a_row_of_the_papers_table_fails(tmp_path, monkeypatch):
     for published in sorted(smoke.PUBLISHED.glob("fedal_table*.csv")):
         pd.read_csv(published).to_csv(tables / f"{published.stem.removeprefix('fedal_')}.csv", index=False)
     smoke.test_every_table_has_the_rows_of_the_papers_table({"results": tmp_path}, "fedal")
-    frame = pd.read_csv(tables / "table9.csv")   # a bracketed note after the row name is not another row
+    frame = pd.read_csv(tables / "table9.csv")  # a bracketed note after the row name is not another row
     frame["row"] = frame["row"] + " [realised PLD ε: CIFAR10 2/10 3.00]"
     frame.to_csv(tables / "table9.csv", index=False)
     smoke.test_every_table_has_the_rows_of_the_papers_table({"results": tmp_path}, "fedal")
@@ -54,9 +61,14 @@ def test_a_table_without_a_row_of_the_papers_table_fails(tmp_path, monkeypatch):
         smoke.test_every_table_has_the_rows_of_the_papers_table({"results": tmp_path}, "fedal")
 
 
-@pytest.mark.parametrize("pending, failing", [({}, set()),
-                                              ({"fedal_train": 2, "fedal_table": 1, "index": 1, "all": 1}, {"fedal"}),
-                                              ({"index": 1, "all": 1}, set(smoke.PAPERS))])
+@pytest.mark.parametrize(
+    "pending, failing",
+    [
+        ({}, set()),
+        ({"fedal_train": 2, "fedal_table": 1, "index": 1, "all": 1}, {"fedal"}),
+        ({"index": 1, "all": 1}, set(smoke.PAPERS)),
+    ],
+)
 def test_a_job_left_to_run_fails_its_papers_output_check(monkeypatch, pending, failing):
     monkeypatch.setattr(smoke, "SELECTED", list(smoke.PAPERS))
     for paper in smoke.PAPERS:

@@ -12,8 +12,17 @@ from fedrepro.data import sources
 from fedrepro.data.prepare import prepare_dataset
 from tests.data.formats import stage_all
 
-DATASETS = ("mnist", "cifar10", "cifar100", "svhn", "cinic10", "celeba", "modelnet40", "amazon_polarity",
-            "retired_adult")
+DATASETS = (
+    "mnist",
+    "cifar10",
+    "cifar100",
+    "svhn",
+    "cinic10",
+    "celeba",
+    "modelnet40",
+    "amazon_polarity",
+    "retired_adult",
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +53,9 @@ def test_every_paper_scale_data_set_prepares_from_its_generated_raw_files(staged
             assert len(arrays["x_train"]) > 0 and len(arrays["x_test"]) > 0, dataset
 
 
-def test_generated_cifar_has_every_class_when_a_batch_file_holds_fewer_images_than_classes(staged, tmp_path,
-                                                                                          monkeypatch):
+def test_generated_cifar_has_every_class_when_a_batch_file_holds_fewer_images_than_classes(
+    staged, tmp_path, monkeypatch
+):
     """FedSC's CIFAR-10 split gives each of 10 clients one class: every class must be in the training set,
     also at smoke sizes where one of the five batch files holds fewer than 10 images."""
     root, path = staged

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fedrepro.privacy import accountant, dpzv, fedsc, steffle
+
 from .test_fedsc_accounting import TABLE6
 
 
@@ -134,6 +135,7 @@ def test_steffle_adapters():
 
 # ---------------------------------------------------------------- PLD against closed forms
 
+
 def _gaussian_epsilon(mu: float, delta: float) -> float:
     """Exact eps of mu-GDP at delta (Dong, Roth and Su 2022, Cor. 2.13; for one release this is
     the analytic Gaussian mechanism of Balle and Wang 2018, Thm. 8, with mu = sensitivity / sigma)."""
@@ -146,8 +148,9 @@ def _gaussian_epsilon(mu: float, delta: float) -> float:
     return brentq(excess, 0.0, 300.0, xtol=1e-12)
 
 
-@pytest.mark.parametrize("z,steps,delta", [(1.0, 1, 1e-5), (20.0, 3, 1e-5), (2.0, 100, 1e-5),
-                                           (0.5, 10, 1e-5), (5.0, 400, 1e-3)])
+@pytest.mark.parametrize(
+    "z,steps,delta", [(1.0, 1, 1e-5), (20.0, 3, 1e-5), (2.0, 100, 1e-5), (0.5, 10, 1e-5), (5.0, 400, 1e-3)]
+)
 def test_pld_of_full_batch_gaussian_is_the_exact_gdp_epsilon(z, steps, delta):
     # T full-batch Gaussian releases with multiplier z are exactly sqrt(T)/z-GDP
     exact = _gaussian_epsilon(math.sqrt(steps) / z, delta)

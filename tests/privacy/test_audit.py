@@ -45,8 +45,9 @@ def test_lower_bound_without_a_difference_is_zero_at_the_stated_confidence():
     # identical worlds: eps = 0 is the truth, so a bound > 0 is a false claim; at 95 %
     # confidence at most ~5 % of audits may make one (empirical rates alone make many)
     rng = np.random.default_rng(1)
-    false_claims = sum(audit.epsilon_lower_bound(rng.normal(size=40), rng.normal(size=40), 0.0).eps_lower > 0
-                       for _ in range(200))
+    false_claims = sum(
+        audit.epsilon_lower_bound(rng.normal(size=40), rng.normal(size=40), 0.0).eps_lower > 0 for _ in range(200)
+    )
     assert false_claims <= 10
 
 
@@ -67,7 +68,9 @@ def test_fedsc_release_scores_measure_the_noise_and_the_clipped_sensitivity():
     out, inn = audit.fedsc_release_scores(runs, sigma, mu, n, shares, hidden=6, seed=3)
     d = math.sqrt(2) * mu / n
     for scores, sign in ((out, -1), (inn, 1)):
-        assert scores.mean() == pytest.approx(sign * shares * d**2 / 2, abs=4 * math.sqrt(shares) * sigma * d / math.sqrt(runs))
+        assert scores.mean() == pytest.approx(
+            sign * shares * d**2 / 2, abs=4 * math.sqrt(shares) * sigma * d / math.sqrt(runs)
+        )
         assert scores.std() == pytest.approx(math.sqrt(shares) * sigma * d, rel=0.15)
     # the bound never exceeds the true (PLD) epsilon of the release
     truth = accountant.tight_epsilon(fedsc.fedsc_mechanism(sigma, mu, n, shares), 1e-2)
@@ -84,9 +87,19 @@ def dpzv_audit():
     data = audit.tiny_vfl_data(32)
     results = {}
     for name, lr_server in (("paper", 1.0), ("frozen", 0.0)):
-        settings = VFLSettings(batch_size=8, epochs=1, client_model="vfl_mnist_cnn",
-                               client_kwargs={"pool": [2, 2], "width": 4}, embed_dim=4, server_hidden=8,
-                               lr_client=1e-3, lr_server=lr_server, eps=1.0, delta=1e-3, extra={"clip": 0.05})
+        settings = VFLSettings(
+            batch_size=8,
+            epochs=1,
+            client_model="vfl_mnist_cnn",
+            client_kwargs={"pool": [2, 2], "width": 4},
+            embed_dim=4,
+            server_hidden=8,
+            lr_client=1e-3,
+            lr_server=lr_server,
+            eps=1.0,
+            delta=1e-3,
+            extra={"clip": 0.05},
+        )
         results[name] = audit.dpzv_label_scores(4, settings, data, canary=0, canary_scale=30.0)
     return results
 
@@ -134,8 +147,18 @@ def test_audit_table_says_n_claim_bound_confidence_and_what_follows(tmp_path):
     assert report._finding(0.8, 1.0, 0.5).startswith("sound bound refuted")
     assert report._finding(0.3, 1.0, 0.5).startswith("no violation detected")
     row = {c: math.nan for c in report.COLUMNS}
-    row.update(mechanism="m", variant="v", runs_per_world=1000, runs_in_bound=500, delta=1e-3, eps_claimed=1.0,
-               eps_lower_bound=2.5, confidence=0.95, note="n", finding=report._finding(2.5, 1.0, math.nan))
+    row.update(
+        mechanism="m",
+        variant="v",
+        runs_per_world=1000,
+        runs_in_bound=500,
+        delta=1e-3,
+        eps_claimed=1.0,
+        eps_lower_bound=2.5,
+        confidence=0.95,
+        note="n",
+        finding=report._finding(2.5, 1.0, math.nan),
+    )
     path = tmp_path / "audit.md"
     report.write_markdown(pd.DataFrame([row], columns=report.COLUMNS), path, "full")
     text = path.read_text()

@@ -65,13 +65,16 @@ def test_total_rounds():
     assert dpzv.total_rounds(1, 7, 60_000, 64, drop_last=True) == 7 * 937
 
 
-@pytest.mark.parametrize("name,clients,samples,batch,eps,expected", [
-    ("MNIST", 7, 60_000, 64, 0.1, 4.701),
-    ("MNIST", 7, 60_000, 64, 1.0, 0.6954),
-    ("MNIST", 7, 60_000, 64, 10.0, 0.1097),
-    ("CIFAR-10", 4, 50_000, 128, 1.0, 0.4073),
-    ("ModelNet40", 12, 9_843, 64, 10.0, 0.3547),
-])
+@pytest.mark.parametrize(
+    "name,clients,samples,batch,eps,expected",
+    [
+        ("MNIST", 7, 60_000, 64, 0.1, 4.701),
+        ("MNIST", 7, 60_000, 64, 1.0, 0.6954),
+        ("MNIST", 7, 60_000, 64, 10.0, 0.1097),
+        ("CIFAR-10", 4, 50_000, 128, 1.0, 0.4073),
+        ("ModelNet40", 12, 9_843, 64, 10.0, 0.3547),
+    ],
+)
 def test_example_sigma_dp(name, clients, samples, batch, eps, expected):
     t = dpzv.total_rounds(100, clients, samples, batch)
     assert dpzv.sigma_dp_for_eps(10.0, t, samples, eps, 1e-3) == pytest.approx(expected, rel=1e-3)

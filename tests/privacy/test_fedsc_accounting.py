@@ -28,10 +28,13 @@ def test_table6_both_columns(row):
     _, _, delta, mu, sigma, t, n, eps_paper, eps_sqrt2 = row
     assert fedsc.epsilon(t, mu, sigma, n, delta, sens_factor=1.0) == pytest.approx(eps_paper, abs=0.006)
     assert fedsc.epsilon(t, mu, sigma, n, delta) == pytest.approx(eps_sqrt2, abs=0.006)
-    assert fedsc.epsilon_numeric(t, mu, sigma, n, delta) == pytest.approx(fedsc.epsilon(t, mu, sigma, n, delta), rel=1e-6)
+    assert fedsc.epsilon_numeric(t, mu, sigma, n, delta) == pytest.approx(
+        fedsc.epsilon(t, mu, sigma, n, delta), rel=1e-6
+    )
     # sqrt(2) sensitivity is the same as doubling T_j
     assert fedsc.epsilon(t, mu, sigma, n, delta) == pytest.approx(
-        fedsc.epsilon(2 * t, mu, sigma, n, delta, sens_factor=1.0), rel=1e-12)
+        fedsc.epsilon(2 * t, mu, sigma, n, delta, sens_factor=1.0), rel=1e-12
+    )
 
 
 def test_table6_sqrt2_column_reproduces_targets():

@@ -66,6 +66,7 @@ def test_a_rejected_argument_is_named_in_the_error(call, name):
 
 # ------------------------------------------------------------------------------ accountant branches
 
+
 def _library_epsilon(noise_multiplier, steps, rate, delta):
     import dp_accounting
     from dp_accounting.rdp import RdpAccountant
@@ -116,6 +117,7 @@ def test_steffle_mechanisms_cap_the_sampling_rate_at_one_for_batches_larger_than
 
 # ------------------------------------------------------------------------------ FedSC and SteFFLe closed forms
 
+
 def test_fedsc_epsilon_numeric_without_releases_is_zero_and_matches_the_closed_minimum():
     assert fedsc.epsilon_numeric(0, 1.0, 1.0, 10, 1e-5) == 0.0
     # min over alpha of alpha r/2 + L/(alpha - 1) = r/2 + sqrt(2 r L) at alpha = 1 + sqrt(2L/r)
@@ -137,6 +139,7 @@ def test_theorem_3_3_iteration_bound_holds_with_equality():
 
 # ------------------------------------------------------------------------------ mechanisms
 
+
 def test_gaussian_noise_keeps_the_requested_dtype_and_device():
     gen = torch.Generator().manual_seed(0)
     noise = mechanisms.gaussian_noise((4,), 0.5, gen, dtype=torch.float64)
@@ -150,6 +153,7 @@ def test_gaussian_noise_keeps_the_requested_dtype_and_device():
 
 # ------------------------------------------------------------------------------ audit statistics
 
+
 def test_epsilon_at_threshold_takes_the_larger_of_the_two_tests():
     # 10 out-runs, 10 in-runs; threshold 0.5: FP = 0 of 10, FN = 5 of 10. At empirical rates
     # (0 -> 0.5/n): log((1 - 0.5)/0.05) from the first inequality, log((1 - 0.05)/0.5) from the second.
@@ -162,8 +166,6 @@ def test_epsilon_at_threshold_takes_the_larger_of_the_two_tests():
     eps_m, fpr_m, fnr_m = audit.epsilon_at_threshold(-inn + 1, np.ones(10), 0.5, 0.0)
     assert (fpr_m, fnr_m) == (0.5, 0.05)
     assert eps_m == pytest.approx(math.log(0.5 / 0.05), rel=1e-15)
-
-
 
 
 def test_fedsc_release_scores_reject_zero_runs_and_accept_one_share():

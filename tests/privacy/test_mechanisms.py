@@ -125,7 +125,7 @@ def _run(rounds=400):
 def test_noise_that_crosses_the_wire_has_the_configured_std_and_is_fresh_every_round():
     _, received, clean = _run()
     noise = received - clean
-    assert noise.std().item() == pytest.approx(SIGMA, rel=0.03)       # no noise, or the wrong scale, fails
+    assert noise.std().item() == pytest.approx(SIGMA, rel=0.03)  # no noise, or the wrong scale, fails
     assert abs(noise.mean().item()) < 4 * SIGMA / math.sqrt(noise.numel())
     # fresh draw every round: consecutive rounds are uncorrelated and never equal
     corr = torch.corrcoef(torch.stack([noise[:-1].flatten(), noise[1:].flatten()]))[0, 1].item()

@@ -23,7 +23,7 @@ def synthetic(n=600, d=6, seed=0, minority=0.35, silos=3):
     rng = np.random.default_rng(seed)
     s = (rng.random(n) < minority).astype(np.int64)
     x = rng.normal(size=(n, d)).astype(np.float32)
-    x[:, 0] += 1.5 * s                       # a feature correlated with s
+    x[:, 0] += 1.5 * s  # a feature correlated with s
     logit = 1.2 * x[:, 0] + x[:, 1] - 0.5
     y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.int64)
     n_tr = 3 * n // 4

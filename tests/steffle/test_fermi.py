@@ -17,7 +17,7 @@ def _toy(n=40, k=2, l=2, seed=0, strata=1):
     F = torch.softmax(logits, -1)
     s = torch.cat([torch.arange(k), torch.randint(k, (n - k,), generator=g)])
     y = torch.cat([torch.arange(l).repeat_interleave(k), torch.randint(l, (n - k * l,), generator=g)])
-    s = torch.cat([torch.arange(k).repeat(l), s[k * l:]]) if strata > 1 else s
+    s = torch.cat([torch.arange(k).repeat(l), s[k * l :]]) if strata > 1 else s
     z = y if strata > 1 else torch.zeros(n, dtype=torch.long)
     return F, s, y, z
 
@@ -31,7 +31,7 @@ def _chi2_eq5(F, s, k):
             p_joint = sum(F[i, j] for i in range(n) if s[i] == r) / n
             p_y = F[:, j].mean()
             p_s = (s == r).double().mean()
-            total += p_joint ** 2 / (p_y * p_s)
+            total += p_joint**2 / (p_y * p_s)
     return total - 1.0
 
 
@@ -43,12 +43,12 @@ def test_min_max_identity_dp(k, l):
     W = fermi.w_star(F, S, Zs, ip).requires_grad_(True)
     value = fermi.psi(F, S, Zs, W, ip).mean()
     (grad,) = torch.autograd.grad(value, W)
-    assert grad.abs().max() < 1e-12                               # W* is stationary
+    assert grad.abs().max() < 1e-12  # W* is stationary
     assert value.item() == pytest.approx(float(_chi2_eq5(F, s, k)), abs=1e-10)
     assert fermi.chi2(F, S, Zs).item() == pytest.approx(value.item(), abs=1e-10)
     # projected gradient ascent from W = 0 (large ball) reaches the same maximum
     Wt = torch.zeros(1, k, l, dtype=DT)
-    step = 1.0 / (2 * F.mean(0).max())                                # 1 / smoothness
+    step = 1.0 / (2 * F.mean(0).max())  # 1 / smoothness
     for _ in range(300):
         Wt = fermi.project_frobenius(Wt + step * fermi.grad_w_sum(F, S, Zs, Wt, ip) / len(s), 100.0)
     assert fermi.psi(F, S, Zs, Wt, ip).mean().item() == pytest.approx(value.item(), abs=1e-8)
@@ -78,7 +78,7 @@ def test_chi2_properties():
     F, s, _, z = _toy(n=80)
     S, Zs = fermi.onehot(s, k, F.dtype), fermi.onehot(z, 1, F.dtype)
     assert fermi.chi2(F, S, Zs) >= 0
-    same = torch.tensor([[0.3, 0.7]], dtype=DT).expand(80, 2)                  # F independent of x
+    same = torch.tensor([[0.3, 0.7]], dtype=DT).expand(80, 2)  # F independent of x
     assert fermi.chi2(same, S, Zs).abs() < 1e-12
     base = torch.full((80, 2), 0.5, dtype=DT)
     shifted = base.clone()
@@ -118,11 +118,11 @@ def test_analytic_gradients_match_autograd(strata):
     per_sample = fermi.psi(fermi.logistic_probs(logits), S, Zs, W, ip)
     for i in (0, 7, 29):
         gt, gw = torch.autograd.grad(per_sample[i], (theta, W), retain_graph=True)
-        a = fermi.coef_a(S[i:i + 1], Zs[i:i + 1], W.detach(), ip)
-        c = fermi.logistic_psi_coef(logits[i:i + 1].detach(), a)
+        a = fermi.coef_a(S[i : i + 1], Zs[i : i + 1], W.detach(), ip)
+        c = fermi.logistic_psi_coef(logits[i : i + 1].detach(), a)
         assert torch.allclose(c * x[i], gt, atol=1e-12)
-        F_i = fermi.logistic_probs(logits[i:i + 1].detach())
-        assert torch.allclose(fermi.grad_w_sum(F_i, S[i:i + 1], Zs[i:i + 1], W.detach(), ip), gw, atol=1e-12)
+        F_i = fermi.logistic_probs(logits[i : i + 1].detach())
+        assert torch.allclose(fermi.grad_w_sum(F_i, S[i : i + 1], Zs[i : i + 1], W.detach(), ip), gw, atol=1e-12)
         # chain rule from the division message (F, grad F): sum_u a_iu grad F_u = autograd
         p1 = torch.sigmoid(logits[i]).detach()
         gradF = torch.stack([-p1 * (1 - p1) * x[i], p1 * (1 - p1) * x[i]])
@@ -159,7 +159,7 @@ def test_projection_and_compat_mask():
     w = 0.7
     Wm = torch.zeros(1, 2, 2, dtype=DT)
     Wm[0, 0, 1] = w
-    ref = -w ** 2 * F[:, 1] + 2 * w * F[:, 1] * (s == 0) * ip[0, 0] - 1
+    ref = -(w**2) * F[:, 1] + 2 * w * F[:, 1] * (s == 0) * ip[0, 0] - 1
     assert torch.allclose(fermi.psi(F, S, Zs, Wm, ip), ref, atol=1e-12)
 
 

@@ -34,8 +34,11 @@ def test_rows_are_methods_with_one_setting_and_a_runnable_entry():
 def test_schema_lists_exactly_the_table():
     props = SCHEMA["properties"]
     comparison = SCHEMA["$defs"]["comparison"]["properties"]
-    for enum in (props["methods"]["items"]["enum"], comparison["methods"]["items"]["enum"],
-                 comparison["hide"]["items"]["enum"]):
+    for enum in (
+        props["methods"]["items"]["enum"],
+        comparison["methods"]["items"]["enum"],
+        comparison["hide"]["items"]["enum"],
+    ):
         assert enum == list(METHODS)
 
 
@@ -113,8 +116,13 @@ def test_a_toy_method_needs_its_module_one_table_line_its_config_block_and_its_s
     (tmp_path / "toy_steffle.py").write_text(TOY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     # step 2: one line in the table
-    monkeypatch.setitem(METHODS, "toy", Method(entry="toy_steffle:run_job", label="Toy FL",
-                                               traits=frozenset({"federated"}), config_keys=("clip_primal",)))
+    monkeypatch.setitem(
+        METHODS,
+        "toy",
+        Method(
+            entry="toy_steffle:run_job", label="Toy FL", traits=frozenset({"federated"}), config_keys=("clip_primal",)
+        ),
+    )
     # step 3: its config block
     config = pipeline_config("quick")
     config["steffle"]["methods"].append("toy")
@@ -125,26 +133,35 @@ def test_a_toy_method_needs_its_module_one_table_line_its_config_block_and_its_s
         check_config(config, schemas)
     # step 4: its schema entry
     schema = yaml.safe_load((schemas / "steffle.schema.yaml").read_text())
-    for enum in (schema["properties"]["methods"]["items"]["enum"],
-                 schema["$defs"]["comparison"]["properties"]["methods"]["items"]["enum"],
-                 schema["$defs"]["comparison"]["properties"]["hide"]["items"]["enum"]):
+    for enum in (
+        schema["properties"]["methods"]["items"]["enum"],
+        schema["$defs"]["comparison"]["properties"]["methods"]["items"]["enum"],
+        schema["$defs"]["comparison"]["properties"]["hide"]["items"]["enum"],
+    ):
         enum.append("toy")
     schema["properties"]["baselines"]["properties"]["toy"] = {
-        "type": "object", "additionalProperties": False, "properties": {"clip_primal": {"type": "number"}}}
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"clip_primal": {"type": "number"}},
+    }
     (schemas / "steffle.schema.yaml").write_text(yaml.safe_dump(schema))
     check_config(config, schemas)
 
     runs = [r for r in plan.runs(config) if r.method == "toy"]
     assert runs and all(r.partition and r.spec["epsilons"] == ["inf"] and r.spec["lambdas"] == [0.0] for r in runs)
-    assert {r.setting for r in runs} == {"N3_h0", "N3_h0.75"}              # not fair: no notion in the tag
+    assert {r.setting for r in runs} == {"N3_h0", "N3_h0.75"}  # not fair: no notion in the tag
     assert runs[0].spec["train"]["clip_primal"] == 1.0
     data, part = prepared_synthetic(tmp_path)
     spec = {**runs[0].spec, "train": {**runs[0].spec["train"], "epochs": 2, "batch": 64}}
     out = tmp_path / "steffle" / "runs" / "synthetic_tabular" / "toy" / runs[0].setting / "s0_1"
-    job = make_job(spec, {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
-                   {"data": str(data), "partition": str(part)}, seeds=[0, 1])
+    job = make_job(
+        spec,
+        {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+        {"data": str(data), "partition": str(part)},
+        seeds=[0, 1],
+    )
     method_entry("steffle", "toy")(job)
     points = report.load_points([str(out / "metrics.parquet")])
-    assert len(points) == 2 and points["error"].between(0, 0.5).all()   # two seeds, better than chance
+    assert len(points) == 2 and points["error"].between(0, 0.5).all()  # two seeds, better than chance
     panel = report.panel_points(points.assign(dataset="credit"), "credit", "eo", 3, runs[0].spec["h"], 1, ["toy"])
-    assert set(panel["method"]) == {"toy"}                              # a non-fair method shows in EO panels too
+    assert set(panel["method"]) == {"toy"}  # a non-fair method shows in EO panels too

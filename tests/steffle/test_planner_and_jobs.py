@@ -35,8 +35,9 @@ def test_plan_families_and_specs():
     tuned = by_key[("credit", "steffle", "dp_N3_h0")]
     assert paper.spec["train"]["eta_w"] == 1e-5 and paper.spec["train"]["w_step"] == "fixed"
     assert tuned.spec["train"]["w_step"] == "capped"
-    assert {k: v for k, v in paper.spec["train"].items() if k not in ("eta_w", "w_step")} == \
-        {k: v for k, v in tuned.spec["train"].items() if k not in ("eta_w", "w_step")}
+    assert {k: v for k, v in paper.spec["train"].items() if k not in ("eta_w", "w_step")} == {
+        k: v for k, v in tuned.spec["train"].items() if k not in ("eta_w", "w_step")
+    }
     # the authors' grid under compat_refcode: planned, but outside the default report
     refcode = [r for r in runs if r.setting.endswith("_refcode")]
     assert {r.setting for r in refcode} == {"dp_N3_h0_refcode", "dp_N3_h0.75_refcode"}
@@ -61,7 +62,7 @@ def test_changing_a_baseline_setting_touches_only_its_runs():
 
 def test_figures_and_checks():
     cfg = _config()
-    assert plan.figures(cfg) == ["fig1", "fig2", "fig3", "fig5"]            # fig4 disabled offline
+    assert plan.figures(cfg) == ["fig1", "fig2", "fig3", "fig5"]  # fig4 disabled offline
     assert "fig4" in plan.report_spec(cfg)["disabled_figures"]
     assert plan.check(cfg) == []
     bad = copy.deepcopy(cfg)
@@ -93,12 +94,24 @@ def test_job_end_to_end(tmp_path, method):
     train = {"batch": 64, "epochs": 2, "eval_every": 1}
     if method in ("steffle", "fedavg"):
         train.update({"eta_w": 1.0, "clip": 2.0, "radius": 2.0})
-    epsilons = [3] if method == "ling2024" else [1, 3]          # each calibration costs library calls
-    spec = {"method": method, "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": epsilons,
-            "lambdas": [0.0, 1.0], "train": train, "checkpoint_every": 1}
+    epsilons = [3] if method == "ling2024" else [1, 3]  # each calibration costs library calls
+    spec = {
+        "method": method,
+        "fairness": "dp",
+        "num_silos": 3,
+        "h": 0.75,
+        "epsilons": epsilons,
+        "lambdas": [0.0, 1.0],
+        "train": train,
+        "checkpoint_every": 1,
+    }
     out = tmp_path / "steffle" / "runs" / "synthetic_tabular" / method / "dp_N3_h0.75" / "s0_1"
-    job = make_job(spec, {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
-                   {"data": str(data), "partition": str(part)}, seeds=[0, 1])
+    job = make_job(
+        spec,
+        {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+        {"data": str(data), "partition": str(part)},
+        seeds=[0, 1],
+    )
     jobs.run_job(job)
     metrics = pd.read_parquet(out / "metrics.parquet")
     final = metrics[metrics["kind"] == "final"]
@@ -143,9 +156,15 @@ def test_adding_a_lambda_trains_only_the_new_cells(tmp_path, caplog):
     data, part = prepared_synthetic(tmp_path)
     out = tmp_path / "steffle" / "runs" / "synthetic_tabular" / "steffle" / "dp_N3_h0.75" / "s0_1"
     outputs = {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")}
-    base = {"method": "steffle", "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": [3],
-            "train": {"batch": 64, "epochs": 2, "eval_every": 1, "eta_w": 1.0, "clip": 2.0, "radius": 2.0},
-            "checkpoint_every": 1}
+    base = {
+        "method": "steffle",
+        "fairness": "dp",
+        "num_silos": 3,
+        "h": 0.75,
+        "epsilons": [3],
+        "train": {"batch": 64, "epochs": 2, "eval_every": 1, "eta_w": 1.0, "clip": 2.0, "radius": 2.0},
+        "checkpoint_every": 1,
+    }
 
     def run(lambdas):
         job = make_job({**base, "lambdas": lambdas}, outputs, {"data": str(data), "partition": str(part)}, seeds=[0, 1])
@@ -160,10 +179,9 @@ def test_adding_a_lambda_trains_only_the_new_cells(tmp_path, caplog):
     assert set(grown["lam"]) == {0.0, 1.0, 2.0}
     old = grown[grown["lam"].isin([0.0, 1.0])].reset_index(drop=True)
     pd.testing.assert_frame_equal(old, first.reset_index(drop=True))
-    alone, _ = run([2.0])                                          # cached: the same numbers as trained alone
-    pd.testing.assert_frame_equal(alone.reset_index(drop=True),
-                                  grown[grown["lam"] == 2.0].reset_index(drop=True))
-    for path in (out / ".cells").iterdir():                         # torn cache files are trained again
+    alone, _ = run([2.0])  # cached: the same numbers as trained alone
+    pd.testing.assert_frame_equal(alone.reset_index(drop=True), grown[grown["lam"] == 2.0].reset_index(drop=True))
+    for path in (out / ".cells").iterdir():  # torn cache files are trained again
         path.write_bytes(b"torn")
     again, s3 = run([0.0, 1.0, 2.0])
     assert (s3["cells_trained"], s3["cells_cached"]) == (3, 0)
@@ -180,11 +198,23 @@ def test_a_job_checkpoints_every_checkpoint_every_epochs(tmp_path, monkeypatch):
     saved = []
     monkeypatch.setattr(Checkpoint, "save", lambda self, algorithm, done, rows: saved.append(done))
     data, part = prepared_synthetic(tmp_path)
-    spec = {"method": "fedavg", "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": ["inf"], "lambdas": [0.0],
-            "train": {"batch": 64, "epochs": 5, "eval_every": 5}, "checkpoint_every": 2}
+    spec = {
+        "method": "fedavg",
+        "fairness": "dp",
+        "num_silos": 3,
+        "h": 0.75,
+        "epsilons": ["inf"],
+        "lambdas": [0.0],
+        "train": {"batch": 64, "epochs": 5, "eval_every": 5},
+        "checkpoint_every": 2,
+    }
     out = tmp_path / "steffle" / "runs" / "synthetic_tabular" / "fedavg" / "N3_h0.75" / "s0_1"
-    job = make_job(spec, {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
-                   {"data": str(data), "partition": str(part)}, seeds=[0, 1])
+    job = make_job(
+        spec,
+        {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+        {"data": str(data), "partition": str(part)},
+        seeds=[0, 1],
+    )
     jobs.run_job(job)
     assert saved == [2, 4, 5]
 
@@ -195,14 +225,25 @@ def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_numbers(tmp_path, 
     from fedrepro.pipeline import make_job
 
     data, part = prepared_synthetic(tmp_path)
-    spec = {"method": "steffle", "fairness": "dp", "num_silos": 3, "h": 0.75, "epsilons": [3], "lambdas": [0.0, 1.0],
-            "train": {"batch": 64, "epochs": 3, "eval_every": 1, "eta_w": 1.0, "clip": 2.0, "radius": 2.0},
-            "checkpoint_every": 1}
+    spec = {
+        "method": "steffle",
+        "fairness": "dp",
+        "num_silos": 3,
+        "h": 0.75,
+        "epsilons": [3],
+        "lambdas": [0.0, 1.0],
+        "train": {"batch": 64, "epochs": 3, "eval_every": 1, "eta_w": 1.0, "clip": 2.0, "radius": 2.0},
+        "checkpoint_every": 1,
+    }
 
     def run(folder):
         out = tmp_path / folder / "steffle" / "runs" / "synthetic_tabular" / "steffle" / "dp_N3_h0.75" / "s0_1"
-        job = make_job(spec, {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
-                       {"data": str(data), "partition": str(part)}, seeds=[0, 1])
+        job = make_job(
+            spec,
+            {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
+            {"data": str(data), "partition": str(part)},
+            seeds=[0, 1],
+        )
         jobs.run_job(job)
         return pd.read_parquet(out / "metrics.parquet")
 
@@ -220,4 +261,4 @@ def test_a_killed_job_resumes_from_its_checkpoint_to_the_same_numbers(tmp_path, 
         run("killed")
     epochs_run.append("restart")
     pd.testing.assert_frame_equal(run("killed"), whole)
-    assert epochs_run == [1, 2, "restart", 3]               # only the epoch after the last checkpoint ran again
+    assert epochs_run == [1, 2, "restart", 3]  # only the epoch after the last checkpoint ran again

@@ -16,12 +16,12 @@ from fedrepro.privacy import steffle as accounting
 
 from .helpers import ServerInbox, synthetic
 
-CREDIT = dict(delta=1 / 22500 ** 2, rounds=1200, silo_sizes=[7500] * 3, rho=0.396, batch=256)
+CREDIT = dict(delta=1 / 22500**2, rounds=1200, silo_sizes=[7500] * 3, rho=0.396, batch=256)
 
 
 def test_theorem_33_reference_row_and_scaling():
     rec = accounting.steffle_noise(1, clip=5, radius=5, **CREDIT)
-    assert rec["sigma_w"][0] == pytest.approx(0.1314, abs=1e-4)          # Theorem 3.3 by hand: Credit N=3 eps=1
+    assert rec["sigma_w"][0] == pytest.approx(0.1314, abs=1e-4)  # Theorem 3.3 by hand: Credit N=3 eps=1
     assert rec["sigma_theta"][0] == pytest.approx(25 * rec["sigma_w"][0])
     assert rec["preconditions_hold"]
     three = accounting.steffle_noise(3, clip=5, radius=5, **CREDIT)
@@ -35,7 +35,7 @@ def test_theorem_33_reference_row_and_scaling():
 def test_central_noise_is_dp_fermi():
     """N = 1 with n~ = n: the SteFFLe formula is DP-FERMI's central noise (Lowy et al. 2023;
     SteFFLe Section 5 compares with it as the N = 1 case)."""
-    central = accounting.steffle_noise(1, 1 / 22500 ** 2, 3520, [22500], 0.396, 1.0, 1.0, 256)
+    central = accounting.steffle_noise(1, 1 / 22500**2, 3520, [22500], 0.396, 1.0, 1.0, 256)
     assert central["sigma_w"][0] == pytest.approx(0.0750, abs=1e-4)
 
 
@@ -84,7 +84,7 @@ def test_cell_coefficients_give_the_penalty_gradients(fairness):
     p, r, rz = _rates_objective(data, th, fairness)
     cells = trainer.cells_of
     for A_fn, obj_fn in (
-        (lambda r, rz: 2 * (r - rz), lambda r, rz: ((r - rz) ** 2).sum()),                  # Ling (FedFair-style)
+        (lambda r, rz: 2 * (r - rz), lambda r, rz: ((r - rz) ** 2).sum()),  # Ling (FedFair-style)
         (lambda r, rz: 0.7 * torch.sign(r - rz), lambda r, rz: (0.7 * (r - rz).abs()).sum()),  # Tran (Lagrangian)
     ):
         (auto,) = torch.autograd.grad(obj_fn(r, rz), th, retain_graph=True)
@@ -116,6 +116,7 @@ def test_tran_dual_ascent_raises_multipliers_and_lowers_violation():
 
 
 # ----------------------------------------------------------------------------- FedFDP (Ling et al. 2024)
+
 
 def _fdp_step(data, lam, z, noise, global_loss=0.4, **cfg):
     """One FedFDP round from a fixed state (theta, global loss) on fixed full-size batches."""
@@ -153,10 +154,12 @@ def test_fedfdp_reweights_each_clipped_gradient_by_its_loss_gap():
         expected = total / 16
         assert torch.allclose(got[(f"silo{j}", "model_update")][0, 0].double(), expected, atol=1e-5)
         new = th0 - 0.25 * expected
-        after = torch.nn.functional.binary_cross_entropy_with_logits(data.x[rows].double() @ new,
-                                                                     data.y[rows].double(), reduction="none")
-        assert got[(f"silo{j}", "loss_stat")][0, 0].item() == pytest.approx(after.clamp(max=B).sum().item() / 16,
-                                                                           rel=1e-4)
+        after = torch.nn.functional.binary_cross_entropy_with_logits(
+            data.x[rows].double() @ new, data.y[rows].double(), reduction="none"
+        )
+        assert got[(f"silo{j}", "loss_stat")][0, 0].item() == pytest.approx(
+            after.clamp(max=B).sum().item() / 16, rel=1e-4
+        )
     sizes = torch.tensor(data.silo_sizes, dtype=torch.float32)
     stats = torch.stack([got[(f"silo{j}", "loss_stat")][0, 0] for j in range(N)])
     assert tr.global_loss[0, 0].item() == pytest.approx(float((sizes / sizes.sum()) @ stats), rel=1e-5)

@@ -35,11 +35,19 @@ def _replay(data, twin_data, cfg, sigma_theta, sigma_w, twin_sigmas, seeds=(0,),
     """
     N = data.num_silos
     a_wire, b_wire = ServerInbox(), ServerInbox()
-    a = SteffleTrainer(data, cfg, list(seeds), [lam], np.full((1, N), sigma_theta), np.full((1, N), sigma_w),
-                       wire=a_wire)
-    b = SteffleTrainer(twin_data, cfg, list(seeds), [lam], np.full((1, N), twin_sigmas[0]),
-                       np.full((1, N), twin_sigmas[1]), wire=b_wire)
-    b.inv_sqrt_p = a.inv_sqrt_p               # P_S is public: the same in both worlds
+    a = SteffleTrainer(
+        data, cfg, list(seeds), [lam], np.full((1, N), sigma_theta), np.full((1, N), sigma_w), wire=a_wire
+    )
+    b = SteffleTrainer(
+        twin_data,
+        cfg,
+        list(seeds),
+        [lam],
+        np.full((1, N), twin_sigmas[0]),
+        np.full((1, N), twin_sigmas[1]),
+        wire=b_wire,
+    )
+    b.inv_sqrt_p = a.inv_sqrt_p  # P_S is public: the same in both worlds
     own_step = a.step
 
     def step(t, local, weight, noise):
@@ -59,16 +67,20 @@ def test_noise_on_the_wire_is_sigma_fresh_every_round_and_only_on_sensitive_mess
     rounds = sorted({k[0] for k in noisy})
     assert len(rounds) > 5
     for kind, sigma in (("sens_grad_theta", sig_t), ("sens_grad_w", sig_w)):
-        per_round = torch.stack([torch.stack([noisy[(t, f"silo{j}", kind)] - clean[(t, f"silo{j}", kind)]
-                                              for j in range(3)]) for t in rounds])   # (T, N, S, G, ...)
+        per_round = torch.stack(
+            [
+                torch.stack([noisy[(t, f"silo{j}", kind)] - clean[(t, f"silo{j}", kind)] for j in range(3)])
+                for t in rounds
+            ]
+        )  # (T, N, S, G, ...)
         assert per_round.std().item() == pytest.approx(sigma, rel=0.06), kind
         # fresh draws: consecutive rounds (and silos) are uncorrelated, no round repeats another's noise
         flat = per_round.flatten(1)
         corr = torch.corrcoef(flat)
         off = corr[~torch.eye(len(flat), dtype=torch.bool)]
-        assert off.abs().max().item() < 0.6 and off.abs().mean().item() < 0.2, kind   # reused draw: 1
+        assert off.abs().max().item() < 0.6 and off.abs().mean().item() < 0.2, kind  # reused draw: 1
         assert per_round[:, 0].flatten(1).std(0).min().item() > 0
-    for t in rounds:                                                  # the loss gradient carries no noise
+    for t in rounds:  # the loss gradient carries no noise
         for j in range(3):
             assert torch.equal(noisy[(t, f"silo{j}", "loss_grad")], clean[(t, f"silo{j}", "loss_grad")])
 
@@ -90,7 +102,7 @@ def test_one_sensitive_attribute_moves_each_release_by_at_most_the_accounted_sen
     base, flipped = _replay(data, _flip_one(data, target), cfg, 0.0, 0.0, (0.0, 0.0), seeds=range(3))
     m = BatchSchedule(data.silo_sizes, cfg.batch).batch
     tr = SteffleTrainer(data, cfg, [0], [1.0], np.zeros((1, 2)), np.zeros((1, 2)))
-    p = 1.0 / tr.inv_sqrt_p.double() ** 2                              # (Z, k) public group frequencies
+    p = 1.0 / tr.inv_sqrt_p.double() ** 2  # (Z, k) public group frequencies
     bound_w = (2 * torch.sqrt(1 / p[..., 0] + 1 / p[..., 1]) / m).max().item()
     moved_theta, moved_w = [], []
     for (t, silo, kind), value in base.items():
@@ -102,7 +114,7 @@ def test_one_sensitive_attribute_moves_each_release_by_at_most_the_accounted_sen
         else:
             moved_w.append(diff.flatten(-2).norm(dim=-1).max().item())
     assert max(moved_theta) <= 2 * cfg.clip / m * (1 + 1e-5)
-    assert max(moved_theta) > 0.5 * 2 * cfg.clip / m                  # clipping is active, the sample counts
+    assert max(moved_theta) > 0.5 * 2 * cfg.clip / m  # clipping is active, the sample counts
     assert max(moved_w) <= bound_w * (1 + 1e-5)
     assert max(moved_w) > 0
 
@@ -120,7 +132,7 @@ def test_poisson_batches_have_the_accounted_rate_and_binomial_sizes():
         for j in range(2):
             for r in range(sched.rounds_per_epoch):
                 chosen = idx[j, r][w[j, r] > 0]
-                assert len(torch.unique(chosen)) == len(chosen)       # no sample twice in a batch
+                assert len(torch.unique(chosen)) == len(chosen)  # no sample twice in a batch
                 member[j][chosen] += 1
                 sizes[j].append(len(chosen))
     rounds = epochs * sched.rounds_per_epoch
@@ -145,8 +157,7 @@ def test_realised_epsilon_is_the_joint_subsampled_gaussian_of_what_runs():
     assert rec["realised_epsilon"] > alone
     assert rec["sampling"] == "poisson" and "exactly" in rec["sampling_note"]
     # compat_refcode: the same sigma against a batch SUM is (almost) no privacy, and lambda = 0 releases nothing
-    compat = accounting.steffle_noise(2, delta, T, [n_j], rho, clip, radius, m, compat_refcode=True,
-                                      lambdas=[0.0, 1.0])
+    compat = accounting.steffle_noise(2, delta, T, [n_j], rho, clip, radius, m, compat_refcode=True, lambdas=[0.0, 1.0])
     assert compat["realised_by_lambda"]["0.0"] == 0.0
     assert compat["realised_epsilon"] > 50 * rec["realised_epsilon"]
     assert math.isinf(accounting.joint_multiplier([1.0, 0.0], [0.0, 0.0]))
@@ -165,7 +176,8 @@ def test_calibrated_noise_meets_the_label_where_the_theorem_overshoots():
     k = calibrated["theorem_scale"]
     assert k > 1 and calibrated["sigma_w"] == pytest.approx([k * v for v in theorem["sigma_w"]])
     assert calibrated["sigma_theta"][1] / calibrated["sigma_w"][1] == pytest.approx(
-        theorem["sigma_theta"][1] / theorem["sigma_w"][1])
+        theorem["sigma_theta"][1] / theorem["sigma_w"][1]
+    )
     with pytest.raises(ValueError, match="noise"):
         accounting.steffle_noise(3, noise="exact", **args)
 
@@ -177,11 +189,12 @@ def _trainers(data, sigma):
     from fedrepro.algorithms.steffle.tran2021 import TranTrainer
 
     N, base = data.num_silos, BaselineConfig(batch=32, epochs=2, eval_every=2)
-    return {"steffle": SteffleTrainer(data, _cfg(batch=32), [0, 1], [1.0], np.full((1, N), sigma),
-                                      np.full((1, N), sigma)),
-            "tran2021": TranTrainer(data.centralised(), base, [0, 1], [1.0], [sigma]),
-            "ling2024": FedFDPTrainer(data, base, [0, 1], [1.0], [sigma]),
-            "ling2024_groupgap": GroupGapTrainer(data, base, [0, 1], [1.0], [sigma])}
+    return {
+        "steffle": SteffleTrainer(data, _cfg(batch=32), [0, 1], [1.0], np.full((1, N), sigma), np.full((1, N), sigma)),
+        "tran2021": TranTrainer(data.centralised(), base, [0, 1], [1.0], [sigma]),
+        "ling2024": FedFDPTrainer(data, base, [0, 1], [1.0], [sigma]),
+        "ling2024_groupgap": GroupGapTrainer(data, base, [0, 1], [1.0], [sigma]),
+    }
 
 
 def test_every_noise_draw_goes_through_the_mechanism(monkeypatch):

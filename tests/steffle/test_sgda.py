@@ -31,8 +31,16 @@ def _trainer(data, seeds=(0,), lam=(0.0, 1.0), sigma=0.0, wire=None, protocol=Fa
     G, N = len(lam), data.num_silos
     base = dict(batch=32, epochs=2, eta_w=0.1, eval_every=1, clip=1.0, radius=1.0)
     base.update(cfg)
-    return SteffleTrainer(data, SGDAConfig(**base), list(seeds), lam, np.full((G, N), sigma),
-                          np.full((G, N), sigma), wire=wire, protocol=protocol)
+    return SteffleTrainer(
+        data,
+        SGDAConfig(**base),
+        list(seeds),
+        lam,
+        np.full((G, N), sigma),
+        np.full((G, N), sigma),
+        wire=wire,
+        protocol=protocol,
+    )
 
 
 def test_server_receives_only_the_three_silo_messages():
@@ -62,7 +70,9 @@ def test_protocol_mode_equals_fast_mode(compat, fairness):
     assert torch.allclose(fast.extra["W"], slow.extra["W"], atol=1e-5)
     assert fast.extra["W"].shape[2] == (2 if fairness == "eo" else 1)
     if compat:  # only the ref-code's single W entry moves
-        assert (fast.extra["W"][..., 0, 1] != 0).any() and (fast.extra["W"].sum((-2, -1)) == fast.extra["W"][..., 0, 1]).all()
+        assert (fast.extra["W"][..., 0, 1] != 0).any() and (
+            fast.extra["W"].sum((-2, -1)) == fast.extra["W"][..., 0, 1]
+        ).all()
 
 
 def _sgd_reference(data, seed, cfg, epochs):
@@ -80,7 +90,10 @@ def _sgd_reference(data, seed, cfg, epochs):
                 rows = idx[local[j, r][weight[j, r] > 0]]
                 xb, yb = data.x[rows], data.y[rows].float()
                 theta_req = theta.clone().requires_grad_(True)
-                loss = torch.nn.functional.binary_cross_entropy_with_logits(xb @ theta_req, yb, reduction="sum") / sched.batch
+                loss = (
+                    torch.nn.functional.binary_cross_entropy_with_logits(xb @ theta_req, yb, reduction="sum")
+                    / sched.batch
+                )
                 grads.append(torch.autograd.grad(loss, theta_req)[0])
             theta = theta - eta * torch.stack(grads).mean(0)
     return theta
@@ -96,7 +109,7 @@ def test_lambda_zero_sigma_zero_is_sgd_or_fedsgd(silos):
 
 def test_stochastic_gradient_is_unbiased():
     """Enumerate every pair of size-m batches of two silos (sigma = 0): the mean server step is grad F."""
-    data = synthetic(n=16, silos=2, d=3)          # 12 training points, 6 per silo
+    data = synthetic(n=16, silos=2, d=3)  # 12 training points, 6 per silo
     m, lam = 2, 1.5
     combos = list(itertools.product(itertools.combinations(range(6), m), repeat=2))
     tr = _trainer(data, seeds=tuple(range(len(combos))), lam=(lam,), batch=m, clip=1e6, radius=10.0)
@@ -107,15 +120,19 @@ def test_stochastic_gradient_is_unbiased():
     tr.W[:] = W0
     local = torch.tensor([[list(a), list(b)] for a, b in combos])
     weight = torch.ones(len(combos), 2, m)
-    tr.step(0, local, weight, {"u": torch.zeros(len(combos), 2, len(theta0)), "V": torch.zeros(len(combos), 2, 1, 2, 2)})
+    tr.step(
+        0, local, weight, {"u": torch.zeros(len(combos), 2, len(theta0)), "V": torch.zeros(len(combos), 2, 1, 2, 2)}
+    )
     mean_step = (theta0 - tr.theta[:, 0]).mean(0) / 0.25
     # full-data gradient of F(theta, W) = mean BCE + lam * mean psi (autograd)
     th = theta0.clone().requires_grad_(True)
     rows = torch.cat(data.silos)
     logits = data.x[rows] @ th
     S, Zs = fermi.onehot(data.s[rows], 2), fermi.onehot(torch.zeros_like(rows), 1)
-    obj = torch.nn.functional.binary_cross_entropy_with_logits(logits, data.y[rows].float()) + \
-        lam * fermi.psi(fermi.logistic_probs(logits), S, Zs, W0, tr.inv_sqrt_p).mean()
+    obj = (
+        torch.nn.functional.binary_cross_entropy_with_logits(logits, data.y[rows].float())
+        + lam * fermi.psi(fermi.logistic_probs(logits), S, Zs, W0, tr.inv_sqrt_p).mean()
+    )
     (full,) = torch.autograd.grad(obj, th)
     assert torch.allclose(mean_step, full, atol=1e-5)
 
@@ -129,10 +146,10 @@ def test_noise_on_sensitive_messages_and_its_average():
         _trainer(data, seeds=tuple(range(40)), lam=(1.0,), sigma=sig, wire=wire, epochs=1).run()
         sent[name] = {(r, s, k): p for r, s, _, k, p in wire.payloads if r == 0 and _ == "server"}
     diffs = [sent["noisy"][key] - sent["clean"][key] for key in sent["clean"] if key[2] == "sens_grad_theta"]
-    noise = torch.stack(diffs)                                        # (N, S, G, D) at round 0
+    noise = torch.stack(diffs)  # (N, S, G, D) at round 0
     assert noise.std().item() == pytest.approx(sigma, rel=0.05)
-    assert noise.mean(0).var().item() == pytest.approx(sigma ** 2 / 3, rel=0.1)   # server average: sigma^2/N
-    for key in sent["clean"]:                                         # loss gradients carry no noise
+    assert noise.mean(0).var().item() == pytest.approx(sigma**2 / 3, rel=0.1)  # server average: sigma^2/N
+    for key in sent["clean"]:  # loss gradients carry no noise
         if key[2] == "loss_grad":
             assert torch.equal(sent["clean"][key], sent["noisy"][key])
 
@@ -178,7 +195,7 @@ def test_kill_and_resume_is_exact(tmp_path, every, kill):
     assert [e for e, _ in resumed.history] == [1, 2, 3, 4]
     for (_, got), (_, want) in zip(resumed.history, full.history):
         assert all(np.array_equal(got[k], want[k]) for k in want)
-    assert [f.name for f in tmp_path.iterdir()] == ["state.pt"]          # written by rename: no temporary left
+    assert [f.name for f in tmp_path.iterdir()] == ["state.pt"]  # written by rename: no temporary left
 
 
 def test_a_torn_checkpoint_trains_from_the_start(tmp_path):
@@ -186,9 +203,9 @@ def test_a_torn_checkpoint_trains_from_the_start(tmp_path):
     full = _trainer(data, sigma=0.2, epochs=3).run()
     ckpt = Checkpoint(tmp_path / "state.pt", every=1, minutes=None)
     _trainer(data, sigma=0.2, epochs=3).run(ckpt)
-    ckpt.path.write_bytes(ckpt.path.read_bytes()[:100])               # a torn file (e.g. a disk fault)
+    ckpt.path.write_bytes(ckpt.path.read_bytes()[:100])  # a torn file (e.g. a disk fault)
     again = _trainer(data, sigma=0.2, epochs=3).run(Checkpoint(ckpt.path, every=1, minutes=None))
-    assert torch.equal(full.theta, again.theta)                       # detected, dropped, trained from the start
+    assert torch.equal(full.theta, again.theta)  # detected, dropped, trained from the start
 
 
 def test_iterate_choices():
@@ -197,9 +214,9 @@ def test_iterate_choices():
     rnd = _trainer(data, epochs=4, iterate="random").run()
     avg = _trainer(data, epochs=4, iterate="refcode_avg").run()
     np.testing.assert_allclose(final.final["error"], final.history[-1][1]["error"])
-    np.testing.assert_allclose(avg.final["error"], avg.history[-1][1]["error"])   # shorter than 20 epochs: last
+    np.testing.assert_allclose(avg.final["error"], avg.history[-1][1]["error"])  # shorter than 20 epochs: last
     long = _trainer(data, epochs=30, eval_every=10, batch=128, iterate="refcode_avg").run()
-    assert [e for e, _ in long.history] == [10, 20, 30]                # the authors average epochs 20 and 30
+    assert [e for e, _ in long.history] == [10, 20, 30]  # the authors average epochs 20 and 30
     np.testing.assert_allclose(long.final["error"], np.mean([m["error"] for e, m in long.history[1:]], 0))
     assert rnd.final["error"].shape == final.final["error"].shape
 
@@ -226,7 +243,7 @@ def test_compat_refcode_numbers_groups_per_silo_as_the_authors_loader():
     data = synthetic(n=400)
     s = data.s.numpy()
     starts = [int(s[idx.min()]) for idx in data.silos]
-    if len(set(starts)) == 1:                                   # make the silos disagree on "group 0"
+    if len(set(starts)) == 1:  # make the silos disagree on "group 0"
         j = int(data.silos[1].min())
         data.s[j] = 1 - data.s[j]
         s = data.s.numpy()
@@ -237,9 +254,9 @@ def test_compat_refcode_numbers_groups_per_silo_as_the_authors_loader():
         np.testing.assert_array_equal(tr.cells_of[rows].numpy(), [order[v] for v in s[rows]])
     global_order = {v: i for i, v in enumerate(pd.unique(s))}
     p0 = np.mean([global_order[v] == 0 for v in s])
-    assert tr.inv_sqrt_p[0, 0].item() == pytest.approx(p0 ** -0.5, rel=1e-6)
-    assert len({int(tr.cells_of[idx.min()]) for idx in data.silos}) == 1   # every silo's first row is its group 0
-    assert not torch.equal(tr.cells_of, data.s)                           # which is not one global numbering
+    assert tr.inv_sqrt_p[0, 0].item() == pytest.approx(p0**-0.5, rel=1e-6)
+    assert len({int(tr.cells_of[idx.min()]) for idx in data.silos}) == 1  # every silo's first row is its group 0
+    assert not torch.equal(tr.cells_of, data.s)  # which is not one global numbering
 
 
 def test_capped_w_step_keeps_the_ascent_stable_where_the_fixed_step_flips():
@@ -249,8 +266,9 @@ def test_capped_w_step_keeps_the_ascent_stable_where_the_fixed_step_flips():
     data = synthetic(n=1200)
     runs = {}
     for rule in ("capped", "fixed"):
-        runs[rule] = _trainer(data, seeds=(0,), lam=(0.5, 4.0), epochs=2, batch=64, eta_w=1.0, clip=2.0,
-                              radius=2.0, w_step=rule).run()
+        runs[rule] = _trainer(
+            data, seeds=(0,), lam=(0.5, 4.0), epochs=2, batch=64, eta_w=1.0, clip=2.0, radius=2.0, w_step=rule
+        ).run()
     capped, fixed = (runs[r].history[-1][1] for r in ("capped", "fixed"))
     assert capped["w_flip_rate"].max() == 0.0
     assert fixed["w_flip_rate"][0, 1] > 0.9 and fixed["w_radius_share"][0, 1] == 1.0

@@ -3,7 +3,6 @@
 # `audit` (small n) is part of the default run; `audit_full` (make audit) is the tight version.
 from fedrepro.report.audit import SETTINGS as AUDIT_SETTINGS
 
-
 AUDIT_ENTRY = "fedrepro.report.audit:write_audit"
 
 
@@ -15,13 +14,13 @@ rule audit:
         md=f"{RESULTS}/privacy/audit.md",
     log:
         f"{RESULTS}/logs/privacy/audit.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry=AUDIT_ENTRY,
         spec={"level": "quick", "settings": AUDIT_SETTINGS["quick"]},
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -34,13 +33,13 @@ rule audit_full:
         md=f"{RESULTS}/privacy/audit_full.md",
     log:
         f"{RESULTS}/logs/privacy/audit_full.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **{**cpu_resources(), "runtime": 180},  # minutes: the full audit takes tens of CPU-minutes
     params:
         entry=AUDIT_ENTRY,
         spec={"level": "full", "settings": AUDIT_SETTINGS["full"]},
-    resources:
-        **{**cpu_resources(), "runtime": 180},  # minutes: the full audit takes tens of CPU-minutes
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 

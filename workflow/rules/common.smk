@@ -50,8 +50,10 @@ def check_code_inputs(rules):
     """Fail at parse time when a rule runs the package (`params.entry`) without `code` input."""
     missing = [rule.name for rule in rules if "entry" in rule.params.keys() and "code" not in rule.input.keys()]
     if missing:
-        raise ValueError(f"rule(s) {missing} run fedrepro code but have no code input: "
-                         "add `code=code_for(<the entry>)` to their input")
+        raise ValueError(
+            f"rule(s) {missing} run fedrepro code but have no code input: "
+            "add `code=code_for(<the entry>)` to their input"
+        )
 
 
 def planned_run(runs_by_key, wildcards):

@@ -10,11 +10,11 @@ rule download:
         marker=f"{DATA_ROOT}/{{dataset}}/.complete",
     log:
         f"{RESULTS}/logs/download/{{dataset}}.log",
+    conda:
+        CONDA_ENV
     params:
         entry="fedrepro.data.jobs:download_job",
         spec=lambda w: {"dataset": w.dataset, "data_root": DATA_ROOT},
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -29,14 +29,17 @@ rule prepare:
         meta=f"{RESULTS}/data/{{dataset}}/meta.json",
     log:
         f"{RESULTS}/logs/prepare/{{dataset}}.log",
-    params:
-        entry="fedrepro.data.jobs:prepare_job",
-        spec=lambda w: {"data_root": DATA_ROOT, "options": config["datasets"].get(w.dataset, {}),
-                        "builder": BUILDERS[w.dataset]},
-    resources:
-        **cpu_resources(),
     conda:
         CONDA_ENV
+    resources:
+        **cpu_resources(),
+    params:
+        entry="fedrepro.data.jobs:prepare_job",
+        spec=lambda w: {
+            "data_root": DATA_ROOT,
+            "options": config["datasets"].get(w.dataset, {}),
+            "builder": BUILDERS[w.dataset],
+        },
     script:
         ENTRY
 
@@ -49,11 +52,11 @@ rule partition:
         partition=f"{RESULTS}/partitions/{{dataset}}/{{tag}}.npz",
     log:
         f"{RESULTS}/logs/partition/{{dataset}}/{{tag}}.log",
-    params:
-        entry="fedrepro.data.partition:partition_job",
-    resources:
-        **cpu_resources(),
     conda:
         CONDA_ENV
+    resources:
+        **cpu_resources(),
+    params:
+        entry="fedrepro.data.partition:partition_job",
     script:
         ENTRY

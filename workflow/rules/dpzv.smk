@@ -33,14 +33,14 @@ rule dpzv_train:
         method="[^/]+",
         setting="[^/]+",
         seeds="s[0-9_]+",
-    params:
-        entry=lambda w: dpzv_methods("dpzv")[w.method],
-        spec=lambda w: planned_run(DPZV, w).spec,
+    conda:
+        CONDA_ENV
     threads: config["resources"]["train"]["threads"]
     resources:
         **train_resources(),
-    conda:
-        CONDA_ENV
+    params:
+        entry=lambda w: dpzv_methods("dpzv")[w.method],
+        spec=lambda w: planned_run(DPZV, w).spec,
     script:
         ENTRY
 
@@ -55,14 +55,14 @@ rule dpzv_memory:
         json=f"{DPZV_OUT}/memory/{{dataset}}.json",
     log:
         f"{RESULTS}/logs/dpzv/memory_{{dataset}}.log",
-    params:
-        entry="fedrepro.algorithms.dpzv.memory:memory_job",
-        spec=lambda w: dpzv_plan.memory_spec(config, w.dataset),
+    conda:
+        CONDA_ENV
     threads: config["resources"]["train"]["threads"]
     resources:
         **train_resources(),
-    conda:
-        CONDA_ENV
+    params:
+        entry="fedrepro.algorithms.dpzv.memory:memory_job",
+        spec=lambda w: dpzv_plan.memory_spec(config, w.dataset),
     script:
         ENTRY
 
@@ -74,17 +74,17 @@ rule dpzv_figure:
     output:
         png=report(f"{DPZV_OUT}/figures/{{figure}}.png", caption="../report/dpzv.rst", category="DPZV"),
         pdf=f"{DPZV_OUT}/figures/{{figure}}.pdf",
-    wildcard_constraints:
-        figure="|".join(dpzv_plan.FIGURE_JOBS),
     log:
         f"{RESULTS}/logs/dpzv/{{figure}}.log",
+    wildcard_constraints:
+        figure="|".join(dpzv_plan.FIGURE_JOBS),
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry=lambda w: f"fedrepro.report.dpzv:{dpzv_plan.FIGURE_JOBS[w.figure]}",
         spec=lambda w: dpzv_plan.report_spec(config, dpzv_plan.FIGURE_JOBS[w.figure]),
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -97,17 +97,17 @@ rule dpzv_table:
         md=f"{DPZV_OUT}/tables/{{table}}.md",
         csv=f"{DPZV_OUT}/tables/{{table}}.csv",
         tex=f"{DPZV_OUT}/tables/{{table}}.tex",
-    wildcard_constraints:
-        table="|".join(dpzv_plan.TABLE_JOBS),
     log:
         f"{RESULTS}/logs/dpzv/table_{{table}}.log",
+    wildcard_constraints:
+        table="|".join(dpzv_plan.TABLE_JOBS),
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry=lambda w: f"fedrepro.report.dpzv:{dpzv_plan.TABLE_JOBS[w.table]}",
         spec=lambda w: dpzv_plan.report_spec(config, dpzv_plan.TABLE_JOBS[w.table]),
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -125,13 +125,13 @@ rule dpzv_claims:
         privacy_tex=f"{DPZV_OUT}/tables/privacy.tex",
     log:
         f"{RESULTS}/logs/dpzv/claims.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.dpzv:claims",
         spec=dpzv_plan.report_spec(config, "claims"),
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -144,6 +144,6 @@ PAPER_TARGETS["dpzv"] = [
 
 
 rule dpzv:
-    localrule: True
     input:
         PAPER_TARGETS["dpzv"],
+    localrule: True

@@ -10,9 +10,7 @@ FEDAL_RUN = "{dataset}/{method}/{setting}/{seeds}"
 FEDAL_TABLES = "|".join(fedal_plan.TABLES)
 FEDAL_RUN_FIGURES = "|".join(name for name in fedal_plan.FIGURES if name != "fig4")
 FEDAL_INPUTS = {
-    name: run_folders("fedal", fedal_plan.output_runs(config, name))
-    for name in fedal_plan.OUTPUTS
-    if name != "fig4"
+    name: run_folders("fedal", fedal_plan.output_runs(config, name)) for name in fedal_plan.OUTPUTS if name != "fig4"
 }
 FEDAL_FIG4 = fedal_plan.fig4_partitions(config)
 
@@ -27,14 +25,14 @@ rule fedal_train:
         summary=f"{FEDAL_OUT}/runs/{FEDAL_RUN}/summary.json",
     log:
         f"{RESULTS}/logs/fedal/{FEDAL_RUN}.log",
-    params:
-        entry=lambda w: methods("fedal")[w.method],
-        spec=lambda w: planned_run(FEDAL, w).spec,
+    conda:
+        CONDA_ENV
     threads: config["resources"]["train"]["threads"]
     resources:
         **train_resources(),
-    conda:
-        CONDA_ENV
+    params:
+        entry=lambda w: methods("fedal")[w.method],
+        spec=lambda w: planned_run(FEDAL, w).spec,
     script:
         ENTRY
 
@@ -47,17 +45,17 @@ rule fedal_table:
         md=f"{FEDAL_OUT}/tables/{{name}}.md",
         csv=f"{FEDAL_OUT}/tables/{{name}}.csv",
         tex=f"{FEDAL_OUT}/tables/{{name}}.tex",
-    wildcard_constraints:
-        name=FEDAL_TABLES,
     log:
         f"{RESULTS}/logs/fedal/{{name}}.log",
+    wildcard_constraints:
+        name=FEDAL_TABLES,
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedal:table",
         spec=lambda w: fedal_plan.report_spec(config, w.name),
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -70,17 +68,17 @@ rule fedal_run_figure:
     output:
         png=report(f"{FEDAL_OUT}/figures/{{name}}.png", caption="../report/fedal.rst", category="FedAL"),
         pdf=f"{FEDAL_OUT}/figures/{{name}}.pdf",
-    wildcard_constraints:
-        name=FEDAL_RUN_FIGURES,
     log:
         f"{RESULTS}/logs/fedal/{{name}}.log",
+    wildcard_constraints:
+        name=FEDAL_RUN_FIGURES,
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedal:figure",
         spec=lambda w: fedal_plan.report_spec(config, w.name),
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -95,13 +93,13 @@ rule fedal_fig4:
         pdf=f"{FEDAL_OUT}/figures/fig4.pdf",
     log:
         f"{RESULTS}/logs/fedal/fig4.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedal:partition_figure",
         spec=fedal_plan.report_spec(config, "fig4"),
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -124,9 +122,9 @@ for _output, _target in FEDAL_TARGETS.items():
     rule:
         name:
             "fedal_fig4_target" if _output == "fig4" else f"fedal_{_output}"
-        localrule: True
         input:
             _target,
+        localrule: True
 
 
 localrules:

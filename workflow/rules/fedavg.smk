@@ -19,14 +19,14 @@ rule fedavg_train:
         summary=f"{FEDAVG_OUT}/runs/{FEDAVG_RUN}/summary.json",
     log:
         f"{RESULTS}/logs/fedavg/{FEDAVG_RUN}.log",
-    params:
-        entry=lambda w: methods("fedavg")[w.method],
-        spec=lambda w: planned_run(FEDAVG, w).spec,
+    conda:
+        CONDA_ENV
     threads: config["resources"]["train"]["threads"]
     resources:
         **train_resources(),
-    conda:
-        CONDA_ENV
+    params:
+        entry=lambda w: methods("fedavg")[w.method],
+        spec=lambda w: planned_run(FEDAVG, w).spec,
     script:
         ENTRY
 
@@ -41,18 +41,17 @@ rule fedavg_accuracy_table:
         code=code_for("fedrepro.report.fedavg:accuracy_table"),
     output:
         md=f"{FEDAVG_OUT}/tables/accuracy.md",
-        csv=report(f"{FEDAVG_OUT}/tables/accuracy.csv", caption="../report/fedavg_table.rst",
-                   category="FedAvg"),
+        csv=report(f"{FEDAVG_OUT}/tables/accuracy.csv", caption="../report/fedavg_table.rst", category="FedAvg"),
         tex=f"{FEDAVG_OUT}/tables/accuracy.tex",
     log:
         f"{RESULTS}/logs/fedavg/accuracy_table.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedavg:accuracy_table",
         spec=FEDAVG_REPORT,
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -62,18 +61,17 @@ rule fedavg_accuracy_figure:
         metrics=[f"{folder}/metrics.parquet" for folder in FEDAVG_FOLDERS],
         code=code_for("fedrepro.report.fedavg:accuracy_figure"),
     output:
-        png=report(f"{FEDAVG_OUT}/figures/accuracy.png", caption="../report/fedavg_accuracy.rst",
-                   category="FedAvg"),
+        png=report(f"{FEDAVG_OUT}/figures/accuracy.png", caption="../report/fedavg_accuracy.rst", category="FedAvg"),
         pdf=f"{FEDAVG_OUT}/figures/accuracy.pdf",
     log:
         f"{RESULTS}/logs/fedavg/accuracy_figure.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedavg:accuracy_figure",
         spec=FEDAVG_REPORT,
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -85,6 +83,6 @@ PAPER_TARGETS["fedavg"] = [
 
 
 rule fedavg:
-    localrule: True
     input:
         PAPER_TARGETS["fedavg"],
+    localrule: True

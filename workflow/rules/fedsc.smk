@@ -9,8 +9,11 @@ FEDSC_RUNS = fedsc_plan.runs(config)
 FEDSC = index(FEDSC_RUNS)
 FEDSC_OUT = f"{RESULTS}/fedsc"
 FEDSC_RUN = "{dataset}/{method}/{setting}/{seeds}"
-FEDSC_REPORT = {"scale": config["scale"], "decimals": config["report"]["decimals"],
-                "note": config["fedsc"].get("report_note", "")}
+FEDSC_REPORT = {
+    "scale": config["scale"],
+    "decimals": config["report"]["decimals"],
+    "note": config["fedsc"].get("report_note", ""),
+}
 FEDSC_CELLS = {
     "table2": fedsc_plan.table2_cells(config),
     "table3": fedsc_plan.dp_table_cells(config, "table3"),
@@ -24,8 +27,6 @@ FEDSC_METHODS = "|".join(methods("fedsc"))
 
 
 rule fedsc_pretrain:
-    wildcard_constraints:
-        method=FEDSC_METHODS,
     input:
         data=lambda w: prepared(w.dataset),
         partition=lambda w: partition_file(w.dataset, planned_run(FEDSC, w).partition),
@@ -36,21 +37,21 @@ rule fedsc_pretrain:
         model=f"{FEDSC_OUT}/runs/{FEDSC_RUN}/model.pt",
     log:
         f"{RESULTS}/logs/fedsc/{FEDSC_RUN}.log",
-    params:
-        entry=lambda w: methods("fedsc")[w.method],
-        spec=lambda w: planned_run(FEDSC, w).spec,
+    wildcard_constraints:
+        method=FEDSC_METHODS,
+    conda:
+        CONDA_ENV
     threads: config["resources"]["train"]["threads"]
     resources:
         **train_resources(),
-    conda:
-        CONDA_ENV
+    params:
+        entry=lambda w: methods("fedsc")[w.method],
+        spec=lambda w: planned_run(FEDSC, w).spec,
     script:
         ENTRY
 
 
 rule fedsc_probe:
-    wildcard_constraints:
-        method=FEDSC_METHODS,
     input:
         data=lambda w: prepared(w.dataset),
         model=f"{FEDSC_OUT}/runs/{FEDSC_RUN}/model.pt",
@@ -59,14 +60,16 @@ rule fedsc_probe:
         probe=f"{FEDSC_OUT}/runs/{FEDSC_RUN}/probe.json",
     log:
         f"{RESULTS}/logs/fedsc/{FEDSC_RUN}.probe.log",
-    params:
-        entry=FEDSC_PROBE_ENTRY,
-        spec=lambda w: fedsc_plan.probe_spec(config, planned_run(FEDSC, w)),
+    wildcard_constraints:
+        method=FEDSC_METHODS,
+    conda:
+        CONDA_ENV
     threads: config["resources"]["train"]["threads"]
     resources:
         **train_resources(),
-    conda:
-        CONDA_ENV
+    params:
+        entry=FEDSC_PROBE_ENTRY,
+        spec=lambda w: fedsc_plan.probe_spec(config, planned_run(FEDSC, w)),
     script:
         ENTRY
 
@@ -79,14 +82,14 @@ rule fedsc_random_probe:
         probe=f"{FEDSC_OUT}/runs/{{dataset}}/random_encoder/untrained/{{seeds}}/probe.json",
     log:
         f"{RESULTS}/logs/fedsc/{{dataset}}/random_encoder/untrained/{{seeds}}.probe.log",
-    params:
-        entry=FEDSC_RANDOM_PROBE_ENTRY,
-        spec=lambda w: fedsc_plan.random_probe_spec(config, w.dataset),
+    conda:
+        CONDA_ENV
     threads: config["resources"]["train"]["threads"]
     resources:
         **train_resources(),
-    conda:
-        CONDA_ENV
+    params:
+        entry=FEDSC_RANDOM_PROBE_ENTRY,
+        spec=lambda w: fedsc_plan.random_probe_spec(config, w.dataset),
     script:
         ENTRY
 
@@ -102,13 +105,13 @@ rule fedsc_claims:
         tex=f"{FEDSC_OUT}/tables/claims.tex",
     log:
         f"{RESULTS}/logs/fedsc/claims.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedsc:claims_table",
         spec={**FEDSC_REPORT, "claims": FEDSC_CLAIMS},
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -124,13 +127,13 @@ rule fedsc_table2:
         tex=f"{FEDSC_OUT}/tables/table2.tex",
     log:
         f"{RESULTS}/logs/fedsc/table2.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedsc:probe_table",
         spec={**FEDSC_REPORT, "table": "table2", "cells": FEDSC_CELLS["table2"]},
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -146,14 +149,18 @@ rule fedsc_table3:
         tex=f"{FEDSC_OUT}/tables/table3.tex",
     log:
         f"{RESULTS}/logs/fedsc/table3.log",
-    params:
-        entry="fedrepro.report.fedsc:probe_table",
-        spec={**FEDSC_REPORT, "table": "table3", "cells": FEDSC_CELLS["table3"],
-              "delta": config["fedsc"]["tables"]["table3"]["delta"]},
-    resources:
-        **cpu_resources(),
     conda:
         CONDA_ENV
+    resources:
+        **cpu_resources(),
+    params:
+        entry="fedrepro.report.fedsc:probe_table",
+        spec={
+            **FEDSC_REPORT,
+            "table": "table3",
+            "cells": FEDSC_CELLS["table3"],
+            "delta": config["fedsc"]["tables"]["table3"]["delta"],
+        },
     script:
         ENTRY
 
@@ -169,14 +176,18 @@ rule fedsc_table4:
         tex=f"{FEDSC_OUT}/tables/table4.tex",
     log:
         f"{RESULTS}/logs/fedsc/table4.log",
-    params:
-        entry="fedrepro.report.fedsc:probe_table",
-        spec={**FEDSC_REPORT, "table": "table4", "cells": FEDSC_CELLS["table4"],
-              "delta": config["fedsc"]["tables"]["table4"]["delta"]},
-    resources:
-        **cpu_resources(),
     conda:
         CONDA_ENV
+    resources:
+        **cpu_resources(),
+    params:
+        entry="fedrepro.report.fedsc:probe_table",
+        spec={
+            **FEDSC_REPORT,
+            "table": "table4",
+            "cells": FEDSC_CELLS["table4"],
+            "delta": config["fedsc"]["tables"]["table4"]["delta"],
+        },
     script:
         ENTRY
 
@@ -192,14 +203,18 @@ rule fedsc_table5:
         tex=f"{FEDSC_OUT}/tables/table5.tex",
     log:
         f"{RESULTS}/logs/fedsc/table5.log",
-    params:
-        entry="fedrepro.report.fedsc:probe_table",
-        spec={**FEDSC_REPORT, "table": "table5", "cells": FEDSC_CELLS["table5"],
-              "delta": config["fedsc"]["tables"]["table5"]["delta"]},
-    resources:
-        **cpu_resources(),
     conda:
         CONDA_ENV
+    resources:
+        **cpu_resources(),
+    params:
+        entry="fedrepro.report.fedsc:probe_table",
+        spec={
+            **FEDSC_REPORT,
+            "table": "table5",
+            "cells": FEDSC_CELLS["table5"],
+            "delta": config["fedsc"]["tables"]["table5"]["delta"],
+        },
     script:
         ENTRY
 
@@ -213,13 +228,13 @@ rule fedsc_table6:
         tex=f"{FEDSC_OUT}/tables/table6.tex",
     log:
         f"{RESULTS}/logs/fedsc/table6.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedsc:table6",
         spec={**FEDSC_REPORT, "rows": config["fedsc"]["table6"]},
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -234,13 +249,13 @@ rule fedsc_privacy:
         tex=f"{FEDSC_OUT}/tables/privacy_realised.tex",
     log:
         f"{RESULTS}/logs/fedsc/privacy_realised.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedsc:privacy_table",
         spec={**FEDSC_REPORT, "cells": FEDSC_CELLS["privacy"]},
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -254,13 +269,13 @@ rule fedsc_figure2:
         pdf=f"{FEDSC_OUT}/figures/figure2.pdf",
     log:
         f"{RESULTS}/logs/fedsc/figure2.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.fedsc:figure2",
         spec={**FEDSC_REPORT, "cells": FEDSC_CELLS["figure2"]},
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -278,6 +293,6 @@ PAPER_TARGETS["fedsc"] = [
 
 
 rule fedsc:
-    localrule: True
     input:
         PAPER_TARGETS["fedsc"],
+    localrule: True

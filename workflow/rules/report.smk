@@ -2,7 +2,6 @@
 
 
 rule index:
-    localrule: True
     input:
         targets=all_targets(),
         code=code_for("fedrepro.report.index:write_index"),
@@ -10,10 +9,11 @@ rule index:
         index=f"{RESULTS}/index.md",
     log:
         f"{RESULTS}/logs/index.log",
+    localrule: True
+    conda:
+        CONDA_ENV
     params:
         entry="fedrepro.report.index:write_index",
         spec={"scale": config["scale"], "papers": PAPERS, "results": RESULTS},
-    conda:
-        CONDA_ENV
     script:
         ENTRY

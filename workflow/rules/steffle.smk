@@ -18,9 +18,7 @@ rule steffle_train:
     input:
         data=lambda w: prepared(w.dataset),
         partition=lambda w: (
-            partition_file(w.dataset, planned_run(STEFFLE, w).partition)
-            if planned_run(STEFFLE, w).partition
-            else []
+            partition_file(w.dataset, planned_run(STEFFLE, w).partition) if planned_run(STEFFLE, w).partition else []
         ),
         code=code_for(lambda w: methods("steffle")[w.method]),
     output:
@@ -28,14 +26,14 @@ rule steffle_train:
         summary=f"{STEFFLE_OUT}/runs/{STEFFLE_RUN}/summary.json",
     log:
         f"{RESULTS}/logs/steffle/{STEFFLE_RUN}.log",
-    params:
-        entry=lambda w: methods("steffle")[w.method],
-        spec=lambda w: planned_run(STEFFLE, w).spec,
+    conda:
+        CONDA_ENV
     threads: config["resources"]["train"]["threads"]
     resources:
         **train_resources(),
-    conda:
-        CONDA_ENV
+    params:
+        entry=lambda w: methods("steffle")[w.method],
+        spec=lambda w: planned_run(STEFFLE, w).spec,
     script:
         ENTRY
 
@@ -58,13 +56,13 @@ rule steffle_figure:
         f"{RESULTS}/logs/steffle/{{figure}}.log",
     wildcard_constraints:
         figure="fig[1-5]",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.steffle:figure",
         spec=lambda w: steffle_plan.figure_spec(config, w.figure),
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -82,13 +80,13 @@ rule steffle_tables:
         },
     log:
         f"{RESULTS}/logs/steffle/tables.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.steffle:tables",
         spec=STEFFLE_REPORT,
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
@@ -102,22 +100,22 @@ rule steffle_refcode_table:
         **{ext: f"{STEFFLE_OUT}/tables/refcode.{ext}" for ext in ("csv", "md", "tex")},
     log:
         f"{RESULTS}/logs/steffle/refcode.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
     params:
         entry="fedrepro.report.steffle:refcode",
         spec=STEFFLE_REPORT,
-    resources:
-        **cpu_resources(),
-    conda:
-        CONDA_ENV
     script:
         ENTRY
 
 
 # The authors' grid under compat_refcode (config steffle.refcode_grid); not part of the default run.
 rule steffle_refcode:
-    localrule: True
     input:
         f"{STEFFLE_OUT}/tables/refcode.md",
+    localrule: True
 
 
 PAPER_TARGETS["steffle"] = [
@@ -127,9 +125,9 @@ PAPER_TARGETS["steffle"] = [
 
 
 rule steffle:
-    localrule: True
     input:
         PAPER_TARGETS["steffle"],
+    localrule: True
 
 
 # one target rule per figure and table (`snakemake steffle_fig2`, `snakemake steffle_headline`)
@@ -143,6 +141,6 @@ for _name, _target in STEFFLE_TARGETS.items():
     rule:
         name:
             f"steffle_{_name}"
-        localrule: True
         input:
             _target,
+        localrule: True

@@ -28,10 +28,10 @@ PAPERS: dict[str, str] = {
 class Method:
     """One row of a paper's method table."""
 
-    entry: str                                # "module:function" that runs one job (takes a pipeline Job)
-    label: str                                # the method's name in the paper's tables and figures
-    traits: frozenset[str] = frozenset()      # paper-specific flags the planner and report select on
-    config_keys: tuple[str, ...] = ()         # keys its config block may hold (tests check the config)
+    entry: str  # "module:function" that runs one job (takes a pipeline Job)
+    label: str  # the method's name in the paper's tables and figures
+    traits: frozenset[str] = frozenset()  # paper-specific flags the planner and report select on
+    config_keys: tuple[str, ...] = ()  # keys its config block may hold (tests check the config)
 
 
 def method_table(paper: str) -> dict[str, Method]:

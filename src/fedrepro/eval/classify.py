@@ -7,8 +7,9 @@ import torch.nn.functional as F
 
 
 @torch.no_grad()
-def evaluate_classifier(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-                        batch_size: int = 1024, prefix: str = "test") -> dict[str, float]:
+def evaluate_classifier(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024, prefix: str = "test"
+) -> dict[str, float]:
     """Mean cross-entropy and accuracy; the model is put in eval mode and restored."""
     was_training = model.training
     model.eval()

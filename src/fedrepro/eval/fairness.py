@@ -26,7 +26,9 @@ def _as_arrays(y_hat, *others):
     rest = [np.asarray(o).reshape(-1) for o in others]
     for o in rest:
         if o.shape[0] != y_hat.shape[-1]:
-            raise ValueError(f"length mismatch: predictions have {y_hat.shape[-1]} samples, got an array of {o.shape[0]}")
+            raise ValueError(
+                f"length mismatch: predictions have {y_hat.shape[-1]} samples, got an array of {o.shape[0]}"
+            )
     return (y_hat, *rest)
 
 

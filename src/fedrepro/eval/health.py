@@ -61,8 +61,11 @@ def check_finite(metrics: pd.DataFrame, columns: list[str] | None = None, step: 
     rows are its first finite row and every k-th row after it, k being its most common logging
     interval; a NaN there (or a column that is NaN throughout) is one.
     """
-    columns = columns if columns is not None else [
-        c for c in metrics.columns if c not in (step, "seed") and pd.api.types.is_numeric_dtype(metrics[c])]
+    columns = (
+        columns
+        if columns is not None
+        else [c for c in metrics.columns if c not in (step, "seed") and pd.api.types.is_numeric_dtype(metrics[c])]
+    )
     found = []
     for column in columns:
         values = metrics[column].to_numpy(dtype=float)
@@ -85,7 +88,7 @@ def _first_bad_row(values: np.ndarray) -> int | None:
         gaps = np.diff(finite)
         every = int(np.bincount(gaps).argmax()) if len(gaps) else 1
         expected = np.zeros(len(values), dtype=bool)
-        expected[finite[0]::every] = True
+        expected[finite[0] :: every] = True
         bad |= expected & np.isnan(values)
     rows = np.flatnonzero(bad)
     return int(rows[0]) if len(rows) else None
@@ -124,7 +127,7 @@ def effective_rank(embeddings: np.ndarray, center: bool = True) -> float:
     if center:
         x = x - x.mean(axis=0, keepdims=True)
     singular = np.linalg.svd(x, compute_uv=False)
-    eigen = singular ** 2
+    eigen = singular**2
     total = eigen.sum()
     if not np.isfinite(total):
         return float("nan")
@@ -144,6 +147,7 @@ def check_collapse(rank: float, threshold: float) -> Health:
 
 
 # ------------------------------------------------------------------------------------ reports
+
 
 def cell_status(statuses: list[Health]) -> Health:
     """One table cell over seeds: the worst seed's health, its reason counting the seeds affected."""

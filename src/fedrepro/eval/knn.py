@@ -15,8 +15,15 @@ from torch import Tensor
 
 
 @torch.no_grad()
-def knn_predict(features: Tensor, bank: Tensor, bank_labels: Tensor, num_classes: int,
-                k: int = 200, temperature: float = 0.1, batch_size: int = 1024) -> Tensor:
+def knn_predict(
+    features: Tensor,
+    bank: Tensor,
+    bank_labels: Tensor,
+    num_classes: int,
+    k: int = 200,
+    temperature: float = 0.1,
+    batch_size: int = 1024,
+) -> Tensor:
     """Predicted labels of `features` (M, H) from a labelled memory bank (N, H)."""
     if k < 1 or temperature <= 0:
         raise ValueError(f"kNN needs k >= 1 and temperature > 0, got k={k}, temperature={temperature}")
@@ -24,7 +31,7 @@ def knn_predict(features: Tensor, bank: Tensor, bank_labels: Tensor, num_classes
     k = min(k, bank.shape[0])
     preds = []
     for start in range(0, features.shape[0], batch_size):
-        f = F.normalize(features[start:start + batch_size], dim=1)
+        f = F.normalize(features[start : start + batch_size], dim=1)
         weight, index = (f @ bank.T).topk(k, dim=1)
         labels = bank_labels[index]
         scores = torch.zeros(f.shape[0], num_classes, device=f.device, dtype=f.dtype)
@@ -33,8 +40,15 @@ def knn_predict(features: Tensor, bank: Tensor, bank_labels: Tensor, num_classes
     return torch.cat(preds)
 
 
-def knn_accuracy(bank: Tensor, bank_labels: Tensor, features: Tensor, labels: Tensor,
-                 num_classes: int, k: int = 200, temperature: float = 0.1) -> float:
+def knn_accuracy(
+    bank: Tensor,
+    bank_labels: Tensor,
+    features: Tensor,
+    labels: Tensor,
+    num_classes: int,
+    k: int = 200,
+    temperature: float = 0.1,
+) -> float:
     """Top-1 accuracy (fraction) of the weighted kNN classifier."""
     pred = knn_predict(features, bank, bank_labels.to(bank.device), num_classes, k, temperature)
     return float((pred == labels.to(pred.device)).float().mean())

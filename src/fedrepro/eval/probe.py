@@ -21,13 +21,22 @@ def extract_features(backbone: nn.Module, x: Tensor, transform, batch_size: int 
     """Backbone features of `transform(x)` in eval mode (the model's mode is restored)."""
     was_training = backbone.training
     backbone.eval()
-    out = torch.cat([backbone(transform(x[i:i + batch_size])) for i in range(0, x.shape[0], batch_size)])
+    out = torch.cat([backbone(transform(x[i : i + batch_size])) for i in range(0, x.shape[0], batch_size)])
     backbone.train(was_training)
     return out
 
 
-def linear_probe(train_f: Tensor, train_y: Tensor, test_f: Tensor, test_y: Tensor, num_classes: int,
-                 epochs: int = 200, batch_size: int = 512, lr: float = 3e-3, seed: int = 0) -> dict:
+def linear_probe(
+    train_f: Tensor,
+    train_y: Tensor,
+    test_f: Tensor,
+    test_y: Tensor,
+    num_classes: int,
+    epochs: int = 200,
+    batch_size: int = 512,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> dict:
     """Train a linear classifier on frozen features; accuracies are fractions."""
     if epochs < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"probe needs epochs >= 1, batch_size >= 1 and lr > 0, got {epochs}, {batch_size}, {lr}")
@@ -42,7 +51,7 @@ def linear_probe(train_f: Tensor, train_y: Tensor, test_f: Tensor, test_y: Tenso
     for _ in range(epochs):
         order = torch.randperm(n, generator=gen).to(train_f.device)
         for start in range(0, n, batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             loss = F.cross_entropy(head(train_f[idx]), train_y[idx])
             opt.zero_grad()
             loss.backward()

@@ -43,13 +43,20 @@ def method_spec(config: dict, dataset: str, method: str) -> dict:
     lr = data_cfg["lr"][method]
     model = data_cfg["model"]
     spec = {
-        "dataset": dataset, "method": method,
-        "batch_size": data_cfg["batch_size"], "epochs": data_cfg["epochs"],
+        "dataset": dataset,
+        "method": method,
+        "batch_size": data_cfg["batch_size"],
+        "epochs": data_cfg["epochs"],
         "evals_per_epoch": data_cfg.get("evals_per_epoch", 1),
-        "client_model": model["client"], "client_kwargs": dict(model.get("options", {})),
-        "embed_dim": model["embed_dim"], "server_hidden": model["server_hidden"],
-        "lr_server": lr["server"], "lr_client": lr["client"], "delta": section["delta"],
-        "device": config.get("device", "auto"), "checkpoint_every": config.get("checkpoint_every", 1),
+        "client_model": model["client"],
+        "client_kwargs": dict(model.get("options", {})),
+        "embed_dim": model["embed_dim"],
+        "server_hidden": model["server_hidden"],
+        "lr_server": lr["server"],
+        "lr_client": lr["client"],
+        "delta": section["delta"],
+        "device": config.get("device", "auto"),
+        "checkpoint_every": config.get("checkpoint_every", 1),
     }
     spec.update({k: shared[k] for k in COMMON_KEYS if k in shared})
     spec.update({k: shared[k] for k in method_table(PAPER)[method].config_keys if k in shared})
@@ -102,8 +109,12 @@ def fig2_panels(config: dict) -> dict:
 
 def training_datasets(config: dict) -> list[str]:
     figs = config[PAPER]["figures"]
-    names = [*figs.get("fig3", []), *fig2_panels(config), *figs.get("fig4", {}).get("datasets", []),
-             *figs.get("fig5", {}).get("datasets", [])]
+    names = [
+        *figs.get("fig3", []),
+        *fig2_panels(config),
+        *figs.get("fig4", {}).get("datasets", []),
+        *figs.get("fig5", {}).get("datasets", []),
+    ]
     return list(dict.fromkeys(names))
 
 
@@ -116,10 +127,17 @@ def runs(config: dict) -> list[Run]:
             variants = variants_needed(config, dataset, method)
             spec = method_spec(config, dataset, method)
             for i in range(0, len(variants), per_job):
-                group = variants[i:i + per_job]
+                group = variants[i : i + per_job]
                 setting = "+".join(variant_tag(*v) for v in group)
-                out.append(Run(dataset, method, setting, {**spec, "variants": [variant_spec(*v) for v in group]},
-                               partition_tag(section["datasets"][dataset])))
+                out.append(
+                    Run(
+                        dataset,
+                        method,
+                        setting,
+                        {**spec, "variants": [variant_spec(*v) for v in group]},
+                        partition_tag(section["datasets"][dataset]),
+                    )
+                )
     return out
 
 
@@ -171,8 +189,12 @@ def memory_spec(config: dict, dataset: str) -> dict:
     for method in section["methods"]:
         spec = method_spec(config, dataset, method)
         if "model" in local:
-            spec.update(client_model=local["model"]["client"], client_kwargs=dict(local["model"].get("options", {})),
-                        embed_dim=local["model"]["embed_dim"], server_hidden=local["model"]["server_hidden"])
+            spec.update(
+                client_model=local["model"]["client"],
+                client_kwargs=dict(local["model"].get("options", {})),
+                embed_dim=local["model"]["embed_dim"],
+                server_hidden=local["model"]["server_hidden"],
+            )
         spec["batch_size"] = local.get("batch_size", spec["batch_size"])
         spec["epochs"] = 1
         for key in ("dataset", "method", "device", "checkpoint_every"):
@@ -183,10 +205,17 @@ def memory_spec(config: dict, dataset: str) -> dict:
             options = dict(spec) if m is None else {**spec, "zo_momentum": m}
             label = name if m is None else f"{name} (ZO momentum {m:g})"
             entries.append({"method": method, "label": label, "options": options})
-    return {"dataset": dataset, "entries": entries, "settings": {}, "rounds": fig6["rounds"],
-            "warmup_rounds": fig6.get("warmup_rounds", 1),
-            "num_samples": fig6["num_samples"], "device": config.get("device", "auto"),
-            "val": section["shared"].get("val", "holdout"), "val_fraction": section["shared"].get("val_fraction", 0.1)}
+    return {
+        "dataset": dataset,
+        "entries": entries,
+        "settings": {},
+        "rounds": fig6["rounds"],
+        "warmup_rounds": fig6.get("warmup_rounds", 1),
+        "num_samples": fig6["num_samples"],
+        "device": config.get("device", "auto"),
+        "val": section["shared"].get("val", "holdout"),
+        "val_fraction": section["shared"].get("val_fraction", 0.1),
+    }
 
 
 # The report jobs, one per function of fedrepro.report.dpzv, and each one's output stem: `runs` names the
@@ -194,22 +223,65 @@ def memory_spec(config: dict, dataset: str) -> dict:
 # 6's memory tables where it reads them, `keys` and `figures` the options it reads (its params: a job re-runs
 # when its own options change, not when another figure's do).
 REPORT_JOBS = {
-    "figure2": {"stem": "fig2_accuracy_curves", "runs": "fig2", "files": ("metrics", "summaries"),
-                "keys": ("scale", "delta", "clip"), "figures": ("fig2",)},
-    "figure3": {"stem": "fig3_privacy_tradeoff", "runs": "fig3", "files": ("summaries",),
-                "keys": ("scale", "delta", "clip"), "figures": ("fig3",)},
-    "figure4": {"stem": "fig4_clipping", "runs": "fig4", "files": ("metrics",), "keys": ("scale",),
-                "figures": ("fig4",)},
-    "figure5": {"stem": "fig5_clip_threshold", "runs": "fig5", "files": ("metrics",), "keys": ("scale",),
-                "figures": ("fig5",)},
-    "figure6": {"stem": "fig6_memory", "runs": None, "files": (), "memory": "tables", "keys": ("scale",),
-                "figures": ()},
-    "table3": {"stem": "fig3_accuracy", "runs": "fig3", "files": ("summaries",),
-               "keys": ("scale", "decimals", "delta", "clip", "embed_clip", "server_update"), "figures": ("fig3",)},
-    "table6": {"stem": "fig6_memory", "runs": None, "files": (), "memory": "tables", "keys": ("scale", "decimals"),
-               "figures": ()},
-    "claims": {"stem": None, "runs": "claims", "files": ("summaries", "metrics"), "memory": "memory",
-               "keys": ("scale", "decimals", "clip", "methods"), "figures": ("fig3", "fig4", "fig5")},
+    "figure2": {
+        "stem": "fig2_accuracy_curves",
+        "runs": "fig2",
+        "files": ("metrics", "summaries"),
+        "keys": ("scale", "delta", "clip"),
+        "figures": ("fig2",),
+    },
+    "figure3": {
+        "stem": "fig3_privacy_tradeoff",
+        "runs": "fig3",
+        "files": ("summaries",),
+        "keys": ("scale", "delta", "clip"),
+        "figures": ("fig3",),
+    },
+    "figure4": {
+        "stem": "fig4_clipping",
+        "runs": "fig4",
+        "files": ("metrics",),
+        "keys": ("scale",),
+        "figures": ("fig4",),
+    },
+    "figure5": {
+        "stem": "fig5_clip_threshold",
+        "runs": "fig5",
+        "files": ("metrics",),
+        "keys": ("scale",),
+        "figures": ("fig5",),
+    },
+    "figure6": {
+        "stem": "fig6_memory",
+        "runs": None,
+        "files": (),
+        "memory": "tables",
+        "keys": ("scale",),
+        "figures": (),
+    },
+    "table3": {
+        "stem": "fig3_accuracy",
+        "runs": "fig3",
+        "files": ("summaries",),
+        "keys": ("scale", "decimals", "delta", "clip", "embed_clip", "server_update"),
+        "figures": ("fig3",),
+    },
+    "table6": {
+        "stem": "fig6_memory",
+        "runs": None,
+        "files": (),
+        "memory": "tables",
+        "keys": ("scale", "decimals"),
+        "figures": (),
+    },
+    "claims": {
+        "stem": None,
+        "runs": "claims",
+        "files": ("summaries", "metrics"),
+        "memory": "memory",
+        "keys": ("scale", "decimals", "clip", "methods"),
+        "figures": ("fig3", "fig4", "fig5"),
+    },
 }
 FIGURE_JOBS = {job["stem"]: name for name, job in REPORT_JOBS.items() if name.startswith("figure")}
 TABLE_JOBS = {job["stem"]: name for name, job in REPORT_JOBS.items() if name.startswith("table")}
@@ -230,15 +302,20 @@ def report_spec(config: dict, job: str | None = None) -> dict:
     """Every report option; with `job` (a key of REPORT_JOBS) only the options that job reads."""
     section = config[PAPER]
     figures = {**section["figures"], "fig2": fig2_panels(config)}
-    full = {"scale": config["scale"], "decimals": config["report"]["decimals"], "delta": section["delta"],
-            "figures": figures, "methods": section["methods"], "clip": section["shared"]["clip"],
-            "embed_clip": section["shared"].get("embed_clip"),
-            "server_update": section["shared"].get("server_update")}
+    full = {
+        "scale": config["scale"],
+        "decimals": config["report"]["decimals"],
+        "delta": section["delta"],
+        "figures": figures,
+        "methods": section["methods"],
+        "clip": section["shared"]["clip"],
+        "embed_clip": section["shared"].get("embed_clip"),
+        "server_update": section["shared"].get("server_update"),
+    }
     if job is None:
         return full
     reads = REPORT_JOBS[job]
-    return {**{k: full[k] for k in reads["keys"]},
-            "figures": {f: figures[f] for f in reads["figures"] if f in figures}}
+    return {**{k: full[k] for k in reads["keys"]}, "figures": {f: figures[f] for f in reads["figures"] if f in figures}}
 
 
 def check(config: dict) -> list[str]:

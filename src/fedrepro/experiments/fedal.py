@@ -42,8 +42,12 @@ def _grid(exp: dict) -> list[dict]:
     """One point per (alpha, clients, public) of an experiment."""
     natural = exp.get("partition", "dirichlet") == "natural"
     alphas = [None] if natural else exp["alphas"]
-    return [{"alpha": a, "clients": int(c), "public": int(p), "iterations": _iterations(exp, i)}
-            for i, a in enumerate(alphas) for c in exp["clients"] for p in exp["public"]]
+    return [
+        {"alpha": a, "clients": int(c), "public": int(p), "iterations": _iterations(exp, i)}
+        for i, a in enumerate(alphas)
+        for c in exp["clients"]
+        for p in exp["public"]
+    ]
 
 
 def setting_tag(exp: dict, point: dict) -> str:
@@ -57,8 +61,13 @@ def parse_setting(tag: str) -> dict:
     parts = tag.split("-")
     try:
         fields = {p[0]: p[1:] for p in parts[1:] if p and p[0] in "acpi"}
-        return {"pool": parts[0], "alpha": float(fields["a"]) if "a" in fields else None,
-                "clients": int(fields["c"]), "public": int(fields["p"]), "iterations": int(fields["i"])}
+        return {
+            "pool": parts[0],
+            "alpha": float(fields["a"]) if "a" in fields else None,
+            "clients": int(fields["c"]),
+            "public": int(fields["p"]),
+            "iterations": int(fields["i"]),
+        }
     except (KeyError, ValueError):
         raise ValueError(f"fedal setting tag {tag!r} does not look like <pool>-a<alpha>-c<N>-p<P>-i<iters>") from None
 
@@ -67,17 +76,30 @@ def partition_tag(section: dict, point: dict) -> str:
     seed = section["partition_seed"]
     if point["alpha"] is None:
         return make_tag("natural", clients=point["clients"], public=point["public"], seed=seed)
-    return make_tag("dirichlet", alpha=point["alpha"], clients=point["clients"], public=point["public"],
-                    variant=section.get("dirichlet_variant", "client"), seed=seed)
+    return make_tag(
+        "dirichlet",
+        alpha=point["alpha"],
+        clients=point["clients"],
+        public=point["public"],
+        variant=section.get("dirichlet_variant", "client"),
+        seed=seed,
+    )
 
 
 def run_spec(config: dict, exp: dict, method: str, point: dict) -> dict:
     """Exactly the settings one job reads."""
     section = config[PAPER]
     method_keys = dict(section["methods"][method])
-    spec = {**section["train"], **({"lr": exp["lr"]} if "lr" in exp else {}), **method_keys,
-            "method": method, "pool": section["pools"][exp["pool"]], "iterations": point["iterations"],
-            "device": config.get("device", "auto"), "checkpoint_every": config.get("checkpoint_every", 1)}
+    spec = {
+        **section["train"],
+        **({"lr": exp["lr"]} if "lr" in exp else {}),
+        **method_keys,
+        "method": method,
+        "pool": section["pools"][exp["pool"]],
+        "iterations": point["iterations"],
+        "device": config.get("device", "auto"),
+        "checkpoint_every": config.get("checkpoint_every", 1),
+    }
     if _has(method, "adversarial") and method_keys.get("use_al", True):
         spec["discriminator"] = dict(section["discriminator"])
     if exp.get("diagnostics") and method == "fedal":
@@ -92,9 +114,20 @@ def _has(method: str, trait: str) -> bool:
 def _planned(config: dict, name: str) -> list[tuple[dict, Run]]:
     section = config[PAPER]
     exp = section["experiments"][name]
-    return [(point, Run(exp["dataset"], method, setting_tag(exp, point),
-                        run_spec(config, exp, method, point), partition_tag(section, point)))
-            for point in _grid(exp) for method in exp["methods"]]
+    return [
+        (
+            point,
+            Run(
+                exp["dataset"],
+                method,
+                setting_tag(exp, point),
+                run_spec(config, exp, method, point),
+                partition_tag(section, point),
+            ),
+        )
+        for point in _grid(exp)
+        for method in exp["methods"]
+    ]
 
 
 def experiment_runs(config: dict, name: str) -> list[Run]:
@@ -118,22 +151,36 @@ def output_runs(config: dict, name: str) -> list[Run]:
     """The runs a table or figure reads: its experiment, methods and optional alpha filter."""
     out = config[PAPER]["outputs"][name]
     alphas = None if out.get("alphas") is None else {float(a) for a in out["alphas"]}
-    return [run for point, run in _planned(config, out["experiment"])
-            if run.method in out["methods"]
-            and (alphas is None or (point["alpha"] is not None and float(point["alpha"]) in alphas))]
+    return [
+        run
+        for point, run in _planned(config, out["experiment"])
+        if run.method in out["methods"]
+        and (alphas is None or (point["alpha"] is not None and float(point["alpha"]) in alphas))
+    ]
 
 
 def fig4_partitions(config: dict) -> list[tuple[str, str]]:
     """(dataset, partition tag) per alpha of Figure 4's bubble plots."""
     f = config[PAPER]["outputs"]["fig4"]
-    return [(f["dataset"], make_tag("dirichlet", alpha=a, clients=f["clients"], public=f["public"],
-                                    seed=config[PAPER]["partition_seed"])) for a in f["alphas"]]
+    return [
+        (
+            f["dataset"],
+            make_tag(
+                "dirichlet", alpha=a, clients=f["clients"], public=f["public"], seed=config[PAPER]["partition_seed"]
+            ),
+        )
+        for a in f["alphas"]
+    ]
 
 
 def report_spec(config: dict, name: str) -> dict:
     """What a report job reads besides its inputs (the output's own config + scale)."""
-    return {"name": name, **config[PAPER]["outputs"][name], "scale": config["scale"],
-            "decimals": config["report"]["decimals"]}
+    return {
+        "name": name,
+        **config[PAPER]["outputs"][name],
+        "scale": config["scale"],
+        "decimals": config["report"]["decimals"],
+    }
 
 
 def _budget_errors(key: str, exp: dict, section: dict, method: str) -> list[str]:
@@ -143,8 +190,10 @@ def _budget_errors(key: str, exp: dict, section: dict, method: str) -> list[str]
     tau = section["methods"][method].get("tau", 1)
     budgets = exp["iterations"] if isinstance(exp["iterations"], list) else [exp["iterations"]]
     if min(budgets) < tau:
-        return [f"config key '{key}.iterations': {min(budgets)} is smaller than {PAPER}.methods.{method}.tau = {tau}, "
-                "so not even one round would run; give at least tau iterations"]
+        return [
+            f"config key '{key}.iterations': {min(budgets)} is smaller than {PAPER}.methods.{method}.tau = {tau}, "
+            "so not even one round would run; give at least tau iterations"
+        ]
     return []
 
 
@@ -153,11 +202,17 @@ def _pool_errors(key: str, exp: dict, section: dict) -> list[str]:
     if exp["pool"] not in section["pools"]:
         return []
     homogeneous = len(section["pools"][exp["pool"]]) == 1
-    needs = {"one_architecture": (homogeneous, "a one-architecture pool"),
-             "two_architectures": (not homogeneous, "at least two architectures")}
-    return [f"config key '{key}.methods': {method} needs {text}"
-            for method in exp["methods"] if method in METHODS
-            for trait, (met, text) in needs.items() if _has(method, trait) and not met]
+    needs = {
+        "one_architecture": (homogeneous, "a one-architecture pool"),
+        "two_architectures": (not homogeneous, "at least two architectures"),
+    }
+    return [
+        f"config key '{key}.methods': {method} needs {text}"
+        for method in exp["methods"]
+        if method in METHODS
+        for trait, (met, text) in needs.items()
+        if _has(method, trait) and not met
+    ]
 
 
 def check(config: dict) -> list[str]:
@@ -171,7 +226,9 @@ def check(config: dict) -> list[str]:
         natural = exp.get("partition", "dirichlet") == "natural"
         if not natural and "alphas" not in exp:
             errors.append(f"config key '{key}.alphas': required for partition dirichlet")
-        if isinstance(exp["iterations"], list) and len(exp["iterations"]) != (1 if natural else len(exp.get("alphas", []))):
+        if isinstance(exp["iterations"], list) and len(exp["iterations"]) != (
+            1 if natural else len(exp.get("alphas", []))
+        ):
             errors.append(f"config key '{key}.iterations': give one number or one per alpha")
         for method in exp["methods"]:
             if method not in section["methods"]:
@@ -181,21 +238,27 @@ def check(config: dict) -> list[str]:
         errors += _pool_errors(key, exp, section)
     for name, out in section["outputs"].items():
         if name != "fig4" and out["experiment"] not in section["experiments"]:
-            errors.append(f"config key '{PAPER}.outputs.{name}.experiment': {out['experiment']!r} "
-                          f"is not one of {sorted(section['experiments'])}")
+            errors.append(
+                f"config key '{PAPER}.outputs.{name}.experiment': {out['experiment']!r} "
+                f"is not one of {sorted(section['experiments'])}"
+            )
         elif name != "fig4":
             exp = section["experiments"][out["experiment"]]
             missing = set(out["methods"]) - set(exp["methods"])
             if missing:
-                errors.append(f"config key '{PAPER}.outputs.{name}.methods': {sorted(missing)} not run by "
-                              f"experiment {out['experiment']!r}")
+                errors.append(
+                    f"config key '{PAPER}.outputs.{name}.methods': {sorted(missing)} not run by "
+                    f"experiment {out['experiment']!r}"
+                )
             if out.get("alphas") is not None:
                 natural = exp.get("partition", "dirichlet") == "natural"
                 planned = set() if natural else {float(a) for a in exp.get("alphas", [])}
                 absent = sorted(float(a) for a in out["alphas"] if float(a) not in planned)
                 if absent:
-                    errors.append(f"config key '{PAPER}.outputs.{name}.alphas': {absent} not planned by experiment "
-                                  f"{out['experiment']!r} (" + ("a natural partition has no alpha; "
-                                  if natural else f"its alphas are {sorted(planned)}; ") +
-                                  "set alphas: null to keep every point)")
+                    errors.append(
+                        f"config key '{PAPER}.outputs.{name}.alphas': {absent} not planned by experiment "
+                        f"{out['experiment']!r} ("
+                        + ("a natural partition has no alpha; " if natural else f"its alphas are {sorted(planned)}; ")
+                        + "set alphas: null to keep every point)"
+                    )
     return errors

@@ -30,8 +30,12 @@ def runs(config: dict) -> list[Run]:
     for method in configured_methods(section):
         settings = section["methods"][method]
         for alpha in section["partition"]["alphas"]:
-            spec = {**settings, "device": config.get("device", "auto"), **training_options(config),
-                    "checkpoint_every": config.get("checkpoint_every", 1)}
+            spec = {
+                **settings,
+                "device": config.get("device", "auto"),
+                **training_options(config),
+                "checkpoint_every": config.get("checkpoint_every", 1),
+            }
             out.append(Run(section["dataset"], method, f"a{number_tag(alpha)}", spec, partition_tag(section, alpha)))
     return out
 
@@ -42,13 +46,19 @@ def check(config: dict) -> list[str]:
     from fedrepro.config import dataset_size_errors, model_fit_errors
 
     section = config[PAPER]
-    errors = dataset_size_errors(f"{PAPER}.partition.num_clients", section["dataset"],
-                                 section["partition"]["num_clients"])
+    errors = dataset_size_errors(
+        f"{PAPER}.partition.num_clients", section["dataset"], section["partition"]["num_clients"]
+    )
     unknown = sorted(set(section["methods"]) - set(method_table(PAPER)))
     if unknown:
-        errors.append(f"config key '{PAPER}.methods': {unknown} not in the method table "
-                      "(fedrepro.algorithms.baselines.METHODS)")
+        errors.append(
+            f"config key '{PAPER}.methods': {unknown} not in the method table (fedrepro.algorithms.baselines.METHODS)"
+        )
     for method, settings in section["methods"].items():
-        errors += model_fit_errors(f"{PAPER}.methods.{method}.model_options", settings.get("model_options", {}),
-                                   section["dataset"], config.get("datasets", {}).get(section["dataset"]))
+        errors += model_fit_errors(
+            f"{PAPER}.methods.{method}.model_options",
+            settings.get("model_options", {}),
+            section["dataset"],
+            config.get("datasets", {}).get(section["dataset"]),
+        )
     return errors

@@ -62,10 +62,18 @@ def _base_spec(config: dict, section: dict, dataset: str, method: str) -> dict:
     ds = section["datasets"][dataset]
     m = section["methods"][method]
     train = {**section["train"], "batch_size": ds["batch_size"], **{k: m[k] for k in TRAIN_KEYS}}
-    spec = {"method": method, "rounds": section["rounds"], "encoder": ds["encoder"], "projector": ds["projector"],
-            "train": train, "augment": {**section.get("augment", {}), **ds.get("augment", {})},
-            "knn": section["knn"], "device": config.get("device", "auto"), **training_options(config),
-            "checkpoint_every": config.get("checkpoint_every", 1)}
+    spec = {
+        "method": method,
+        "rounds": section["rounds"],
+        "encoder": ds["encoder"],
+        "projector": ds["projector"],
+        "train": train,
+        "augment": {**section.get("augment", {}), **ds.get("augment", {})},
+        "knn": section["knn"],
+        "device": config.get("device", "auto"),
+        **training_options(config),
+        "checkpoint_every": config.get("checkpoint_every", 1),
+    }
     if "normalize" in ds:
         spec["normalize_mean"], spec["normalize_std"] = ds["normalize"]["mean"], ds["normalize"]["std"]
     for key in METHODS[method].config_keys:
@@ -80,11 +88,21 @@ def _fedsc_spec(section: dict, ds: dict, base: dict, level: dict, deltas: list[f
     eps = level["eps"]
     privacy = {"eps": eps, "deltas": deltas}
     if eps != "inf":
-        privacy.update(delta=level["delta"], sigma=level.get("sigma"), sens_factor=section["sens_factor"],
-                       partial_scaling=section["partial_scaling"])
+        privacy.update(
+            delta=level["delta"],
+            sigma=level.get("sigma"),
+            sens_factor=section["sens_factor"],
+            partial_scaling=section["partial_scaling"],
+        )
     sharing = level.get("sharing", {"after": 0.0, "every": 1}) if eps != "inf" else {"after": 0.0, "every": 1}
-    return {**base, "sharing": sharing, "privacy": privacy, "alpha": section["alpha"],
-            "dpcalr": section["dpcalr"], "client_weights": section["client_weights"]}
+    return {
+        **base,
+        "sharing": sharing,
+        "privacy": privacy,
+        "alpha": section["alpha"],
+        "dpcalr": section["dpcalr"],
+        "client_weights": section["client_weights"],
+    }
 
 
 def privacy_levels(ds: dict) -> list[dict]:
@@ -158,13 +176,18 @@ def runs(config: dict) -> list[Run]:
             elif "centralized" in traits:
                 central = section["centralized"]
                 spec = _base_spec(config, section, dataset, method)
-                spec.update(participation="full", rounds=central["rounds"],
-                            train={**spec["train"], "local_epochs": central["local_epochs"]})
+                spec.update(
+                    participation="full",
+                    rounds=central["rounds"],
+                    train={**spec["train"], "local_epochs": central["local_epochs"]},
+                )
                 out.append(Run(dataset, method, "central", spec, part_tag))
             else:
                 for participation in PARTICIPATIONS:
-                    spec = {**_base_spec(config, section, dataset, method),
-                            "participation": _participation(ds, participation)}
+                    spec = {
+                        **_base_spec(config, section, dataset, method),
+                        "participation": _participation(ds, participation),
+                    }
                     out.append(Run(dataset, method, participation, spec, part_tag))
     return out
 
@@ -176,22 +199,32 @@ def random_probe_spec(config: dict, dataset: str) -> dict:
     """The reference row's probe: an untrained backbone of the dataset's architecture, same probe."""
     section = config[PAPER]
     ds = section["datasets"][dataset]
-    spec = {"encoder": ds["encoder"], "projector": ds["projector"], "probe": section["probe"],
-            "device": config.get("device", "auto")}
+    spec = {
+        "encoder": ds["encoder"],
+        "projector": ds["projector"],
+        "probe": section["probe"],
+        "device": config.get("device", "auto"),
+    }
     if "normalize" in ds:
         spec["normalize_mean"], spec["normalize_std"] = ds["normalize"]["mean"], ds["normalize"]["std"]
     return spec
 
 
 def random_probe_paths(config: dict, dataset: str) -> list[str]:
-    return [f"{config['results']}/{PAPER}/runs/{dataset}/random_encoder/untrained/{tag}/probe.json"
-            for tag in seed_tags(config[PAPER])]
+    return [
+        f"{config['results']}/{PAPER}/runs/{dataset}/random_encoder/untrained/{tag}/probe.json"
+        for tag in seed_tags(config[PAPER])
+    ]
 
 
 def probe_spec(config: dict, run: Run) -> dict:
     section = config[PAPER]
-    spec = {"encoder": run.spec["encoder"], "projector": run.spec["projector"], "probe": section["probe"],
-            "device": config.get("device", "auto")}
+    spec = {
+        "encoder": run.spec["encoder"],
+        "projector": run.spec["projector"],
+        "probe": section["probe"],
+        "device": config.get("device", "auto"),
+    }
     for key in ("normalize_mean", "normalize_std"):
         if key in run.spec:
             spec[key] = run.spec[key]
@@ -200,13 +233,16 @@ def probe_spec(config: dict, run: Run) -> dict:
 
 # ----------------------------------------------------------------------------- report cells
 
+
 def _folders(config: dict, dataset: str, method: str, setting: str) -> list[str]:
     return [f"{config['results']}/{PAPER}/runs/{dataset}/{method}/{setting}/{tag}" for tag in seed_tags(config[PAPER])]
 
 
 def _cells(config, dataset, method, setting, row, col, filename="probe.json") -> list[dict]:
-    return [{"path": f"{folder}/{filename}", "row": row, "column": col}
-            for folder in _folders(config, dataset, method, setting)]
+    return [
+        {"path": f"{folder}/{filename}", "row": row, "column": col}
+        for folder in _folders(config, dataset, method, setting)
+    ]
 
 
 def table2_cells(config: dict) -> list[dict]:
@@ -246,19 +282,24 @@ def dp_table_cells(config: dict, name: str) -> list[dict]:
                 delta = None if eps == "inf" else table["delta"]
                 key = (participation, eps, delta)
                 if key not in settings:
-                    raise ValueError(f"fedsc.tables.{name}: no privacy level eps={eps} delta={delta} for "
-                                     f"{participation} participation on {dataset}; add it to "
-                                     f"fedsc.datasets.{dataset}.privacy")
+                    raise ValueError(
+                        f"fedsc.tables.{name}: no privacy level eps={eps} delta={delta} for "
+                        f"{participation} participation on {dataset}; add it to "
+                        f"fedsc.datasets.{dataset}.privacy"
+                    )
                 row = f"ε={number_tag(eps).replace('inf', '∞')}"
-                cells += [{**c, "private": eps != "inf"} for c in _cells(config, dataset, PROPOSED, settings[key], row, col)]
+                cells += [
+                    {**c, "private": eps != "inf"} for c in _cells(config, dataset, PROPOSED, settings[key], row, col)
+                ]
             cells += [{"path": path, "row": RANDOM_ROW, "column": col} for path in random_probe_paths(config, dataset)]
     return cells
 
 
 def summary_inputs(cells: list[dict]) -> list[str]:
     """The pretraining summaries beside a table's probe files (run health; realised epsilon)."""
-    return sorted({c["path"].removesuffix("probe.json") + "summary.json" for c in cells
-                   if "/random_encoder/" not in c["path"]})
+    return sorted(
+        {c["path"].removesuffix("probe.json") + "summary.json" for c in cells if "/random_encoder/" not in c["path"]}
+    )
 
 
 def claims(config: dict) -> list[dict]:
@@ -275,19 +316,39 @@ def claims(config: dict) -> list[dict]:
         columns = list(dict.fromkeys(c for _, c in by_key))
         for column in columns:
             if name == "table2":
-                _add_claim(out, seen, by_key, row_name(PROPOSED), row_name(NO_SHARING), column,
-                           f"{short_name(PROPOSED)} (ε=∞) > {short_name(NO_SHARING)} (Table 2)")
+                _add_claim(
+                    out,
+                    seen,
+                    by_key,
+                    row_name(PROPOSED),
+                    row_name(NO_SHARING),
+                    column,
+                    f"{short_name(PROPOSED)} (ε=∞) > {short_name(NO_SHARING)} (Table 2)",
+                )
                 for method in METHODS:
                     if method in section["methods"]:
-                        _add_claim(out, seen, by_key, row_name(method), RANDOM_ROW, column,
-                                   f"{row_name(method)} > untrained encoder (Table 2)")
+                        _add_claim(
+                            out,
+                            seen,
+                            by_key,
+                            row_name(method),
+                            RANDOM_ROW,
+                            column,
+                            f"{row_name(method)} > untrained encoder (Table 2)",
+                        )
                 continue
             delta = section["tables"][name]["delta"]
             for row, col in by_key:
                 if col == column and row.startswith("ε=") and row != "ε=∞":
-                    _add_claim(out, seen, by_key, row, short_name(NO_SHARING), column,
-                               f"{short_name(PROPOSED)} ({row}, δ={delta:g}) > {short_name(NO_SHARING)} "
-                               f"(Table {name[-1]})")
+                    _add_claim(
+                        out,
+                        seen,
+                        by_key,
+                        row,
+                        short_name(NO_SHARING),
+                        column,
+                        f"{short_name(PROPOSED)} ({row}, δ={delta:g}) > {short_name(NO_SHARING)} (Table {name[-1]})",
+                    )
     return out
 
 
@@ -310,8 +371,15 @@ def figure2_cells(config: dict) -> list[dict]:
     for dataset in section["tables"]["figure2"]["datasets"]:
         ds = section["datasets"][dataset]
         panel = DATASET_NAMES.get(dataset, dataset)
-        cells += _cells(config, dataset, PROPOSED, fedsc_settings(ds)[("full", "inf", None)], short_name(PROPOSED),
-                        panel, "metrics.parquet")
+        cells += _cells(
+            config,
+            dataset,
+            PROPOSED,
+            fedsc_settings(ds)[("full", "inf", None)],
+            short_name(PROPOSED),
+            panel,
+            "metrics.parquet",
+        )
         cells += _cells(config, dataset, NO_SHARING, "full", short_name(NO_SHARING), panel, "metrics.parquet")
     return cells
 
@@ -333,8 +401,11 @@ def check(config: dict) -> list[str]:
     from fedrepro.config import dataset_size_errors
 
     section = config[PAPER]
-    errors = [f"{PAPER}.run_datasets: {d!r} has no entry in fedsc.datasets" for d in section["run_datasets"]
-              if d not in section["datasets"]]
+    errors = [
+        f"{PAPER}.run_datasets: {d!r} has no entry in fedsc.datasets"
+        for d in section["run_datasets"]
+        if d not in section["datasets"]
+    ]
     if errors:
         return errors
     for dataset in enabled_datasets(section):
@@ -346,8 +417,10 @@ def check(config: dict) -> list[str]:
     for name in section["tables"]:
         for dataset in section["tables"][name].get("datasets", []):
             if dataset not in section["run_datasets"]:
-                errors.append(f"{PAPER}.tables.{name}.datasets: {dataset!r} is not one of fedsc.run_datasets "
-                              f"({', '.join(section['run_datasets'])})")
+                errors.append(
+                    f"{PAPER}.tables.{name}.datasets: {dataset!r} is not one of fedsc.run_datasets "
+                    f"({', '.join(section['run_datasets'])})"
+                )
     if errors:
         return errors
     for name in ("table3", "table4", "table5"):

@@ -101,8 +101,9 @@ class Results:
 RESULTS = Results()
 
 
-def forward_errors(key: str, model: str, kwargs: dict, shape: tuple, want: int | None, data: Data,
-                   what: str, tokens: bool = False) -> list[str]:
+def forward_errors(
+    key: str, model: str, kwargs: dict, shape: tuple, want: int | None, data: Data, what: str, tokens: bool = False
+) -> list[str]:
     """[] when `model(**kwargs)` maps one sample of `shape` to `want` outputs (None: the
     model's own feature_dim), else why not."""
     where = f"config key '{key}': model {model!r} does not fit {data.describe()}"
@@ -122,14 +123,21 @@ def extractor_errors(key: str, model: str, kwargs: dict, data: Data) -> list[str
 
 # ------------------------------------------------------------------------------ papers
 
+
 def fedavg_errors(config: dict) -> list[str]:
     section = config["fedavg"]
     data = Data(config, section["dataset"])
     errors = []
     for method, settings in section["methods"].items():
-        errors += forward_errors(f"fedavg.methods.{method}.model_options", settings["model"],
-                                 settings.get("model_options", {}), data.shape, data.classes, data,
-                                 "one logit per class")
+        errors += forward_errors(
+            f"fedavg.methods.{method}.model_options",
+            settings["model"],
+            settings.get("model_options", {}),
+            data.shape,
+            data.classes,
+            data,
+            "one logit per class",
+        )
     return errors
 
 
@@ -142,11 +150,14 @@ def fedsc_errors(config: dict) -> list[str]:
             errors.append(f"config key '{key}': FedSC trains image encoders; {data.describe()} is {data.kind}")
             continue
         encoder = ds["encoder"]
-        errors += extractor_errors(f"{key}.encoder", encoder["name"],
-                                   {"in_channels": data.shape[0], **encoder.get("kwargs", {})}, data)
+        errors += extractor_errors(
+            f"{key}.encoder", encoder["name"], {"in_channels": data.shape[0], **encoder.get("kwargs", {})}, data
+        )
         if data.classes % ds["clients"]:
-            errors.append(f"config key '{key}.clients': {ds['clients']} clients cannot hold equal blocks of "
-                          f"consecutive classes of {data.describe()}; clients must divide {data.classes}")
+            errors.append(
+                f"config key '{key}.clients': {ds['clients']} clients cannot hold equal blocks of "
+                f"consecutive classes of {data.describe()}; clients must divide {data.classes}"
+            )
     return errors
 
 
@@ -173,16 +184,26 @@ def vfl_client_errors(key: str, model: dict, data: Data, shapes: list[tuple]) ->
             errors += _token_errors(f"{key}.options", kwargs, data, shape)
         else:
             kwargs.setdefault("in_channels", shape[0])
-        errors += forward_errors(key, model["client"], kwargs, shape, model["embed_dim"], data,
-                                 f"embed_dim of a client holding {shape}", tokens)
+        errors += forward_errors(
+            key,
+            model["client"],
+            kwargs,
+            shape,
+            model["embed_dim"],
+            data,
+            f"embed_dim of a client holding {shape}",
+            tokens,
+        )
     return errors
 
 
 def _token_errors(key: str, kwargs: dict, data: Data, shape: tuple) -> list[str]:
     errors = []
     if data.vocab is not None and kwargs.get("vocab_size", data.vocab) < data.vocab:
-        errors.append(f"config key '{key}.vocab_size': {kwargs['vocab_size']}, but {data.describe()} "
-                      f"has token ids up to {data.vocab - 1}")
+        errors.append(
+            f"config key '{key}.vocab_size': {kwargs['vocab_size']}, but {data.describe()} "
+            f"has token ids up to {data.vocab - 1}"
+        )
     if kwargs.get("max_len", shape[0]) < shape[0]:
         errors.append(f"config key '{key}.max_len': {kwargs['max_len']}, but a client holds {shape[0]} tokens")
     return errors
@@ -203,8 +224,12 @@ def dpzv_errors(config: dict) -> list[str]:
         if dataset in training_datasets(config) or "model" not in memory.get(dataset, {}):
             errors += vfl_client_errors(f"{key}.model", data_cfg["model"], data, shapes)
         if "model" in memory.get(dataset, {}):
-            errors += vfl_client_errors(f"dpzv.figures.fig6.datasets[{list(memory).index(dataset)}].model",
-                                        memory[dataset]["model"], data, shapes)
+            errors += vfl_client_errors(
+                f"dpzv.figures.fig6.datasets[{list(memory).index(dataset)}].model",
+                memory[dataset]["model"],
+                data,
+                shapes,
+            )
     return errors
 
 
@@ -214,8 +239,9 @@ def fedal_errors(config: dict) -> list[str]:
     for exp in section["experiments"].values():
         data = Data(config, exp["dataset"])
         for i, entry in enumerate(section["pools"][exp["pool"]]):
-            errors += extractor_errors(f"fedal.pools.{exp['pool']}[{i}]", entry["name"],
-                                       dict(entry.get("options", {})), data)
+            errors += extractor_errors(
+                f"fedal.pools.{exp['pool']}[{i}]", entry["name"], dict(entry.get("options", {})), data
+            )
     return list(dict.fromkeys(errors))
 
 

@@ -33,7 +33,6 @@ def partition_tag(section: dict, num_silos: int, h: float) -> str:
     return make_tag("age", clients=num_silos, h=float(h), seed=section["partition_seed"])
 
 
-
 def setting_tag(fairness: str, method: str, num_silos: int, h: float, variant: str = "") -> str:
     """e.g. dp_N3_h0.75, eo_central; non-fair methods do not depend on the notion: N3_h0, central."""
     silos = f"N{num_silos}_h{number_tag(h)}" if has_trait(method, "federated") else "central"
@@ -45,9 +44,11 @@ def _train_spec(section: dict, method: str, overrides: dict | None = None) -> di
     if has_trait(method, "sgda"):
         spec = dict(section["train"])
     else:
-        shared = {k: section["train"][k] for k in ("batch", "epochs", "eta_theta", "lr_decay", "decay_every",
-                                                   "iterate", "eval_every", "sampling")
-                  if k in section["train"]}
+        shared = {
+            k: section["train"][k]
+            for k in ("batch", "epochs", "eta_theta", "lr_decay", "decay_every", "iterate", "eval_every", "sampling")
+            if k in section["train"]
+        }
         spec = {**shared, **section["baselines"][method]}
     return {**spec, **(overrides or {})}
 
@@ -63,21 +64,39 @@ def _panels(section: dict) -> list[dict]:
         for method in fig.get("methods", section["methods"]):
             for h in fig["h"]:
                 for eps in fig["epsilons"]:
-                    out.append({"figure": name, "dataset": fig["dataset"], "fairness": fig["fairness"],
-                                "method": method, "num_silos": fig["num_silos"], "h": h, "eps": eps})
+                    out.append(
+                        {
+                            "figure": name,
+                            "dataset": fig["dataset"],
+                            "fairness": fig["fairness"],
+                            "method": method,
+                            "num_silos": fig["num_silos"],
+                            "h": h,
+                            "eps": eps,
+                        }
+                    )
     fig2 = figures.get("fig2")
     if fig2 and fig2.get("enabled", True):
         for panel in fig2["panels"]:
             for n in panel["num_silos"]:
                 for h in panel["h"]:
-                    out.append({"figure": "fig2", "dataset": fig2["dataset"], "fairness": fig2["fairness"],
-                                "method": "steffle", "num_silos": n, "h": h, "eps": panel["eps"]})
+                    out.append(
+                        {
+                            "figure": "fig2",
+                            "dataset": fig2["dataset"],
+                            "fairness": fig2["fairness"],
+                            "method": "steffle",
+                            "num_silos": n,
+                            "h": h,
+                            "eps": panel["eps"],
+                        }
+                    )
     return out
 
 
 def _family_key(p: dict) -> tuple:
     n, h = (p["num_silos"], p["h"]) if has_trait(p["method"], "federated") else (1, 0.0)
-    h = 0.0 if n == 1 else h            # one silo holds all the data whatever h is
+    h = 0.0 if n == 1 else h  # one silo holds all the data whatever h is
     fairness = p["fairness"] if has_trait(p["method"], "fair") else "dp"
     return (p["dataset"], p["method"], fairness, n, float(h))
 
@@ -93,9 +112,20 @@ def runs(config: dict) -> list[Run]:
     check = section.get("eta_w_check")
     if check and check.get("enabled", True):
         for h in check["h"]:
-            out.append(_run(section, config, check["dataset"], "steffle", check["fairness"], check["num_silos"], h,
-                            set(check["epsilons"]), variant="wpaper",
-                            overrides={"eta_w": section["eta_w_paper"], "w_step": "fixed"}))
+            out.append(
+                _run(
+                    section,
+                    config,
+                    check["dataset"],
+                    "steffle",
+                    check["fairness"],
+                    check["num_silos"],
+                    h,
+                    set(check["epsilons"]),
+                    variant="wpaper",
+                    overrides={"eta_w": section["eta_w_paper"], "w_step": "fixed"},
+                )
+            )
     return out + refcode_runs(config)
 
 
@@ -109,8 +139,22 @@ def refcode_runs(config: dict) -> list[Run]:
     if not grid:
         return []
     eps = {"inf" if float(e) == float("inf") else e for e in grid["epsilons"]}
-    return [_run(section, config, grid["dataset"], "steffle", grid["fairness"], grid["num_silos"], h, eps,
-                 variant=REFCODE, overrides=grid["train"], lambdas=grid["lambdas"]) for h in grid["h"]]
+    return [
+        _run(
+            section,
+            config,
+            grid["dataset"],
+            "steffle",
+            grid["fairness"],
+            grid["num_silos"],
+            h,
+            eps,
+            variant=REFCODE,
+            overrides=grid["train"],
+            lambdas=grid["lambdas"],
+        )
+        for h in grid["h"]
+    ]
 
 
 def main_runs(config: dict) -> list[Run]:
@@ -122,13 +166,17 @@ def _eps_sorted(values) -> list:
     return sorted(values, key=float)  # float("inf") is inf
 
 
-def _run(section, config, dataset, method, fairness, n, h, eps_set, variant="", overrides=None,
-         lambdas=None) -> Run:
-    spec = {"method": method, "fairness": fairness, "num_silos": n, "h": float(h),
-            "epsilons": _eps_sorted(eps_set) if has_trait(method, "private") else ["inf"],
-            "lambdas": [float(v) for v in (lambdas or section["lambdas"])] if has_trait(method, "fair") else [0.0],
-            "train": _train_spec(section, method, overrides),
-            "checkpoint_every": config.get("checkpoint_every", 1)}
+def _run(section, config, dataset, method, fairness, n, h, eps_set, variant="", overrides=None, lambdas=None) -> Run:
+    spec = {
+        "method": method,
+        "fairness": fairness,
+        "num_silos": n,
+        "h": float(h),
+        "epsilons": _eps_sorted(eps_set) if has_trait(method, "private") else ["inf"],
+        "lambdas": [float(v) for v in (lambdas or section["lambdas"])] if has_trait(method, "fair") else [0.0],
+        "train": _train_spec(section, method, overrides),
+        "checkpoint_every": config.get("checkpoint_every", 1),
+    }
     partition = partition_tag(section, n, h) if has_trait(method, "federated") else None
     return Run(dataset, method, setting_tag(fairness, method, n, h, variant), spec, partition)
 
@@ -136,8 +184,9 @@ def _run(section, config, dataset, method, fairness, n, h, eps_set, variant="", 
 def figure_runs(config: dict) -> dict[str, list[Run]]:
     """Runs each figure reads (for its input list)."""
     section = config[PAPER]
-    by_family = {_family_key({**r.spec, "dataset": r.dataset}): r for r in main_runs(config)
-                 if not r.setting.endswith("_wpaper")}
+    by_family = {
+        _family_key({**r.spec, "dataset": r.dataset}): r for r in main_runs(config) if not r.setting.endswith("_wpaper")
+    }
     out: dict[str, list[Run]] = {}
     for p in _panels(section):
         run = by_family[_family_key(p)]
@@ -150,8 +199,10 @@ def figure_runs(config: dict) -> dict[str, list[Run]]:
 def runs_of_figure(runs_by_figure: dict[str, list[Run]], name: str) -> list[Run]:
     """`figure_runs(config)[name]`; asking for a disabled figure says how to enable it."""
     if name not in runs_by_figure:
-        raise ValueError(f"SteFFLe {name} is disabled in this config: set steffle.figures.{name}.enabled: true "
-                         "(fig4 needs the Retired Adult file, downloaded or pre-staged under data_root)")
+        raise ValueError(
+            f"SteFFLe {name} is disabled in this config: set steffle.figures.{name}.enabled: true "
+            "(fig4 needs the Retired Adult file, downloaded or pre-staged under data_root)"
+        )
     return runs_by_figure[name]
 
 
@@ -165,18 +216,23 @@ def figure_spec(config: dict, name: str) -> dict:
 
 def figures(config: dict) -> list[str]:
     section = config[PAPER]["figures"]
-    return [name for name in FIGURES
-            if name in section and section[name].get("enabled", True)]
+    return [name for name in FIGURES if name in section and section[name].get("enabled", True)]
 
 
 def report_spec(config: dict) -> dict:
     section = config[PAPER]
-    return {"scale": config["scale"], "decimals": config["report"]["decimals"],
-            "figures": {name: figure_spec(config, name)["layout"] for name in figures(config)},
-            "disabled_figures": [n for n in FIGURES if n not in figures(config)],
-            "eta_w": {"tuned": section["train"]["eta_w"], "paper": section["eta_w_paper"],
-                      "w_step_tuned": section["train"].get("w_step", "capped")},
-            "refcode_epochs": section.get("refcode_grid", {}).get("train", {}).get("epochs")}
+    return {
+        "scale": config["scale"],
+        "decimals": config["report"]["decimals"],
+        "figures": {name: figure_spec(config, name)["layout"] for name in figures(config)},
+        "disabled_figures": [n for n in FIGURES if n not in figures(config)],
+        "eta_w": {
+            "tuned": section["train"]["eta_w"],
+            "paper": section["eta_w_paper"],
+            "w_step_tuned": section["train"].get("w_step", "capped"),
+        },
+        "refcode_epochs": section.get("refcode_grid", {}).get("train", {}).get("epochs"),
+    }
 
 
 def check(config: dict) -> list[str]:
@@ -186,8 +242,10 @@ def check(config: dict) -> list[str]:
     for name, fig in section["figures"].items():
         for method in fig.get("methods", []):
             if method not in section["methods"]:
-                errors.append(f"config key '{PAPER}.figures.{name}.methods': {method!r} is not in "
-                              f"{PAPER}.methods {section['methods']}")
+                errors.append(
+                    f"config key '{PAPER}.figures.{name}.methods': {method!r} is not in "
+                    f"{PAPER}.methods {section['methods']}"
+                )
     for method in section["methods"]:
         if not has_trait(method, "sgda") and method not in section["baselines"]:
             errors.append(f"config key '{PAPER}.baselines': missing the settings of {method!r}")

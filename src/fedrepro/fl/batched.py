@@ -30,7 +30,7 @@ def broadcast(params: Params, count: int) -> Params:
     return {name: p.unsqueeze(0).expand(count, *p.shape).clone() for name, p in params.items()}
 
 
-FP32 = Precision()   # the default: fp32 forward passes, NCHW, not compiled
+FP32 = Precision()  # the default: fp32 forward passes, NCHW, not compiled
 
 
 def cross_entropy_loss(model: torch.nn.Module, precision: Precision = FP32) -> Callable:
@@ -46,8 +46,15 @@ def cross_entropy_loss(model: torch.nn.Module, precision: Precision = FP32) -> C
     return loss
 
 
-def local_sgd(loss: Callable, params: Params, batches: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
-              steps: int, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> tuple[Params, torch.Tensor]:
+def local_sgd(
+    loss: Callable,
+    params: Params,
+    batches: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    steps: int,
+    lr: float,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+) -> tuple[Params, torch.Tensor]:
     """`steps` SGD steps for every client at once; `batches(step)` returns stacked (x, y).
 
     Matches SGD (fedrepro.fl.optim / torch.optim; momentum and weight decay included) created fresh at
@@ -67,4 +74,3 @@ def local_sgd(loss: Callable, params: Params, batches: Callable[[int], tuple[tor
                 g = velocity[name]
             params[name] = params[name] - lr * g
     return params, loss_sum / max(steps, 1)
-

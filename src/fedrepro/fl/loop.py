@@ -110,12 +110,16 @@ class Checkpoint:
         return self.clock() - self._last >= 60.0 * self.minutes
 
     def save(self, algorithm: FederatedAlgorithm, rounds_done: int, rows: list[dict]) -> None:
-        state = {"rounds_done": rounds_done, "rows": rows, "rng": seeding.rng_state(),
-                 "algorithm": algorithm.state_dict()}
-        durable = bool(self.minutes)   # paper scale: rare, large writes, worth surviving a node crash
+        state = {
+            "rounds_done": rounds_done,
+            "rows": rows,
+            "rng": seeding.rng_state(),
+            "algorithm": algorithm.state_dict(),
+        }
+        durable = bool(self.minutes)  # paper scale: rare, large writes, worth surviving a node crash
         written = atomic_write(self.path, lambda tmp: _write_state(tmp, state, durable))
         if durable:
-            _fsync_folder(written.parent)   # make the rename itself durable
+            _fsync_folder(written.parent)  # make the rename itself durable
         self.bytes_written += written.stat().st_size
         self.saves += 1
         self._last = self.clock()
@@ -127,8 +131,9 @@ class Checkpoint:
         try:
             state = torch.load(self.path, map_location="cpu", weights_only=False)
         except Exception as error:  # noqa: BLE001 (any unreadable file: start over, never crash)
-            log.warning("checkpoint %s is unreadable (%s: %s); running from round 1", self.path,
-                        type(error).__name__, error)
+            log.warning(
+                "checkpoint %s is unreadable (%s: %s); running from round 1", self.path, type(error).__name__, error
+            )
             self.path.unlink()
             return 0, []
         algorithm.load_state_dict(state["algorithm"])
@@ -148,7 +153,7 @@ def _write_state(tmp: Path, state: dict, durable: bool) -> None:
 def _fsync_folder(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:   # some platforms cannot open a folder; the rename is still atomic
+    except OSError:  # some platforms cannot open a folder; the rename is still atomic
         return
     try:
         os.fsync(fd)
@@ -158,25 +163,36 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def run_rounds(algorithm: FederatedAlgorithm, num_rounds: int, checkpoint: Checkpoint | None = None,
-               eval_every: int = 1, desc: str = "rounds") -> pd.DataFrame:
+def run_rounds(
+    algorithm: FederatedAlgorithm,
+    num_rounds: int,
+    checkpoint: Checkpoint | None = None,
+    eval_every: int = 1,
+    desc: str = "rounds",
+) -> pd.DataFrame:
     """Run rounds 1..num_rounds (resuming if a checkpoint exists); one metrics row per round."""
     done, rows = checkpoint.restore(algorithm) if checkpoint else (0, [])
     if checkpoint:
         checkpoint.start()
     start = time.perf_counter()
-    for t in tqdm(range(done + 1, num_rounds + 1), initial=done, total=num_rounds, desc=desc,
-                  mininterval=5, dynamic_ncols=False):
+    for t in tqdm(
+        range(done + 1, num_rounds + 1), initial=done, total=num_rounds, desc=desc, mininterval=5, dynamic_ncols=False
+    ):
         row = {"round": t, **algorithm.round(t)}
         if t % eval_every == 0 or t == num_rounds:
             row.update(algorithm.evaluate(t))
         rows.append(row)
         if checkpoint and checkpoint.due(t, num_rounds):
             checkpoint.save(algorithm, t, rows)
-    if num_rounds > done:   # read by benchmarks/paper_scale.py (seconds per round, checkpoints included)
-        log.info("rounds %d-%d: %.3f s per round", done + 1, num_rounds,
-                 (time.perf_counter() - start) / (num_rounds - done))
+    if num_rounds > done:  # read by benchmarks/paper_scale.py (seconds per round, checkpoints included)
+        log.info(
+            "rounds %d-%d: %.3f s per round", done + 1, num_rounds, (time.perf_counter() - start) / (num_rounds - done)
+        )
     if checkpoint and checkpoint.saves:
-        log.info("%s: %d checkpoint(s), %.1f MB written", checkpoint.path.name, checkpoint.saves,
-                 checkpoint.bytes_written / 1e6)
+        log.info(
+            "%s: %d checkpoint(s), %.1f MB written",
+            checkpoint.path.name,
+            checkpoint.saves,
+            checkpoint.bytes_written / 1e6,
+        )
     return pd.DataFrame(rows)

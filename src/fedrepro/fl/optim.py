@@ -44,8 +44,7 @@ def _groups(params: list[torch.Tensor]) -> list[list[int]]:
 
 
 class SGD:
-    def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0,
-                 weight_decay: float = 0.0):
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
         if lr <= 0:
             raise ValueError(f"SGD learning rate must be > 0, got {lr}")
         self.params = [p for p in params if p.requires_grad]
@@ -90,8 +89,13 @@ class SGD:
 
 
 class Adam:
-    def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
         if lr <= 0:
             raise ValueError(f"Adam learning rate must be > 0, got {lr}")
         self.params = [p for p in params if p.requires_grad]
@@ -108,8 +112,8 @@ class Adam:
     def step(self) -> None:
         self.step_count += 1
         beta1, beta2 = self.betas
-        bias1 = 1 - beta1 ** self.step_count
-        bias2_sqrt = math.sqrt(1 - beta2 ** self.step_count)
+        bias1 = 1 - beta1**self.step_count
+        bias2_sqrt = math.sqrt(1 - beta2**self.step_count)
         for group in _groups(self.params):
             params = [self.params[i] for i in group]
             grads, m, v = [p.grad for p in params], [self.m[i] for i in group], [self.v[i] for i in group]

@@ -75,8 +75,11 @@ class Precision:
         name = spec.get("precision", TRAINING_DEFAULTS["precision"])
         if name not in PRECISIONS:
             raise ValueError(f"config key 'precision': {name!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
-        return cls(name, bool(spec.get("channels_last", TRAINING_DEFAULTS["channels_last"])),
-                   bool(spec.get("compile", TRAINING_DEFAULTS.get("compile", False))))
+        return cls(
+            name,
+            bool(spec.get("channels_last", TRAINING_DEFAULTS["channels_last"])),
+            bool(spec.get("compile", TRAINING_DEFAULTS.get("compile", False))),
+        )
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """The model with NHWC convolution weights when channels_last is on (in place)."""

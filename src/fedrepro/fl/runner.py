@@ -33,8 +33,13 @@ from fedrepro.pipeline import Job, atomic_write, atomic_write_text, claim_scratc
 log = logging.getLogger(__name__)
 
 
-def run_seeds(job: Job, build: Callable[[int], FederatedAlgorithm], num_rounds: int,
-              eval_every: int = 1, checkpoint_every: int = 1) -> pd.DataFrame:
+def run_seeds(
+    job: Job,
+    build: Callable[[int], FederatedAlgorithm],
+    num_rounds: int,
+    eval_every: int = 1,
+    checkpoint_every: int = 1,
+) -> pd.DataFrame:
     """Run `build(seed)` for `num_rounds` per seed; write metrics (Parquet) and summary (JSON)."""
     claim_scratch(job)
     frames, summaries = [], {}
@@ -86,8 +91,9 @@ def _finished_seed(store: Path, seed: int):
     try:
         return pd.read_parquet(done_file), json.loads(summary_file.read_text())
     except Exception as error:  # noqa: BLE001 (any unreadable file: recompute the seed)
-        log.warning("corrupt finished-seed file in %s (%s: %s): recomputing seed %d",
-                    store, type(error).__name__, error, seed)
+        log.warning(
+            "corrupt finished-seed file in %s (%s: %s): recomputing seed %d", store, type(error).__name__, error, seed
+        )
         done_file.unlink(missing_ok=True)
         summary_file.unlink(missing_ok=True)
         return None

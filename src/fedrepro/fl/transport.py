@@ -33,7 +33,9 @@ def _copy(payload):
         return type(payload)(_copy(value) for value in payload)
     if isinstance(payload, (int, float)):
         return payload
-    raise TypeError(f"cannot send a {type(payload).__name__} over the wire; send tensors, numbers or dicts/lists of them")
+    raise TypeError(
+        f"cannot send a {type(payload).__name__} over the wire; send tensors, numbers or dicts/lists of them"
+    )
 
 
 def _size(payload) -> tuple[int, int]:

@@ -46,8 +46,7 @@ class FixupBasicBlock(nn.Module):
 
 
 class FixupResNet(nn.Module):
-    def __init__(self, blocks_per_stage: int = 3, in_channels: int = 3, num_classes: int = 0,
-                 widen_factor: int = 1):
+    def __init__(self, blocks_per_stage: int = 3, in_channels: int = 3, num_classes: int = 0, widen_factor: int = 1):
         super().__init__()
         if widen_factor < 1 or blocks_per_stage < 1:
             raise ValueError(f"widen_factor and blocks_per_stage must be >= 1, got {widen_factor}, {blocks_per_stage}")
@@ -71,7 +70,7 @@ class FixupResNet(nn.Module):
         for m in self.modules():
             if isinstance(m, FixupBasicBlock):
                 fan = m.conv1.weight.shape[0] * 9
-                nn.init.normal_(m.conv1.weight, 0.0, math.sqrt(2.0 / fan) * self.num_layers ** -0.5)
+                nn.init.normal_(m.conv1.weight, 0.0, math.sqrt(2.0 / fan) * self.num_layers**-0.5)
                 nn.init.zeros_(m.conv2.weight)
             elif isinstance(m, nn.Linear):
                 nn.init.zeros_(m.weight)

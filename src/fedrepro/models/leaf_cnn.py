@@ -13,15 +13,13 @@ from torch import nn
 
 
 class LeafCNN(nn.Module):
-    def __init__(self, in_channels: int = 3, num_classes: int = 2, input_size: int = 84,
-                 channels: int = 32) -> None:
+    def __init__(self, in_channels: int = 3, num_classes: int = 2, input_size: int = 84, channels: int = 32) -> None:
         super().__init__()
         if num_classes < 0:
             raise ValueError(f"num_classes must be >= 0 (0 = features only), got {num_classes}")
         blocks, c_in, side = [], in_channels, input_size
         for _ in range(4):
-            blocks += [nn.Conv2d(c_in, channels, 3, padding=1), nn.BatchNorm2d(channels),
-                       nn.MaxPool2d(2), nn.ReLU()]
+            blocks += [nn.Conv2d(c_in, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.MaxPool2d(2), nn.ReLU()]
             c_in, side = channels, side // 2
         if side < 1:
             raise ValueError(f"leaf_cnn: input_size must be >= 16, got {input_size}")
@@ -34,8 +32,6 @@ class LeafCNN(nn.Module):
         return self.fc(self.features(x))
 
 
-def leaf_cnn(in_channels: int = 3, num_classes: int = 2, input_size: int = 84,
-             channels: int = 32) -> LeafCNN:
+def leaf_cnn(in_channels: int = 3, num_classes: int = 2, input_size: int = 84, channels: int = 32) -> LeafCNN:
     """LEAF CNN; `num_classes=0` gives the flattened features."""
-    return LeafCNN(in_channels=in_channels, num_classes=num_classes, input_size=input_size,
-                   channels=channels)
+    return LeafCNN(in_channels=in_channels, num_classes=num_classes, input_size=input_size, channels=channels)

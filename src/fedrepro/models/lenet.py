@@ -17,16 +17,18 @@ class LeNet5(nn.Module):
     def __init__(self, in_channels: int = 1, num_classes: int = 10, input_size: int = 28) -> None:
         super().__init__()
         self.conv = nn.Sequential(
-            nn.Conv2d(in_channels, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(in_channels, 6, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
             nn.Flatten(),
         )
         side = ((input_size // 2) - 4) // 2
         if side < 1:
             raise ValueError(f"lenet5: input_size must be >= 12, got {input_size}")
-        self.fc = nn.Sequential(
-            nn.Linear(16 * side * side, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU()
-        )
+        self.fc = nn.Sequential(nn.Linear(16 * side * side, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU())
         self.feature_dim = 84
         self.num_classes = num_classes
         self.head = nn.Linear(84, num_classes) if num_classes > 0 else nn.Identity()

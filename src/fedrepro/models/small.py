@@ -34,18 +34,22 @@ def mlp(in_features: int, num_classes: int, hidden: list[int] | tuple[int, ...] 
     return Classifier(nn.Sequential(*layers), width, num_classes)
 
 
-def small_cnn(in_channels: int = 1, num_classes: int = 10, width: int = 16,
-              image_size: int = 8, feature_dim: int = 64) -> nn.Module:
+def small_cnn(
+    in_channels: int = 1, num_classes: int = 10, width: int = 16, image_size: int = 8, feature_dim: int = 64
+) -> nn.Module:
     """Two 3x3 conv blocks (width, 2*width channels) with one 2x2 pooling, then a linear feature layer.
 
     Sized for 8x8 digits at quick scale; works for any square image size.
     """
     pooled = math.ceil(image_size / 2)
     features = nn.Sequential(
-        nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(in_channels, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, padding=1),
+        nn.ReLU(),
         nn.MaxPool2d(2, ceil_mode=True),
         nn.Flatten(),
-        nn.Linear(2 * width * pooled * pooled, feature_dim), nn.ReLU(),
+        nn.Linear(2 * width * pooled * pooled, feature_dim),
+        nn.ReLU(),
     )
     return Classifier(features, feature_dim, num_classes)

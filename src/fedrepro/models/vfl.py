@@ -31,8 +31,9 @@ class _Client(nn.Module):
         return self.body(x)
 
 
-def mnist_client_cnn(in_channels: int = 1, embed_dim: int = 64, width: int = 16,
-                     pool: tuple[int, int] | list[int] = (2, 7)) -> nn.Module:
+def mnist_client_cnn(
+    in_channels: int = 1, embed_dim: int = 64, width: int = 16, pool: tuple[int, int] | list[int] = (2, 7)
+) -> nn.Module:
     """MNIST "two-layer CNN" (DPZV §7) on a 1x4x28 row strip, read as two convs and one linear layer.
 
     Conv(1,16,3,p1)-ReLU-Conv(16,32,3,p1)-ReLU-AdaptiveAvgPool(pool)-Flatten-Linear(32*prod(pool), e).
@@ -40,16 +41,18 @@ def mnist_client_cnn(in_channels: int = 1, embed_dim: int = 64, width: int = 16,
     """
     pool = tuple(int(p) for p in pool)
     body = nn.Sequential(
-        nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(pool), nn.Flatten(),
+        nn.Conv2d(in_channels, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(pool),
+        nn.Flatten(),
         nn.Linear(2 * width * pool[0] * pool[1], embed_dim),
     )
     return _Client(body, embed_dim)
 
 
-def cifar_client_cnn(in_channels: int = 3, embed_dim: int = 64, width: int = 32,
-                     input_size: int = 16) -> nn.Module:
+def cifar_client_cnn(in_channels: int = 3, embed_dim: int = 64, width: int = 32, input_size: int = 16) -> nn.Module:
     """CIFAR "four-layer CNN" (DPZV §7) on a 3x16x16 patch: three 3x3 convs and one linear layer.
 
     Conv(3,w)-ReLU-Conv(w,2w)-ReLU-MaxPool2-Conv(2w,4w)-ReLU-MaxPool2-Flatten-Linear(4w*(s/4)^2, e).
@@ -58,16 +61,23 @@ def cifar_client_cnn(in_channels: int = 3, embed_dim: int = 64, width: int = 32,
         raise ValueError(f"cifar_client_cnn input_size must be divisible by 4, got {input_size}")
     side = input_size // 4
     body = nn.Sequential(
-        nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(2 * width, 4 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(4 * width * side * side, embed_dim),
+        nn.Conv2d(in_channels, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(2 * width, 4 * width, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * width * side * side, embed_dim),
     )
     return _Client(body, embed_dim)
 
 
-def resnet18_client(in_channels: int = 3, embed_dim: int = 128, norm: str = "group",
-                    small_input: bool = True) -> nn.Module:
+def resnet18_client(
+    in_channels: int = 3, embed_dim: int = 128, norm: str = "group", small_input: bool = True
+) -> nn.Module:
     """torchvision ResNet-18 with an `embed_dim` output (ModelNet40, one view per client).
 
     BatchNorm couples the samples of a batch (see the module docstring), so `norm` is
@@ -99,16 +109,26 @@ class TinyBertEncoder(nn.Module):
     Token `pad_id` is masked.
     """
 
-    def __init__(self, vocab_size: int, embed_dim: int, hidden: int, layers: int, heads: int,
-                 intermediate: int, max_len: int, pad_id: int):
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int,
+        hidden: int,
+        layers: int,
+        heads: int,
+        intermediate: int,
+        max_len: int,
+        pad_id: int,
+    ):
         super().__init__()
         self.pad_id = pad_id
         self.tokens = nn.Embedding(vocab_size, hidden)
         self.positions = nn.Embedding(max_len + 1, hidden)
         self.cls = nn.Parameter(torch.zeros(1, 1, hidden))
         self.norm = nn.LayerNorm(hidden)
-        layer = nn.TransformerEncoderLayer(hidden, heads, intermediate, dropout=0.0, activation="gelu",
-                                           batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            hidden, heads, intermediate, dropout=0.0, activation="gelu", batch_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.project = nn.Linear(hidden, embed_dim)
         nn.init.normal_(self.cls, std=0.02)
@@ -133,15 +153,20 @@ class PretrainedBert(nn.Module):
         try:
             from transformers import BertModel
         except ImportError as err:
-            raise ImportError("vfl_text_encoder with pretrained_dir needs the `transformers` package "
-                              "(pip install transformers); or set pretrained_dir: null for the offline "
-                              "randomly initialised encoder") from err
+            raise ImportError(
+                "vfl_text_encoder with pretrained_dir needs the `transformers` package "
+                "(pip install transformers); or set pretrained_dir: null for the offline "
+                "randomly initialised encoder"
+            ) from err
         if not Path(pretrained_dir, "config.json").exists():
-            raise FileNotFoundError(f"vfl_text_encoder pretrained_dir {pretrained_dir!r} holds no config.json; "
-                                    "stage a BERT checkpoint there (e.g. bert-base-uncased saved with "
-                                    "save_pretrained) or set pretrained_dir: null")
-        self.bert = BertModel.from_pretrained(pretrained_dir, hidden_dropout_prob=0.0,
-                                              attention_probs_dropout_prob=0.0, add_pooling_layer=False)
+            raise FileNotFoundError(
+                f"vfl_text_encoder pretrained_dir {pretrained_dir!r} holds no config.json; "
+                "stage a BERT checkpoint there (e.g. bert-base-uncased saved with "
+                "save_pretrained) or set pretrained_dir: null"
+            )
+        self.bert = BertModel.from_pretrained(
+            pretrained_dir, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, add_pooling_layer=False
+        )
         self.pad_id = pad_id
         self.cls_token_id = cls_token_id
         self.project = nn.Linear(self.bert.config.hidden_size, embed_dim)
@@ -154,9 +179,18 @@ class PretrainedBert(nn.Module):
         return self.project(out.last_hidden_state[:, 0])
 
 
-def text_client_encoder(vocab_size: int = 2000, embed_dim: int = 128, hidden: int = 64, layers: int = 2,
-                        heads: int = 2, intermediate: int = 128, max_len: int = 512, pad_id: int = 0,
-                        pretrained_dir: str | None = None, cls_token_id: int | None = None) -> nn.Module:
+def text_client_encoder(
+    vocab_size: int = 2000,
+    embed_dim: int = 128,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 2,
+    intermediate: int = 128,
+    max_len: int = 512,
+    pad_id: int = 0,
+    pretrained_dir: str | None = None,
+    cls_token_id: int | None = None,
+) -> nn.Module:
     """Client text encoder: pre-trained BERT from `pretrained_dir` (paper scale) or a tiny random one."""
     if pretrained_dir:
         net = PretrainedBert(pretrained_dir, embed_dim, pad_id, cls_token_id)

@@ -50,8 +50,7 @@ class WideResNet(nn.Module):
                 stride = 2 if (group > 0 and i == 0) else 1
                 layers.append(WideBlock(in_planes, planes, stride))
                 in_planes = planes
-        layers += [nn.BatchNorm2d(in_planes), nn.ReLU(inplace=True),
-                   nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        layers += [nn.BatchNorm2d(in_planes), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
         self.features = nn.Sequential(*layers)
         self.feature_dim = in_planes
         self.num_classes = num_classes

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 METHODS = ("rdp", "pld")
-PLD_RTOL = 1e-3                              # successive PLD refinements agree to 0.1 %
-PLD_STEPS = (1e-2, 1e-3, 1e-4, 3e-5, 1e-5)    # intervals, times the RDP epsilon
+PLD_RTOL = 1e-3  # successive PLD refinements agree to 0.1 %
+PLD_STEPS = (1e-2, 1e-3, 1e-4, 3e-5, 1e-5)  # intervals, times the RDP epsilon
 
 
 def _check_inputs(noise_multiplier: float, steps: int, sampling_rate: float, method: str) -> None:
@@ -110,8 +110,9 @@ def _trivial(noise_multiplier: float, steps: int) -> bool:
     return steps == 0 or math.isinf(noise_multiplier)
 
 
-def epsilon(noise_multiplier: float, steps: int, delta: float, sampling_rate: float = 1.0,
-            method: str = "rdp") -> float:
+def epsilon(
+    noise_multiplier: float, steps: int, delta: float, sampling_rate: float = 1.0, method: str = "rdp"
+) -> float:
     """eps at ``delta`` after ``steps`` (subsampled) Gaussian releases.
 
     noise_multiplier = 0 (no noise) gives inf; steps = 0 or an infinite
@@ -127,8 +128,9 @@ def epsilon(noise_multiplier: float, steps: int, delta: float, sampling_rate: fl
     return _query_epsilon(_event(noise_multiplier, steps, sampling_rate), delta, method)
 
 
-def delta_for_epsilon(noise_multiplier: float, steps: int, eps: float, sampling_rate: float = 1.0,
-                      method: str = "rdp") -> float:
+def delta_for_epsilon(
+    noise_multiplier: float, steps: int, eps: float, sampling_rate: float = 1.0, method: str = "rdp"
+) -> float:
     """delta at ``eps`` for the same composition (1 without noise, 0 without releases)."""
     _check_inputs(noise_multiplier, steps, sampling_rate, method)
     if not float(eps) >= 0.0:

@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import beta as beta_dist
 
-
 # ------------------------------------------------------------------------------ statistics
+
 
 def clopper_pearson_upper(k: int, n: int, alpha: float) -> float:
     """One-sided upper limit at level 1 - alpha of a binomial rate with k successes in n."""
@@ -60,8 +60,9 @@ def _log_ratio(num: float, den: float) -> float:
     return math.log(num / den) if num > 0 and den > 0 else 0.0
 
 
-def epsilon_at_threshold(out_scores: np.ndarray, in_scores: np.ndarray, threshold: float, delta: float,
-                         alpha: float | None = None) -> tuple[float, float, float]:
+def epsilon_at_threshold(
+    out_scores: np.ndarray, in_scores: np.ndarray, threshold: float, delta: float, alpha: float | None = None
+) -> tuple[float, float, float]:
     """(eps bound, FPR, FNR) of the test "score > threshold means in".
 
     With ``alpha``, FPR and FNR are Clopper-Pearson upper limits at 1 - alpha/2
@@ -83,8 +84,7 @@ def _upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
     return np.where(k >= n, 1.0, beta_dist.ppf(1 - alpha, np.minimum(k, n - 1) + 1, np.maximum(n - k, 1)))
 
 
-def _best_threshold(out_scores: np.ndarray, in_scores: np.ndarray, delta: float,
-                    alpha: float) -> tuple[float, float]:
+def _best_threshold(out_scores: np.ndarray, in_scores: np.ndarray, delta: float, alpha: float) -> tuple[float, float]:
     """The threshold whose Clopper-Pearson bound on these scores is largest (all candidates at once).
 
     Choosing by the confidence bound rather than the empirical rates avoids extreme
@@ -92,12 +92,13 @@ def _best_threshold(out_scores: np.ndarray, in_scores: np.ndarray, delta: float,
     """
     candidates = np.unique(np.concatenate([out_scores, in_scores]))
     n_out, n_in = len(out_scores), len(in_scores)
-    fp = n_out - np.searchsorted(np.sort(out_scores), candidates, side="right")   # out > t
-    fn = np.searchsorted(np.sort(in_scores), candidates, side="right")            # in <= t
+    fp = n_out - np.searchsorted(np.sort(out_scores), candidates, side="right")  # out > t
+    fn = np.searchsorted(np.sort(in_scores), candidates, side="right")  # in <= t
     fpr, fnr = _upper(fp, n_out, alpha / 2), _upper(fn, n_in, alpha / 2)
     with np.errstate(divide="ignore", invalid="ignore"):
-        eps = np.maximum(np.log(np.clip(1 - delta - fnr, 0, None) / fpr),
-                         np.log(np.clip(1 - delta - fpr, 0, None) / fnr))
+        eps = np.maximum(
+            np.log(np.clip(1 - delta - fnr, 0, None) / fpr), np.log(np.clip(1 - delta - fpr, 0, None) / fnr)
+        )
     eps = np.nan_to_num(np.maximum(eps, 0.0), neginf=0.0)
     i = int(np.argmax(eps))
     return float(eps[i]), float(candidates[i])
@@ -105,15 +106,15 @@ def _best_threshold(out_scores: np.ndarray, in_scores: np.ndarray, delta: float,
 
 @dataclass(frozen=True)
 class AuditBound:
-    eps_lower: float        # holds with probability >= confidence
+    eps_lower: float  # holds with probability >= confidence
     confidence: float
     delta: float
-    n_out: int              # runs used for the bound (the held-out half), per world
+    n_out: int  # runs used for the bound (the held-out half), per world
     n_in: int
-    threshold: float        # "in" when the score is above it (below it if the canary lowers the score)
+    threshold: float  # "in" when the score is above it (below it if the canary lowers the score)
     fpr_upper: float
     fnr_upper: float
-    eps_point: float        # the same threshold's bound at the empirical rates (no confidence)
+    eps_point: float  # the same threshold's bound at the empirical rates (no confidence)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -150,8 +151,10 @@ def epsilon_lower_bound(out_scores, in_scores, delta: float, confidence: float =
 
 # ------------------------------------------------------------------------------ FedSC DP-CalR
 
-def fedsc_release_scores(runs: int, sigma: float, mu: float, local_size: int, shares: int, hidden: int = 8,
-                         seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+
+def fedsc_release_scores(
+    runs: int, sigma: float, mu: float, local_size: int, shares: int, hidden: int = 8, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Scores of ``runs`` runs per world of ``shares`` DP-CalR releases of one client.
 
     The local data are representation vectors (the encoder is the identity, one
@@ -198,6 +201,7 @@ def fedsc_release_scores(runs: int, sigma: float, mu: float, local_size: int, sh
 
 # ------------------------------------------------------------------------------ DPZV label channel
 
+
 def tiny_vfl_data(num_train: int = 64, num_test: int = 16, num_classes: int = 3, clients: int = 2, seed: int = 0):
     """Class-dependent 1 x 8 x 8 images split into row strips over ``clients`` (a learnable stand-in)."""
     from fedrepro.algorithms.dpzv.base import build_vfl_data
@@ -208,8 +212,17 @@ def tiny_vfl_data(num_train: int = 64, num_test: int = 16, num_classes: int = 3,
     y = rng.integers(0, num_classes, size=num_train + num_test)
     x = np.clip(proto[y] + rng.normal(0, 40, size=(len(y), 1, 8, 8)), 0, 255).astype(np.uint8)
     part = vertical_partition((1, 8, 8), "rows", clients)
-    return build_vfl_data(x[:num_train], y[:num_train], x[num_train:], y[num_train:], part.features,
-                          part.feature_shapes, num_classes, "image", val="test")
+    return build_vfl_data(
+        x[:num_train],
+        y[:num_train],
+        x[num_train:],
+        y[num_train:],
+        part.features,
+        part.feature_shapes,
+        num_classes,
+        "image",
+        val="test",
+    )
 
 
 class _ScalarTap:
@@ -229,8 +242,9 @@ class _ScalarTap:
         return getattr(self.wire, name)
 
 
-def dpzv_label_scores(runs: int, settings, data=None, canary: int = 0, canary_scale: float = 1.0, seed: int = 0,
-                      noise_seed: int = 1000) -> tuple[np.ndarray, np.ndarray, dict]:
+def dpzv_label_scores(
+    runs: int, settings, data=None, canary: int = 0, canary_scale: float = 1.0, seed: int = 0, noise_seed: int = 1000
+) -> tuple[np.ndarray, np.ndarray, dict]:
     """Scores of ``runs`` tiny DPZV runs per world: canary label as is ("out") or flipped ("in").
 
     Everything but the server's noise is seeded by ``seed`` (model initialisation,
@@ -246,8 +260,8 @@ def dpzv_label_scores(runs: int, settings, data=None, canary: int = 0, canary_sc
     every client (an outlier sample: DP must hold for every pair of neighbouring
     data sets, and a large input lets one label move the head far).
     """
-    from fedrepro.algorithms.dpzv.dpzv import DPZV
     from fedrepro.algorithms.dpzv.base import VFLData
+    from fedrepro.algorithms.dpzv.dpzv import DPZV
 
     data = data if data is not None else tiny_vfl_data()
     train = [x.clone() for x in data.train]
@@ -256,8 +270,10 @@ def dpzv_label_scores(runs: int, settings, data=None, canary: int = 0, canary_sc
     data = VFLData(train, data.y_train, data.val, data.y_val, data.test, data.y_test, data.num_classes)
     flipped = data.y_train.clone()
     flipped[canary] = (flipped[canary] + 1) % data.num_classes
-    worlds = {"out": data, "in": VFLData(data.train, flipped, data.val, data.y_val, data.test, data.y_test,
-                                        data.num_classes)}
+    worlds = {
+        "out": data,
+        "in": VFLData(data.train, flipped, data.val, data.y_val, data.test, data.y_test, data.num_classes),
+    }
     base = {w: DPZV(d, settings, seed) for w, d in worlds.items()}
     sigma = float(base["out"].noise["sigma"])
     if not sigma > 0:
@@ -267,8 +283,13 @@ def dpzv_label_scores(runs: int, settings, data=None, canary: int = 0, canary_sc
         replicas[w] = copy.deepcopy(algo)
         replicas[w].noise = dict(replicas[w].noise, sigma=0.0)
     scores = {w: np.empty(runs) for w in worlds}
-    info = {"sigma": sigma, "rounds": base["out"].total_rounds, "canary_rounds": 0, "leak_max": 0.0,
-            "privacy": base["out"].privacy()}
+    info = {
+        "sigma": sigma,
+        "rounds": base["out"].total_rounds,
+        "canary_rounds": 0,
+        "leak_max": 0.0,
+        "privacy": base["out"].privacy(),
+    }
     residuals = []
     for w in worlds:
         for r in range(runs):

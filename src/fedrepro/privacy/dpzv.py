@@ -52,11 +52,14 @@ _MU_BRACKET = (1e-6, 100.0)
 # lose all precision (|eps/mu| ~ mu/2 ~ 1e4 squared), so eps_from_mu answers inf.
 _MU_MEANINGLESS = 1e4
 PAIR_RELEASES = ("joint", "separate")
-SAMPLING = ("Poisson subsampling at q = B/D assumed by every accountant; the runs draw shuffled "
-            "fixed-size batches (drop_last), which the Poisson guarantee does not cover")
+SAMPLING = (
+    "Poisson subsampling at q = B/D assumed by every accountant; the runs draw shuffled "
+    "fixed-size batches (drop_last), which the Poisson guarantee does not cover"
+)
 
 
 # ---------------------------------------------------------------------- config values and argument checks
+
 
 def _positive_or_inf(name: str, value, infinite: tuple[str, ...]) -> float:
     if isinstance(value, str):
@@ -102,6 +105,7 @@ def _positive(name: str, value: float) -> float:
 
 # --------------------------------------------------------------------------- the formula: eq. (11)
 
+
 def gdp_delta(eps: float, mu: float) -> float:
     """delta(eps; mu) of eq. (11), evaluated in log space.
 
@@ -137,8 +141,16 @@ def mu_from_eps_delta(eps: float, delta: float) -> float:
     while gdp_delta(eps, hi) < delta:
         hi *= 2.0
     # log space: delta spans many decades over the bracket
-    return float(brentq(lambda mu: math.log(max(gdp_delta(eps, mu), 1e-300)) - math.log(delta),
-                        lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500))
+    return float(
+        brentq(
+            lambda mu: math.log(max(gdp_delta(eps, mu), 1e-300)) - math.log(delta),
+            lo,
+            hi,
+            xtol=1e-14,
+            rtol=1e-13,
+            maxiter=500,
+        )
+    )
 
 
 def eps_from_mu(mu: float, delta: float) -> float:
@@ -159,12 +171,16 @@ def eps_from_mu(mu: float, delta: float) -> float:
 
 # ------------------------------------------------------------------------ calibration: Theorem 6.1
 
-def total_rounds(epochs: int, num_clients: int, num_samples: int, batch_size: int,
-                 drop_last: bool = False) -> int:
+
+def total_rounds(epochs: int, num_clients: int, num_samples: int, batch_size: int, drop_last: bool = False) -> int:
     """T = epochs * M * batches per epoch (the paper defines neither T nor an epoch: here every client
     passes once over the data per epoch, as in the VFL-CZOFO code)."""
-    for name, value in (("epochs", epochs), ("num_clients", num_clients),
-                        ("num_samples", num_samples), ("batch_size", batch_size)):
+    for name, value in (
+        ("epochs", epochs),
+        ("num_clients", num_clients),
+        ("num_samples", num_samples),
+        ("batch_size", batch_size),
+    ):
         _positive(name, value)
     per_epoch = num_samples // batch_size if drop_last else math.ceil(num_samples / batch_size)
     return int(epochs * num_clients * per_epoch)
@@ -193,8 +209,9 @@ def noise_multiplier(sigma: float, clip: float, batch_size: int) -> float:
     return float(sigma) * _positive("batch_size B", batch_size) / (2.0 * _positive("clip C", clip))
 
 
-def sigma_embedding(clip_h: float, batch_size: int, releases: int, num_samples: int, mu: float,
-                    embeddings_per_release: int = 1) -> float:
+def sigma_embedding(
+    clip_h: float, batch_size: int, releases: int, num_samples: int, mu: float, embeddings_per_release: int = 1
+) -> float:
     """Per-coordinate noise for the baselines' clipped embeddings (Section 7 names VAFL's mechanism, no formula).
 
     Same paper-style GDP accounting as DPZV: a batch release of embeddings
@@ -215,6 +232,7 @@ def sigma_embedding(clip_h: float, batch_size: int, releases: int, num_samples: 
 
 
 # ----------------------------------------------- diagnostic: the CLT of the subsampled composition
+
 
 def mu_clt(sampling_rate: float, rounds: int, noise_mult: float) -> float:
     """CLT mu of T Poisson-subsampled Gaussian rounds: r sqrt(T (exp(1/s^2) - 1))."""
@@ -241,8 +259,10 @@ def clt_epsilon(sampling_rate: float, rounds: int, noise_mult: float, delta: flo
 
 # ------------------------------------------------------------------------------ accountant adapter
 
-def dpzv_mechanism(sigma_dp: float, clip: float, batch_size: int, num_samples: int,
-                   rounds: int) -> accountant.GaussianComposition:
+
+def dpzv_mechanism(
+    sigma_dp: float, clip: float, batch_size: int, num_samples: int, rounds: int
+) -> accountant.GaussianComposition:
     """DPZV: z = sigma_dp / (2C/B), T rounds, q = B/D.
 
     Every round one client's batch of B sample ids is used, and the server's
@@ -255,12 +275,16 @@ def dpzv_mechanism(sigma_dp: float, clip: float, batch_size: int, num_samples: i
     """
     sens = 2.0 * float(clip) / float(batch_size)
     rate = float(batch_size) / float(num_samples)
-    return accountant.GaussianComposition(accountant.multiplier(sigma_dp, sens), int(rounds), rate,
-                               "DPZV: scalar Gaussian, sensitivity 2C/B, Poisson q = B/D, "
-                               "steps = T server rounds (one client each)")
+    return accountant.GaussianComposition(
+        accountant.multiplier(sigma_dp, sens),
+        int(rounds),
+        rate,
+        "DPZV: scalar Gaussian, sensitivity 2C/B, Poisson q = B/D, steps = T server rounds (one client each)",
+    )
 
 
 # ------------------------------------------------------------------------------------- run records
+
 
 def _record(eps, delta, mu, sigma, multiplier, rounds, rate, method) -> dict:
     """The privacy fields every run writes (sigma = 0 and eps = inf when non-private).
@@ -272,18 +296,31 @@ def _record(eps, delta, mu, sigma, multiplier, rounds, rate, method) -> dict:
     private = sigma > 0
     lib_eps = accountant.epsilon(multiplier, rounds, delta, rate, method) if private else math.inf
     clt = mu_clt(rate, rounds, multiplier) if private else math.inf
-    pld = (accountant.tight_epsilon(accountant.GaussianComposition(multiplier, int(rounds), rate, "dpzv run"),
-                                    delta) if private else math.inf)
+    pld = (
+        accountant.tight_epsilon(accountant.GaussianComposition(multiplier, int(rounds), rate, "dpzv run"), delta)
+        if private
+        else math.inf
+    )
     return {
-        "eps": eps, "delta": delta, "gdp_mu": mu, "sigma": sigma, "noise_multiplier": multiplier,
-        "releases": rounds, "sampling_rate": rate, "mu_clt": clt,
+        "eps": eps,
+        "delta": delta,
+        "gdp_mu": mu,
+        "sigma": sigma,
+        "noise_multiplier": multiplier,
+        "releases": rounds,
+        "sampling_rate": rate,
+        "mu_clt": clt,
         "eps_clt": eps_from_mu(clt, delta) if private else math.inf,
-        "eps_library": lib_eps, "library_method": method, "eps_pld": pld, "sampling": SAMPLING,
+        "eps_library": lib_eps,
+        "library_method": method,
+        "eps_pld": pld,
+        "sampling": SAMPLING,
     }
 
 
-def dpzv_noise(eps: float, delta: float, clip: float, rounds: int, num_samples: int, batch_size: int,
-               library_method: str = "rdp") -> dict:
+def dpzv_noise(
+    eps: float, delta: float, clip: float, rounds: int, num_samples: int, batch_size: int, library_method: str = "rdp"
+) -> dict:
     """sigma_dp = 2C sqrt(T)/(D mu) of the server's scalar (Theorem 6.1); 0 when eps = inf."""
     if math.isinf(eps):
         return _record(eps, delta, math.inf, 0.0, 0.0, rounds, batch_size / num_samples, library_method)
@@ -295,9 +332,17 @@ def dpzv_noise(eps: float, delta: float, clip: float, rounds: int, num_samples: 
     return _record(eps, delta, mu, sigma, multiplier, rounds, batch_size / num_samples, library_method)
 
 
-def embedding_noise(eps: float, delta: float, clip_h: float, rounds: int, num_samples: int, batch_size: int,
-                    embeddings_per_round: int = 1, pair_release: str = "joint",
-                    library_method: str = "rdp") -> dict:
+def embedding_noise(
+    eps: float,
+    delta: float,
+    clip_h: float,
+    rounds: int,
+    num_samples: int,
+    batch_size: int,
+    embeddings_per_round: int = 1,
+    pair_release: str = "joint",
+    library_method: str = "rdp",
+) -> dict:
     """Per-coordinate noise sigma_h of the baselines' clipped embeddings (`sigma_embedding`) and its record.
 
     sigma_h = 2 C_h B sqrt(T_rel)/(D mu). ZOO-VFL sends two embeddings a round:
@@ -330,6 +375,10 @@ def label_privacy_record(noise: dict, label_privacy: str, delta: float) -> dict:
         return {"eps_pld_sound": math.inf, "label_leak": label_privacy == "none"}
     if label_privacy == "none":
         return {"eps_pld_sound": math.inf, "label_leak": True}
-    joint = accountant.GaussianComposition(noise["noise_multiplier"] / math.sqrt(2.0), int(noise["releases"]),
-                                           noise["sampling_rate"], "DPZV Delta + DP-SGD head, same batch")
+    joint = accountant.GaussianComposition(
+        noise["noise_multiplier"] / math.sqrt(2.0),
+        int(noise["releases"]),
+        noise["sampling_rate"],
+        "DPZV Delta + DP-SGD head, same batch",
+    )
     return {"eps_pld_sound": accountant.tight_epsilon(joint, delta), "label_leak": False}

@@ -77,16 +77,16 @@ def _rdp_rate(mu: float, sigma: float, n: int, steps: int, sens_factor: float) -
     return steps * (sensitivity(mu, n, sens_factor) / sigma) ** 2
 
 
-def rdp(alpha: float, steps: int, mu: float, sigma: float, n: int,
-        sens_factor: float = RIGOROUS_SENS_FACTOR) -> float:
+def rdp(alpha: float, steps: int, mu: float, sigma: float, n: int, sens_factor: float = RIGOROUS_SENS_FACTOR) -> float:
     """RDP epsilon at order ``alpha`` after ``steps`` shares: alpha T W^2 / (2 sigma^2)."""
     if not alpha > 1.0:
         raise ValueError(f"RDP order alpha must be > 1, got {alpha}")
     return alpha * _rdp_rate(mu, sigma, n, steps, sens_factor) / 2.0
 
 
-def epsilon(steps: int, mu: float, sigma: float, n: int, delta: float,
-            sens_factor: float = RIGOROUS_SENS_FACTOR) -> float:
+def epsilon(
+    steps: int, mu: float, sigma: float, n: int, delta: float, sens_factor: float = RIGOROUS_SENS_FACTOR
+) -> float:
     """Proposition 6.6 closed form: (eps, delta)-DP after ``steps`` = T_j shares."""
     rate = _rdp_rate(mu, sigma, n, steps, sens_factor)
     log_inv_delta = _log_inv_delta(delta)
@@ -95,8 +95,9 @@ def epsilon(steps: int, mu: float, sigma: float, n: int, delta: float,
     return rate / 2.0 + math.sqrt(2.0 * rate * log_inv_delta)
 
 
-def optimal_order(steps: int, mu: float, sigma: float, n: int, delta: float,
-                  sens_factor: float = RIGOROUS_SENS_FACTOR) -> float:
+def optimal_order(
+    steps: int, mu: float, sigma: float, n: int, delta: float, sens_factor: float = RIGOROUS_SENS_FACTOR
+) -> float:
     """alpha* = 1 + sqrt(2 sigma^2 n^2 log(1/delta) / (T (sens_factor mu)^2))."""
     rate = _rdp_rate(mu, sigma, n, steps, sens_factor)
     log_inv_delta = _log_inv_delta(delta)
@@ -105,8 +106,9 @@ def optimal_order(steps: int, mu: float, sigma: float, n: int, delta: float,
     return 1.0 + math.sqrt(2.0 * log_inv_delta / rate)
 
 
-def epsilon_numeric(steps: int, mu: float, sigma: float, n: int, delta: float,
-                    sens_factor: float = RIGOROUS_SENS_FACTOR) -> float:
+def epsilon_numeric(
+    steps: int, mu: float, sigma: float, n: int, delta: float, sens_factor: float = RIGOROUS_SENS_FACTOR
+) -> float:
     """Cross-check of ``epsilon``: minimise rdp(alpha) + log(1/delta)/(alpha-1) numerically.
 
     The search runs over s = log(alpha - 1) so that orders from 1 + 1e-9 to
@@ -125,13 +127,13 @@ def epsilon_numeric(steps: int, mu: float, sigma: float, n: int, delta: float,
         alpha = 1.0 + math.exp(s)
         return alpha * rate / 2.0 + log_inv_delta / (alpha - 1.0)
 
-    result = minimize_scalar(bound, bounds=(-20.0, 30.0), method="bounded",
-                             options={"xatol": 1e-10})
+    result = minimize_scalar(bound, bounds=(-20.0, 30.0), method="bounded", options={"xatol": 1e-10})
     return float(result.fun)
 
 
-def sigma_for_epsilon(eps: float, steps: int, mu: float, n: int, delta: float,
-                      sens_factor: float = RIGOROUS_SENS_FACTOR) -> float:
+def sigma_for_epsilon(
+    eps: float, steps: int, mu: float, n: int, delta: float, sens_factor: float = RIGOROUS_SENS_FACTOR
+) -> float:
     """Noise std that makes ``epsilon(...) == eps`` (inverse of Prop. 6.6).
 
     With x = W sqrt(T)/sigma, eps = x^2/2 + x sqrt(2 log(1/delta)), so
@@ -162,13 +164,15 @@ def partial_participation_sigma(sigma_full: float, participation: float, scaling
         raise ValueError(f"participation ratio must be in (0, 1], got {participation}")
     factors = {"p": p, "sqrt_p": math.sqrt(p), "one": 1.0}
     if scaling not in factors:
-        raise ValueError(f"partial-participation sigma scaling {scaling!r} unknown; "
-                         f"allowed: {', '.join(PARTIAL_SCALINGS)}")
+        raise ValueError(
+            f"partial-participation sigma scaling {scaling!r} unknown; allowed: {', '.join(PARTIAL_SCALINGS)}"
+        )
     return sigma_full * factors[scaling]
 
 
-def fedsc_mechanism(sigma: float, mu: float, local_size: int, shares: int,
-                    sens_factor: float = RIGOROUS_SENS_FACTOR) -> accountant.GaussianComposition:
+def fedsc_mechanism(
+    sigma: float, mu: float, local_size: int, shares: int, sens_factor: float = RIGOROUS_SENS_FACTOR
+) -> accountant.GaussianComposition:
     """FedSC DP-CalR: z = sigma / (sens_factor mu / |D_j|), T_j shares, q = 1.
 
     Exactly the mechanism Prop. 6.6 composes (no subsampling: every sample
@@ -177,9 +181,12 @@ def fedsc_mechanism(sigma: float, mu: float, local_size: int, shares: int,
     if sens_factor <= 0 or mu <= 0 or local_size <= 0:
         raise ValueError("fedsc_mechanism needs sens_factor, mu and local_size > 0")
     sens = sens_factor * mu / local_size
-    return accountant.GaussianComposition(accountant.multiplier(sigma, sens), int(shares), 1.0,
-                               "FedSC DP-CalR: Gaussian on the HxH matrix, sensitivity "
-                               f"{sens_factor:.4g} mu/|D_j|, q = 1, steps = T_j shares")
+    return accountant.GaussianComposition(
+        accountant.multiplier(sigma, sens),
+        int(shares),
+        1.0,
+        f"FedSC DP-CalR: Gaussian on the HxH matrix, sensitivity {sens_factor:.4g} mu/|D_j|, q = 1, steps = T_j shares",
+    )
 
 
 # ------------------------------------------------------------------------------ DP-CalR (Algorithm 2)
@@ -189,8 +196,16 @@ def fedsc_mechanism(sigma: float, mu: float, local_size: int, shares: int,
 # encoder in eval mode with the training augmentations; the H x H noise is i.i.d. per entry and not
 # symmetrised (`symmetrize_noise=True` is post-processing: same DP guarantee, not the paper's).
 
-def clipped_correlation(encode: Callable[[Tensor], Tensor], x: Tensor, view: Callable[[Tensor], Tensor],
-                        mu: float | None, passes: int = 5, views_per_pass: int = 2, batch_size: int = 1024) -> Tensor:
+
+def clipped_correlation(
+    encode: Callable[[Tensor], Tensor],
+    x: Tensor,
+    view: Callable[[Tensor], Tensor],
+    mu: float | None,
+    passes: int = 5,
+    views_per_pass: int = 2,
+    batch_size: int = 1024,
+) -> Tensor:
     """The noiseless part of DP-CalR (Algorithm 2, lines 2-6): mean over samples and views of z z^T, z clipped.
 
     Each pass encodes the `views_per_pass` views of a chunk of `batch_size` samples in one forward,
@@ -209,16 +224,25 @@ def clipped_correlation(encode: Callable[[Tensor], Tensor], x: Tensor, view: Cal
     with torch.no_grad():
         for _ in range(passes):
             for start in range(0, n, batch_size):
-                chunk = x[start:start + batch_size]
+                chunk = x[start : start + batch_size]
                 z = normclip(encode(torch.cat([view(chunk) for _ in range(views_per_pass)])), mu)
                 part = z.T @ z
                 total = part if total is None else total + part
         return total / (n * passes * views_per_pass)
 
 
-def dp_calr(encode: Callable[[Tensor], Tensor], x: Tensor, view: Callable[[Tensor], Tensor],
-            mu: float | None, sigma: float, gen: Generator, passes: int = 5,
-            views_per_pass: int = 2, batch_size: int = 1024, symmetrize_noise: bool = False) -> Tensor:
+def dp_calr(
+    encode: Callable[[Tensor], Tensor],
+    x: Tensor,
+    view: Callable[[Tensor], Tensor],
+    mu: float | None,
+    sigma: float,
+    gen: Generator,
+    passes: int = 5,
+    views_per_pass: int = 2,
+    batch_size: int = 1024,
+    symmetrize_noise: bool = False,
+) -> Tensor:
     """Algorithm 2: clipped correlation plus i.i.d. Gaussian noise of std `sigma` on every entry (line 8)."""
     from fedrepro.privacy.mechanisms import gaussian_noise
 

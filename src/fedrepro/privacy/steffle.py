@@ -64,6 +64,7 @@ def is_private(eps) -> bool:
 
 # -- 1. Theorem 3.3 -------------------------------------------------------------------------------
 
+
 def delta_for_n(num_samples: int) -> float:
     """delta = 1/n^2 with n the total number of training samples (all silos)."""
     return 1.0 / _positive("num_samples n", num_samples) ** 2
@@ -114,8 +115,9 @@ def sigma_w(eps: float, delta: float, iterations: int, local_size: int, rho: flo
     return math.sqrt(16.0 * t * log_inv_delta / (eps**2 * n_local**2 * rho))
 
 
-def sigma_theta(eps: float, delta: float, iterations: int, local_size: int, rho: float,
-                lipschitz: float, radius: float) -> float:
+def sigma_theta(
+    eps: float, delta: float, iterations: int, local_size: int, rho: float, lipschitz: float, radius: float
+) -> float:
     """Std of the noise on the batch-mean theta-gradient: L * D * sigma_w."""
     scale = _positive("lipschitz L", lipschitz) * _positive("radius D", radius)
     return scale * sigma_w(eps, delta, iterations, local_size, rho)
@@ -124,8 +126,9 @@ def sigma_theta(eps: float, delta: float, iterations: int, local_size: int, rho:
 def min_iterations(eps: float, local_size: int, batch_size: int) -> float:
     """Smallest T allowed by Theorem 3.3: (n~ sqrt(eps) / (2 m))^2."""
     eps = _check_eps(eps)
-    return (_positive("local_size n~", local_size) * math.sqrt(eps)
-            / (2.0 * _positive("batch_size m", batch_size))) ** 2
+    return (
+        _positive("local_size n~", local_size) * math.sqrt(eps) / (2.0 * _positive("batch_size m", batch_size))
+    ) ** 2
 
 
 @dataclass(frozen=True)
@@ -142,8 +145,7 @@ class Preconditions:
         return self.eps_bound and self.iterations_bound
 
 
-def check_preconditions(eps: float, delta: float, iterations: int, local_size: int,
-                        batch_size: int) -> Preconditions:
+def check_preconditions(eps: float, delta: float, iterations: int, local_size: int, batch_size: int) -> Preconditions:
     """Evaluate Theorem 3.3's hypotheses without raising."""
     eps = _check_eps(eps)
     log_inv_delta = _log_inv_delta(delta)
@@ -156,8 +158,10 @@ def check_preconditions(eps: float, delta: float, iterations: int, local_size: i
     t_min = min_iterations(eps, local_size, batch_size)
     iterations_bound = iterations >= t_min
     if not iterations_bound:
-        messages.append(f"T = {int(iterations)} < (n~ sqrt(eps)/(2m))^2 = {t_min:.1f} "
-                        f"(n~ = {int(local_size)}, m = {int(batch_size)}, eps = {eps:g})")
+        messages.append(
+            f"T = {int(iterations)} < (n~ sqrt(eps)/(2m))^2 = {t_min:.1f} "
+            f"(n~ = {int(local_size)}, m = {int(batch_size)}, eps = {eps:g})"
+        )
     return Preconditions(True, eps_bound, iterations_bound, tuple(messages))
 
 
@@ -166,8 +170,9 @@ def check_preconditions(eps: float, delta: float, iterations: int, local_size: i
 STEFFLE_ADJACENCIES = ("replace_one", "add_remove")
 
 
-def steffle_theta_mechanism(sigma_theta: float, clip: float, batch_size: int, local_size: int,
-                            iterations: int, adjacency: str = "replace_one") -> accountant.GaussianComposition:
+def steffle_theta_mechanism(
+    sigma_theta: float, clip: float, batch_size: int, local_size: int, iterations: int, adjacency: str = "replace_one"
+) -> accountant.GaussianComposition:
     """SteFFLe theta-gradient of one silo: z = m sigma_theta / (k C_theta), T steps, q = m/n~.
 
     Per-sample theta-gradients of psi are clipped to C_theta (= L) and averaged
@@ -182,13 +187,17 @@ def steffle_theta_mechanism(sigma_theta: float, clip: float, batch_size: int, lo
     k = 2.0 if adjacency == "replace_one" else 1.0
     sens = k * float(clip) / float(batch_size)
     rate = float(batch_size) / float(local_size)
-    return accountant.GaussianComposition(accountant.multiplier(sigma_theta, sens), int(iterations), min(rate, 1.0),
-                               f"SteFFLe theta: clipped mean, sensitivity {k:g}C/m ({adjacency}), "
-                               "Poisson q = m/n~ per silo, steps = T")
+    return accountant.GaussianComposition(
+        accountant.multiplier(sigma_theta, sens),
+        int(iterations),
+        min(rate, 1.0),
+        f"SteFFLe theta: clipped mean, sensitivity {k:g}C/m ({adjacency}), Poisson q = m/n~ per silo, steps = T",
+    )
 
 
-def steffle_w_mechanism(sigma_w: float, batch_size: int, local_size: int, iterations: int,
-                        rho: float) -> accountant.GaussianComposition:
+def steffle_w_mechanism(
+    sigma_w: float, batch_size: int, local_size: int, iterations: int, rho: float
+) -> accountant.GaussianComposition:
     """SteFFLe W-gradient of one silo: sensitivity 2 sqrt(2/rho)/m, T steps, q = m/n~.
 
     d psi_i/dW[r,u] = -2 W[r,u] F_u + 2 [r = s_i] F_u / sqrt(p_S(s_i)); changing
@@ -200,9 +209,13 @@ def steffle_w_mechanism(sigma_w: float, batch_size: int, local_size: int, iterat
         raise ValueError(f"rho must be > 0, got {rho}")
     sens = 2.0 * math.sqrt(2.0 / rho) / float(batch_size)
     rate = float(batch_size) / float(local_size)
-    return accountant.GaussianComposition(accountant.multiplier(sigma_w, sens), int(iterations), min(rate, 1.0),
-                               "SteFFLe W: mean of psi W-gradients, sensitivity 2 sqrt(2/rho)/m "
-                               "(replace-one), Poisson q = m/n~ per silo, steps = T")
+    return accountant.GaussianComposition(
+        accountant.multiplier(sigma_w, sens),
+        int(iterations),
+        min(rate, 1.0),
+        "SteFFLe W: mean of psi W-gradients, sensitivity 2 sqrt(2/rho)/m "
+        "(replace-one), Poisson q = m/n~ per silo, steps = T",
+    )
 
 
 def joint_multiplier(sigmas, sensitivities) -> float:
@@ -223,9 +236,17 @@ def joint_multiplier(sigmas, sensitivities) -> float:
     return math.inf if total == 0 else 1.0 / math.sqrt(total)
 
 
-def steffle_composition(sigma_theta: float, sigma_w: float, clip: float, rho: float, batch: int,
-                        local_size: int, rounds: int, compat_refcode: bool = False,
-                        lam: float = 1.0) -> accountant.GaussianComposition:
+def steffle_composition(
+    sigma_theta: float,
+    sigma_w: float,
+    clip: float,
+    rho: float,
+    batch: int,
+    local_size: int,
+    rounds: int,
+    compat_refcode: bool = False,
+    lam: float = 1.0,
+) -> accountant.GaussianComposition:
     """One silo's releases of Algorithm 1 line 9 (h_theta and h_w, same batch) as the accountant sees them.
 
     Paper mode: h_theta = (sum of grad psi_i clipped to C)/m + N(0, sigma_theta^2), sensitivity
@@ -241,32 +262,46 @@ def steffle_composition(sigma_theta: float, sigma_w: float, clip: float, rho: fl
         sens_theta = 2.0 * clip if lam != 0 else 0.0
         sens_w = abs(lam) * sens_w
     z = joint_multiplier([sigma_theta, sigma_w], [sens_theta, sens_w])
-    return accountant.GaussianComposition(z, int(rounds), min(1.0, batch / local_size),
-                                          "SteFFLe h_theta and h_w of one batch, jointly")
+    return accountant.GaussianComposition(
+        z, int(rounds), min(1.0, batch / local_size), "SteFFLe h_theta and h_w of one batch, jointly"
+    )
 
 
 def realised_epsilon(compositions, delta: float) -> dict:
     """The accountant's epsilon for what the code did: tight PLD and the RDP bound beside it."""
-    return {"pld": accountant.combined_epsilon(compositions, delta, "pld"),
-            "rdp": accountant.combined_epsilon(compositions, delta, "rdp")}
+    return {
+        "pld": accountant.combined_epsilon(compositions, delta, "pld"),
+        "rdp": accountant.combined_epsilon(compositions, delta, "rdp"),
+    }
 
 
 SAMPLING_NOTES = {
     "poisson": "Poisson subsampling at q = m/n_j, sums divided by the expected batch size m: "
-               "exactly the subsampled Gaussian the accountant composes",
+    "exactly the subsampled Gaussian the accountant composes",
     "shuffle": "shuffled fixed-size batches (remainder dropped); the accountant assumes Poisson "
-               "subsampling at q = m/n_j, which does not cover shuffling",
+    "subsampling at q = m/n_j, which does not cover shuffling",
     "replacement": "batches drawn with replacement; the accountant assumes Poisson subsampling at "
-                   "q = m/n_j and one copy per sample, which does not cover this sampling",
+    "q = m/n_j and one copy per sample, which does not cover this sampling",
 }
 
 
 NOISE_RULES = ("theorem", "calibrated")
 
 
-def steffle_noise(eps, delta: float, rounds: int, silo_sizes: list[int], rho: float, clip: float,
-                  radius: float, batch: int, compat_refcode: bool = False, sampling: str = "poisson",
-                  lambdas=(1.0,), noise: str = "theorem") -> dict:
+def steffle_noise(
+    eps,
+    delta: float,
+    rounds: int,
+    silo_sizes: list[int],
+    rho: float,
+    clip: float,
+    radius: float,
+    batch: int,
+    compat_refcode: bool = False,
+    sampling: str = "poisson",
+    lambdas=(1.0,),
+    noise: str = "theorem",
+) -> dict:
     """Per-silo sigma_theta, sigma_w (Theorem 3.3), precondition flags and the realised epsilon.
 
     `realised_epsilon` is the accountant's (PLD, tight; RDP beside it) epsilon for the
@@ -286,40 +321,62 @@ def steffle_noise(eps, delta: float, rounds: int, silo_sizes: list[int], rho: fl
     n = len(silo_sizes)
     base = {"sampling": sampling, "sampling_note": SAMPLING_NOTES[sampling], "delta": delta}
     if not is_private(eps):
-        return {**base, "eps": "inf", "sigma_theta": [0.0] * n, "sigma_w": [0.0] * n,
-                "preconditions_hold": True, "precondition_messages": [], "library_epsilon": math.inf,
-                "realised_epsilon": math.inf, "realised_epsilon_rdp": math.inf}
+        return {
+            **base,
+            "eps": "inf",
+            "sigma_theta": [0.0] * n,
+            "sigma_w": [0.0] * n,
+            "preconditions_hold": True,
+            "precondition_messages": [],
+            "library_epsilon": math.inf,
+            "realised_epsilon": math.inf,
+            "realised_epsilon_rdp": math.inf,
+        }
     eps = float(eps)
     sig_w = [sigma_w(eps, delta, rounds, n_j, rho) for n_j in silo_sizes]
     sig_t = [sigma_theta(eps, delta, rounds, n_j, rho, clip, radius) for n_j in silo_sizes]
     checks = [check_preconditions(eps, delta, rounds, n_j, batch) for n_j in silo_sizes]
     lams = sorted({float(v) for v in lambdas}) if compat_refcode else [1.0]
     scale = 1.0
-    if noise == "calibrated":                        # one factor for every silo: the largest any silo needs
+    if noise == "calibrated":  # one factor for every silo: the largest any silo needs
+
         def needed(n_j):
             st0, sw0 = sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)]
-            return calibrate_multiplier(eps, delta, lambda k: [steffle_composition(
-                k * st0, k * sw0, clip, rho, batch, n_j, rounds, compat_refcode, lams[-1])], z0=1.0)[0]
+            return calibrate_multiplier(
+                eps,
+                delta,
+                lambda k: [
+                    steffle_composition(k * st0, k * sw0, clip, rho, batch, n_j, rounds, compat_refcode, lams[-1])
+                ],
+                z0=1.0,
+            )[0]
 
         scale = max(needed(n_j) for n_j in sorted(set(silo_sizes)))
         sig_t, sig_w = [scale * v for v in sig_t], [scale * v for v in sig_w]
     by_lambda = {}
     for lam in lams:
         worst = {"pld": 0.0, "rdp": 0.0}
-        for n_j in sorted(set(silo_sizes)):     # silos of equal size have equal noise and rate
+        for n_j in sorted(set(silo_sizes)):  # silos of equal size have equal noise and rate
             st, sw = sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)]
-            got = realised_epsilon([steffle_composition(st, sw, clip, rho, batch, n_j, rounds,
-                                                        compat_refcode, lam)], delta)
+            got = realised_epsilon(
+                [steffle_composition(st, sw, clip, rho, batch, n_j, rounds, compat_refcode, lam)], delta
+            )
             worst = {k: max(worst[k], got[k]) for k in worst}
         by_lambda[lam] = worst
     headline = max(v["pld"] for v in by_lambda.values())
-    record = {**base, "eps": eps, "sigma_theta": sig_t, "sigma_w": sig_w, "noise_rule": noise,
-              "theorem_scale": scale,
-              "preconditions_hold": all(c.all_hold for c in checks),
-              "precondition_messages": sorted({m for c in checks for m in c.messages}),
-              "library_epsilon": max(v["rdp"] for v in by_lambda.values()),
-              "realised_epsilon": headline,
-              "realised_epsilon_rdp": max(v["rdp"] for v in by_lambda.values())}
+    record = {
+        **base,
+        "eps": eps,
+        "sigma_theta": sig_t,
+        "sigma_w": sig_w,
+        "noise_rule": noise,
+        "theorem_scale": scale,
+        "preconditions_hold": all(c.all_hold for c in checks),
+        "precondition_messages": sorted({m for c in checks for m in c.messages}),
+        "library_epsilon": max(v["rdp"] for v in by_lambda.values()),
+        "realised_epsilon": headline,
+        "realised_epsilon_rdp": max(v["rdp"] for v in by_lambda.values()),
+    }
     if compat_refcode:
         record["realised_by_lambda"] = {str(k): v["pld"] for k, v in by_lambda.items()}
     return record
@@ -327,13 +384,15 @@ def steffle_noise(eps, delta: float, rounds: int, silo_sizes: list[int], rho: fl
 
 # -- 3. the baselines' calibrated multiplier ------------------------------------------------------
 
+
 def rough_multiplier(eps: float, delta: float, steps: int, sampling_rate: float) -> float:
     """Starting guess z ~ 2 q sqrt(2 T ln(1/delta)) / eps (small-q RDP of the subsampled Gaussian)."""
     return max(0.3, 2.0 * sampling_rate * math.sqrt(2.0 * steps * math.log(1.0 / delta)) / eps)
 
 
-def calibrate_multiplier(eps: float, delta: float, compositions, z0: float = 1.0, tol: float = 0.01,
-                         max_evals: int = 30) -> tuple[float, float]:
+def calibrate_multiplier(
+    eps: float, delta: float, compositions, z0: float = 1.0, tol: float = 0.01, max_evals: int = 30
+) -> tuple[float, float]:
     """(z, library eps(z)): a noise multiplier with eps(z) <= eps, close to the smallest one.
 
     `compositions(z)` returns the `accountant.GaussianComposition` list the mechanism
@@ -341,6 +400,7 @@ def calibrate_multiplier(eps: float, delta: float, compositions, z0: float = 1.0
     search on (log z, log eps) needs a handful of library calls (each costs up to
     seconds); the result is then nudged up until the library confirms eps(z) <= eps.
     """
+
     def log_eps(z):
         return math.log(accountant.combined_epsilon(compositions(z), delta))
 
@@ -351,10 +411,10 @@ def calibrate_multiplier(eps: float, delta: float, compositions, z0: float = 1.0
     while abs(fb) > tol / 2 and evals < max_evals:
         slope = (fb - fa) / (b - a) if fb != fa else -1.0
         a, fa = b, fb
-        b = b - fb / min(slope, -1e-3)                    # eps decreases in z: keep the slope negative
+        b = b - fb / min(slope, -1e-3)  # eps decreases in z: keep the slope negative
         fb = log_eps(math.exp(b)) - target
         evals += 1
-    while fb > 0:                                         # the library must confirm eps(z) <= eps
+    while fb > 0:  # the library must confirm eps(z) <= eps
         b += tol / 2
         fb = log_eps(math.exp(b)) - target
     return math.exp(b), math.exp(fb + target)
@@ -369,10 +429,22 @@ def baseline_noise(eps, ctx: dict, compositions, steps: int, rate: float) -> dic
     """
     base = {"sampling": ctx["sampling"], "sampling_note": ctx["sampling_note"], "delta": ctx["delta"]}
     if not is_private(eps):
-        return {**base, "eps": "inf", "noise_multiplier": 0.0, "library_epsilon": math.inf,
-                "realised_epsilon": math.inf, "realised_epsilon_rdp": math.inf}
+        return {
+            **base,
+            "eps": "inf",
+            "noise_multiplier": 0.0,
+            "library_epsilon": math.inf,
+            "realised_epsilon": math.inf,
+            "realised_epsilon_rdp": math.inf,
+        }
     z0 = rough_multiplier(float(eps), ctx["delta"], steps, rate)
     z, library = calibrate_multiplier(float(eps), ctx["delta"], compositions, z0=z0)
     realised = realised_epsilon(compositions(z), ctx["delta"])
-    return {**base, "eps": float(eps), "noise_multiplier": z, "library_epsilon": library,
-            "realised_epsilon": realised["pld"], "realised_epsilon_rdp": realised["rdp"]}
+    return {
+        **base,
+        "eps": float(eps),
+        "noise_multiplier": z,
+        "library_epsilon": library,
+        "realised_epsilon": realised["pld"],
+        "realised_epsilon_rdp": realised["rdp"],
+    }

@@ -36,8 +36,11 @@ TITLES = {
     "fig10": "Fig. 10: shareable models, FedDF vs FedDF-AL (paper: SVHN)",
     "fig11": "Fig. 11: accuracy vs uplink volume (paper: SVHN, WRN-10-1)",
 }
-AXIS_LABEL = {"alpha": lambda s: f"alpha={s['alpha']:g}", "clients": lambda s: f"N={s['clients']}",
-              "public": lambda s: f"|P|={s['public']}"}
+AXIS_LABEL = {
+    "alpha": lambda s: f"alpha={s['alpha']:g}",
+    "clients": lambda s: f"N={s['clients']}",
+    "public": lambda s: f"|P|={s['public']}",
+}
 
 
 def _with_setting(frame: pd.DataFrame) -> pd.DataFrame:
@@ -61,8 +64,10 @@ def table(job) -> None:
     spec = job.spec
     finals = load_summaries(job.input["summaries"])
     if finals.empty:
-        raise ValueError(f"fedal {spec['name']}: no runs to tabulate; check fedal.outputs.{spec['name']} "
-                         "(its experiment, methods and alphas)")
+        raise ValueError(
+            f"fedal {spec['name']}: no runs to tabulate; check fedal.outputs.{spec['name']} "
+            "(its experiment, methods and alphas)"
+        )
     finals = _with_setting(finals)
     finals["row"] = finals["method"].map(NAMES)
     if spec["axis"] == "method":
@@ -98,20 +103,27 @@ def discriminator_note(finals: pd.DataFrame) -> str | None:
         cells.append(f"{column}: {part['disc_loss_final'].mean():.4f} (log N = {part['disc_log_n'].iloc[0]:.4f})")
     text = "FedAL discriminator loss at the end: " + "; ".join(cells) + "."
     if inert:
-        text += (f" Within {AT_LOG_N} of log N in every run: the discriminator (almost) cannot tell the clients "
-                 "apart, so the adversarial term is (nearly) inert and FedAL here is close to FedMD-LF.")
+        text += (
+            f" Within {AT_LOG_N} of log N in every run: the discriminator (almost) cannot tell the clients "
+            "apart, so the adversarial term is (nearly) inert and FedAL here is close to FedMD-LF."
+        )
     return text
 
 
-CLAIMS = (("fedmd_lf", "the adversarial term helps (FedAL > FedMD-LF, Table VIII)"),
-          ("fedmd", "FedAL beats FedMD"))
+CLAIMS = (("fedmd_lf", "the adversarial term helps (FedAL > FedMD-LF, Table VIII)"), ("fedmd", "FedAL beats FedMD"))
 
 
 def _health(part: pd.DataFrame) -> Health:
     if "status" not in part:
         return Health()
-    return cell_status([Health(s, r) for s, r in zip(part["status"].fillna("ok"),
-                                                      part.get("status_reason", pd.Series("", index=part.index)).fillna(""))])
+    return cell_status(
+        [
+            Health(s, r)
+            for s, r in zip(
+                part["status"].fillna("ok"), part.get("status_reason", pd.Series("", index=part.index)).fillna("")
+            )
+        ]
+    )
 
 
 def claim_notes(finals: pd.DataFrame) -> list[str]:
@@ -130,14 +142,21 @@ def claim_notes(finals: pd.DataFrame) -> list[str]:
             if other == "fedmd_lf" and "disc_loss_final" in ours:
                 gap = (ours["disc_loss_final"] - ours["disc_log_n"]).abs()
                 if bool((gap < AT_LOG_N).all()):
-                    sides["discriminator"] = Health("chance", f"loss within {AT_LOG_N} of log N, adversarial term inert")
+                    sides["discriminator"] = Health(
+                        "chance", f"loss within {AT_LOG_N} of log N, adversarial term inert"
+                    )
             # paired by seed (same partition, architectures and batches): holds when FedAL wins every seed
-            paired = ours.set_index("seed")["acc"].to_frame("a").join(theirs.set_index("seed")["acc"].rename("b"),
-                                                                     how="inner")
+            paired = (
+                ours.set_index("seed")["acc"]
+                .to_frame("a")
+                .join(theirs.set_index("seed")["acc"].rename("b"), how="inner")
+            )
             diffs = paired["a"] - paired["b"]
             text = verdict(bool(len(diffs) and (diffs > 0).all()), sides)
-            cells.append(f"{column}: {text} (FedAL wins {int((diffs > 0).sum())}/{len(diffs)} seeds; "
-                         "differences " + ", ".join(f"{d:+.3f}" for d in diffs) + ")")
+            cells.append(
+                f"{column}: {text} (FedAL wins {int((diffs > 0).sum())}/{len(diffs)} seeds; "
+                "differences " + ", ".join(f"{d:+.3f}" for d in diffs) + ")"
+            )
         if cells:
             out.append(f"Claim, {claim}: " + "; ".join(cells) + ".")
     return out
@@ -151,19 +170,25 @@ def notes(finals: pd.DataFrame, spec: dict) -> list[str]:
     if "fccl" in methods and "pretrain_steps" in finals:
         steps = finals.loc[finals["method"] == "fccl", "pretrain_steps"].dropna()
         if len(steps) and steps.max() > 0:
-            out.append(f"FCCL also spends {int(steps.max())} cross-entropy steps per client pretraining its "
-                       "intra-domain teacher before the iteration budget starts (not counted in it).")
+            out.append(
+                f"FCCL also spends {int(steps.max())} cross-entropy steps per client pretraining its "
+                "intra-domain teacher before the iteration budget starts (not counted in it)."
+            )
     if "fd" in methods:
-        out.append("FD: distillation toward the other clients' per-label mean logits on top of private "
-                   "cross-entropy; it trains here, while the paper's FD row is near chance (0.12-0.17). "
-                   "Ours uses KL at E_kd where FD uses a logit MSE.")
+        out.append(
+            "FD: distillation toward the other clients' per-label mean logits on top of private "
+            "cross-entropy; it trains here, while the paper's FD row is near chance (0.12-0.17). "
+            "Ours uses KL at E_kd where FD uses a logit MSE."
+        )
     if "cfd" in methods:
         out.append("CFD: its soft-label quantisation and delta coding are not modelled (uplink counted unquantised).")
     if "fedproto" in methods and "fedproto_variant" in finals:
         variant = finals.loc[finals["method"] == "fedproto", "fedproto_variant"].dropna().unique()
-        text = {"prototypes": "FedProto's own class-prototype exchange (no public data)",
-                "public_features": "feature distillation on the public data (FedMD with features), one "
-                                   "reading of the paper's undescribed adaptation"}
+        text = {
+            "prototypes": "FedProto's own class-prototype exchange (no public data)",
+            "public_features": "feature distillation on the public data (FedMD with features), one "
+            "reading of the paper's undescribed adaptation",
+        }
         out.append("FedProto: " + "; ".join(text.get(v, v) for v in variant) + ".")
     return out
 
@@ -198,8 +223,10 @@ def curve_figure(job) -> None:
     elif x_kind == "simulated_time":
         model = spec["time_model"]
         x = "simulated time (s)"
-        frame[x] = (frame["iteration"] * model["seconds_per_iteration"]
-                    + frame["uplink_mb_per_client"] * 8 / model["uplink_mbit_per_s"])
+        frame[x] = (
+            frame["iteration"] * model["seconds_per_iteration"]
+            + frame["uplink_mb_per_client"] * 8 / model["uplink_mbit_per_s"]
+        )
     else:
         x = "iteration"
     frame["accuracy"] = frame["acc"]
@@ -223,15 +250,22 @@ def variance_figure(job) -> None:
     if columns:
         _variance_lines(frame, columns, ax)
     else:
-        ax.text(0.5, 0.5, "not computed: fewer than 2 mini-batches per client\n(or no diagnostics in the experiment)",
-                ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "not computed: fewer than 2 mini-batches per client\n(or no diagnostics in the experiment)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     fig.suptitle(TITLES["fig6"] + _describe(frame), fontsize=8)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
 
 
 def _variance_lines(frame, columns: list[str], ax) -> None:
-    long = frame.melt(id_vars=["seed", "iteration"], value_vars=columns, var_name="component",
-                      value_name="variance").dropna()
+    long = frame.melt(
+        id_vars=["seed", "iteration"], value_vars=columns, var_name="component", value_name="variance"
+    ).dropna()
     long["component"] = long["component"].str.removeprefix("var_").str.replace("sigma_", "sigma^2_")
     figures.lines_with_band(long, "iteration", "variance", "component", ax)
     ax.set_yscale("log")
@@ -246,8 +280,13 @@ def class_distribution_figure(job) -> None:
         ident = identity(path)
         setting = parse_setting(ident["setting"])
         for per_seed in json.loads(Path(path).read_text())["seeds"].values():
-            rows.append({"method": NAMES[ident["method"]], "alpha": setting["alpha"],
-                         **{str(k): p for k, p in enumerate(per_seed["class_probs"][cls])}})
+            rows.append(
+                {
+                    "method": NAMES[ident["method"]],
+                    "alpha": setting["alpha"],
+                    **{str(k): p for k, p in enumerate(per_seed["class_probs"][cls])},
+                }
+            )
     frame = pd.DataFrame(rows).groupby(["method", "alpha"]).mean().reset_index()
     methods = [NAMES[m] for m in spec["methods"]]
     fig, axes = figures.new_figure(len(methods), width=4.6)
@@ -256,9 +295,18 @@ def class_distribution_figure(job) -> None:
     for ax, method in zip(axes, methods):
         part = frame[frame["method"] == method].sort_values("alpha", ascending=False)
         matrix = part.drop(columns=["method", "alpha"]).to_numpy(dtype=float)
-        sns.heatmap(matrix, ax=ax, vmin=0, vmax=1, annot=True, fmt=".2f", annot_kws={"size": 6},
-                    cmap="viridis", cbar=False,
-                    yticklabels=[f"alpha={a:g}" for a in part["alpha"]])
+        sns.heatmap(
+            matrix,
+            ax=ax,
+            vmin=0,
+            vmax=1,
+            annot=True,
+            fmt=".2f",
+            annot_kws={"size": 6},
+            cmap="viridis",
+            cbar=False,
+            yticklabels=[f"alpha={a:g}" for a in part["alpha"]],
+        )
         ax.set_xlabel("predicted class")
         ax.set_title(f"{method}: mean output on test class {cls}")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])

@@ -20,17 +20,24 @@ def _label(method: str) -> str:
 def accuracy_table(job) -> None:
     """Final test accuracy (%) per method and alpha, mean +- std over seeds; no published row here."""
     finals = load_summaries(job.input["summaries"])
-    ours = finals.assign(row=finals["method"].map(_label), column="alpha=" + finals["setting"].map(_alpha),
-                         value=100 * finals["test_acc"])
+    ours = finals.assign(
+        row=finals["method"].map(_label),
+        column="alpha=" + finals["setting"].map(_alpha),
+        value=100 * finals["test_acc"],
+    )
     # every method sees the same test set: one chance row, each seed once
     chance = ours.drop_duplicates(["column", "seed"]).assign(
-        row="untrained (chance: majority class)", value=lambda rows: 100 * rows["chance_acc"],
-        status="ok", status_reason="")
+        row="untrained (chance: majority class)",
+        value=lambda rows: 100 * rows["chance_acc"],
+        status="ok",
+        status_reason="",
+    )
     table = tables.compare(pd.concat([ours, chance])[["row", "column", "seed", "value", "status", "status_reason"]])
-    caption = ("Supervised FedAvg on a Dirichlet(alpha) split: final test accuracy (%); a run within 3 "
-               "binomial standard errors of chance is printed as 'at chance', a NaN run as 'diverged'")
-    tables.write_table(table, job.output["md"].removesuffix(".md"), caption, job.spec["scale"],
-                       job.spec["decimals"])
+    caption = (
+        "Supervised FedAvg on a Dirichlet(alpha) split: final test accuracy (%); a run within 3 "
+        "binomial standard errors of chance is printed as 'at chance', a NaN run as 'diverged'"
+    )
+    tables.write_table(table, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
 
 
 def accuracy_figure(job) -> None:

@@ -45,9 +45,16 @@ def probe_frame(cells: list[dict]) -> pd.DataFrame:
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
         for seed, result in probe["seeds"].items():
             health = _seed_health(result, summary, seed)
-            rows.append({"row": cell["row"], "column": cell["column"], "seed": int(seed),
-                         "value": 100 * result["final_acc"], "effective_rank": result.get("effective_rank", math.nan),
-                         **health.as_dict()})
+            rows.append(
+                {
+                    "row": cell["row"],
+                    "column": cell["column"],
+                    "seed": int(seed),
+                    "value": 100 * result["final_acc"],
+                    "effective_rank": result.get("effective_rank", math.nan),
+                    **health.as_dict(),
+                }
+            )
     return pd.DataFrame(rows, columns=["row", "column", "seed", "value", "effective_rank", "status", "status_reason"])
 
 
@@ -81,28 +88,35 @@ def realised_labels(cells: list[dict], delta: float) -> dict[str, str]:
         eps = realised_epsilon(summary, delta)
         per_column = found.setdefault(cell["row"], {})
         per_column[cell["column"]] = max(per_column.get(cell["column"], 0.0), eps)
-    return {row: f"{row} [realised PLD ε: " + "; ".join(f"{c} {e:.2f}" for c, e in cols.items()) + "]"
-            for row, cols in found.items()}
+    return {
+        row: f"{row} [realised PLD ε: " + "; ".join(f"{c} {e:.2f}" for c, e in cols.items()) + "]"
+        for row, cols in found.items()
+    }
 
 
 def probe_table(job) -> None:
     name = job.spec["table"]
     ours = probe_frame(job.spec["cells"])
-    table = tables.compare(ours[["row", "column", "seed", "value", "status", "status_reason"]],
-                           tables.published(f"fedsc_{name}"))
+    table = tables.compare(
+        ours[["row", "column", "seed", "value", "status", "status_reason"]], tables.published(f"fedsc_{name}")
+    )
     ranks = ours.groupby(["row", "column"])["effective_rank"].mean()
-    table.insert(table.columns.get_loc("seeds") + 1, "effective_rank",
-                 [ranks.get((r, c), math.nan) for r, c in zip(table["row"], table["column"])])
+    table.insert(
+        table.columns.get_loc("seeds") + 1,
+        "effective_rank",
+        [ranks.get((r, c), math.nan) for r, c in zip(table["row"], table["column"])],
+    )
     caption = CAPTIONS[name]
     if job.spec.get("delta") is not None:
         labels = realised_labels(job.spec["cells"], float(job.spec["delta"]))
         table["row"] = table["row"].map(lambda r: labels.get(r, r))
-        caption += (f". Beside each ε label: the realised tight (PLD) ε at δ = {_delta_label(float(job.spec['delta']))} "
-                    "of our run, the largest over clients and seeds")
+        caption += (
+            f". Beside each ε label: the realised tight (PLD) ε at δ = {_delta_label(float(job.spec['delta']))} "
+            "of our run, the largest over clients and seeds"
+        )
     if job.spec.get("note"):
         caption += ". " + job.spec["note"]
-    tables.write_table(table, job.output["md"].removesuffix(".md"), caption, job.spec["scale"],
-                       job.spec["decimals"])
+    tables.write_table(table, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
 
 
 def claims_frame(claims: list[dict]) -> pd.DataFrame:
@@ -118,17 +132,26 @@ def claims_frame(claims: list[dict]) -> pd.DataFrame:
         (a, health_a), (b, health_b) = sides["a"], sides["b"]
         common = a.index.intersection(b.index)
         holds = bool(a.mean() > b.mean())
-        out.append({"claim": claim["claim"], "column": claim["column"], "A mean (%)": round(a.mean(), 2),
-                    "B mean (%)": round(b.mean(), 2), "seeds A > B": f"{int((a[common] > b[common]).sum())}/{len(common)}",
-                    "verdict": verdict(holds, {claim["a_name"]: health_a, claim["b_name"]: health_b})})
+        out.append(
+            {
+                "claim": claim["claim"],
+                "column": claim["column"],
+                "A mean (%)": round(a.mean(), 2),
+                "B mean (%)": round(b.mean(), 2),
+                "seeds A > B": f"{int((a[common] > b[common]).sum())}/{len(common)}",
+                "verdict": verdict(holds, {claim["a_name"]: health_a, claim["b_name"]: health_b}),
+            }
+        )
     return pd.DataFrame(out)
 
 
 def claims_table(job) -> None:
     frame = claims_frame(job.spec["claims"])
-    caption = ("FedSC claims at this scale: each ordering of the paper's tables, tested on our runs. 'holds' / "
-               "'does not hold' compares the means over seeds; a comparison with a collapsed, diverged or "
-               "chance-level side is 'not tested'")
+    caption = (
+        "FedSC claims at this scale: each ordering of the paper's tables, tested on our runs. 'holds' / "
+        "'does not hold' compares the means over seeds; a comparison with a collapsed, diverged or "
+        "chance-level side is 'not tested'"
+    )
     if job.spec.get("note"):
         caption += ". " + job.spec["note"]
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
@@ -148,16 +171,22 @@ def table6_frame(rows: list[dict]) -> pd.DataFrame:
     for r in rows:
         t, mu, sigma, n, delta = int(r["shares"]), float(r["mu"]), float(r["sigma"]), int(r["n"]), float(r["delta"])
         mech = priv.fedsc_mechanism(sigma, mu, n, t)
-        out.append({
-            "setting": f"{r['dataset']} ε={r['eps']:g} δ={_delta_label(delta)}",
-            "mu": mu, "sigma": sigma, "sharing": r.get("schedule", ""), "T_j": t, "|D_j|": n,
-            "target ε": float(r["eps"]),
-            "ε Prop. 6.6 (μ/|D|)": priv.epsilon(t, mu, sigma, n, delta, priv.PAPER_SENS_FACTOR),
-            "ε Prop. 6.6 (√2μ/|D|)": priv.epsilon(t, mu, sigma, n, delta, priv.RIGOROUS_SENS_FACTOR),
-            "ε numeric min (√2)": priv.epsilon_numeric(t, mu, sigma, n, delta, priv.RIGOROUS_SENS_FACTOR),
-            "ε accountant RDP (√2)": mech.epsilon(delta, "rdp"),
-            "ε accountant PLD (√2)": mech.epsilon(delta, "pld"),
-        })
+        out.append(
+            {
+                "setting": f"{r['dataset']} ε={r['eps']:g} δ={_delta_label(delta)}",
+                "mu": mu,
+                "sigma": sigma,
+                "sharing": r.get("schedule", ""),
+                "T_j": t,
+                "|D_j|": n,
+                "target ε": float(r["eps"]),
+                "ε Prop. 6.6 (μ/|D|)": priv.epsilon(t, mu, sigma, n, delta, priv.PAPER_SENS_FACTOR),
+                "ε Prop. 6.6 (√2μ/|D|)": priv.epsilon(t, mu, sigma, n, delta, priv.RIGOROUS_SENS_FACTOR),
+                "ε numeric min (√2)": priv.epsilon_numeric(t, mu, sigma, n, delta, priv.RIGOROUS_SENS_FACTOR),
+                "ε accountant RDP (√2)": mech.epsilon(delta, "rdp"),
+                "ε accountant PLD (√2)": mech.epsilon(delta, "pld"),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -165,9 +194,11 @@ def table6(job) -> None:
     frame = table6_frame(job.spec["rows"])
     eps_columns = [c for c in frame.columns if c.startswith("ε")]
     frame[eps_columns] = frame[eps_columns].round(3)
-    caption = ("FedSC Table 6 re-accounted: epsilon of each published noise configuration (full participation) "
-               "under the paper's formula, the sqrt(2) sensitivity and the dp-accounting library "
-               "(pure computation; independent of the experiment scale)")
+    caption = (
+        "FedSC Table 6 re-accounted: epsilon of each published noise configuration (full participation) "
+        "under the paper's formula, the sqrt(2) sensitivity and the dp-accounting library "
+        "(pure computation; independent of the experiment scale)"
+    )
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, "paper", job.spec["decimals"])
 
 
@@ -184,20 +215,30 @@ def privacy_frame(cells: list[dict]) -> pd.DataFrame:
     if frame.empty:
         return frame
     grouped = frame.groupby(["dataset", "run", "label ε", "delta"], sort=False)
-    tight = {"eps_pld_max": ("eps_pld", "max")} if "eps_pld" in frame else {}  # summaries before PLD was recorded lack it
-    return grouped.agg(sigma=("sigma", "first"), T_j_min=("T_j", "min"), T_j_max=("T_j", "max"),
-                       n_j_min=("n_j", "min"), eps_paper_max=("eps_paper", "max"),
-                       eps_sqrt2_max=("eps_sqrt2", "max"), eps_accountant_max=("eps_accountant", "max"),
-                       **tight).reset_index()
+    tight = (
+        {"eps_pld_max": ("eps_pld", "max")} if "eps_pld" in frame else {}
+    )  # summaries before PLD was recorded lack it
+    return grouped.agg(
+        sigma=("sigma", "first"),
+        T_j_min=("T_j", "min"),
+        T_j_max=("T_j", "max"),
+        n_j_min=("n_j", "min"),
+        eps_paper_max=("eps_paper", "max"),
+        eps_sqrt2_max=("eps_sqrt2", "max"),
+        eps_accountant_max=("eps_accountant", "max"),
+        **tight,
+    ).reset_index()
 
 
 def privacy_table(job) -> None:
     frame = privacy_frame(job.spec["cells"]).round(4)
-    caption = ("FedSC realised privacy: per private run, the number of matrix shares T_j per client and the "
-               "largest epsilon over clients and seeds (paper formula, sqrt(2) sensitivity, library accountant: "
-               "RDP, and PLD, the tight value of what the run did). "
-               "Under partial participation sigma is scaled by the participation ratio (the authors' code), so the "
-               "realised epsilon can exceed the label")
+    caption = (
+        "FedSC realised privacy: per private run, the number of matrix shares T_j per client and the "
+        "largest epsilon over clients and seeds (paper formula, sqrt(2) sensitivity, library accountant: "
+        "RDP, and PLD, the tight value of what the run did). "
+        "Under partial participation sigma is scaled by the participation ratio (the authors' code), so the "
+        "realised epsilon can exceed the label"
+    )
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
 
 

@@ -42,8 +42,15 @@ def save_figure(fig, stem: str | Path, scale: str) -> None:
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     if scale != "paper":
-        fig.text(0.5, 0.0, SCALE_NOTE.get(scale, scale).split(".")[0] + ": not the paper's setting.",
-                 ha="center", va="bottom", fontsize=7, color="dimgray")
+        fig.text(
+            0.5,
+            0.0,
+            SCALE_NOTE.get(scale, scale).split(".")[0] + ": not the paper's setting.",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="dimgray",
+        )
     fig.tight_layout(rect=(0, 0.04 if scale != "paper" else 0, 1, 1))
     for suffix in (".png", ".pdf"):
         fig.savefig(stem.with_suffix(suffix), dpi=150)

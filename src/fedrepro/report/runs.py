@@ -33,6 +33,12 @@ def load_summaries(paths: list[str]) -> pd.DataFrame:
     for path in paths:
         summary = json.loads(Path(path).read_text())
         for seed, per_seed in summary["seeds"].items():
-            rows.append({**identity(path), "seed": int(seed), **per_seed.get("final", {}),
-                         **{k: v for k, v in per_seed.items() if k != "final" and not isinstance(v, (dict, list))}})
+            rows.append(
+                {
+                    **identity(path),
+                    "seed": int(seed),
+                    **per_seed.get("final", {}),
+                    **{k: v for k, v in per_seed.items() if k != "final" and not isinstance(v, (dict, list))},
+                }
+            )
     return pd.DataFrame(rows)

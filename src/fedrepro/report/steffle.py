@@ -32,18 +32,24 @@ from fedrepro.report import tables as table_io
 from fedrepro.report.runs import identity
 
 # short names of the private methods for panel titles (the legend has the labels); others show their name
-TITLE_NAMES = {"steffle": "SteFFLe", "dp_fermi": "DP-FERMI", "tran2021": "Tran", "ling2024": "Ling",
-               "ling2024_groupgap": "Ling-gap"}
+TITLE_NAMES = {
+    "steffle": "SteFFLe",
+    "dp_fermi": "DP-FERMI",
+    "tran2021": "Tran",
+    "ling2024": "Ling",
+    "ling2024_groupgap": "Ling-gap",
+}
 VIOLATION = {"dp": "dp_violation", "eo": "eo_violation"}
 GRID = 50
-EPS_TOLERANCE = 1.1      # realised epsilons within 10 % count as equal privacy
-FLAT = 0.01              # a baseline curve whose violation spans less than this is flat
-TINY = 0.02              # violations below this make the envelope ratio noise
-BOOTSTRAP = 300          # resamples of the seeds for the headline intervals
-CONSTANT = 0.01          # a model predicting one class for >= 99 % of the test set is a constant predictor
+EPS_TOLERANCE = 1.1  # realised epsilons within 10 % count as equal privacy
+FLAT = 0.01  # a baseline curve whose violation spans less than this is flat
+TINY = 0.02  # violations below this make the envelope ratio noise
+BOOTSTRAP = 300  # resamples of the seeds for the headline intervals
+CONSTANT = 0.01  # a model predicting one class for >= 99 % of the test set is a constant predictor
 
 
 # ----------------------------------------------------------------------------- loading
+
 
 def load_points(metric_paths: list[str]) -> pd.DataFrame:
     """Final (returned-iterate) metrics of every run, with the run's spec columns."""
@@ -96,7 +102,7 @@ def panel_points(points: pd.DataFrame, dataset, fairness, num_silos, h, eps, met
     rows = points[(points["dataset"] == dataset) & points["method"].isin(methods)]
     rows = rows[(rows["fairness"] == fairness) | rows["method"].isin(without_trait("fair"))]
     fed = rows["method"].isin(with_trait("federated"))
-    h = 0.0 if num_silos == 1 else h                     # one silo holds all the data whatever h is
+    h = 0.0 if num_silos == 1 else h  # one silo holds all the data whatever h is
     rows = rows[~fed | ((rows["num_silos"] == num_silos) & np.isclose(rows["h"], h))]
     rows = rows[(rows["eps_value"] == float(eps)) | np.isinf(rows["eps_value"])]
     rows = rows[~rows["setting"].str.endswith(("_wpaper", "_refcode"))]
@@ -112,6 +118,7 @@ def curves(rows: pd.DataFrame, by=("method",)) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- curve comparison
+
 
 def _envelope(errors, violations, grid) -> np.ndarray:
     order = np.argsort(errors)
@@ -153,18 +160,37 @@ def comparison_panels(points: pd.DataFrame, layouts: dict) -> list[dict]:
             for h in fig["h"]:
                 rows = panel_points(points, fig["dataset"], fig["fairness"], fig["num_silos"], h, eps, fig["methods"])
                 if len(rows):
-                    out.append({"figure": name, "dataset": fig["dataset"], "fairness": fig["fairness"],
-                                "eps": eps, "h": h, "curve": curves(rows), "rows": rows,
-                                "realised": realised_by_method(rows)})
+                    out.append(
+                        {
+                            "figure": name,
+                            "dataset": fig["dataset"],
+                            "fairness": fig["fairness"],
+                            "eps": eps,
+                            "h": h,
+                            "curve": curves(rows),
+                            "rows": rows,
+                            "realised": realised_by_method(rows),
+                        }
+                    )
     return out
 
 
 # ----------------------------------------------------------------------------- figures
 
+
 def _draw(ax, curve: pd.DataFrame, label: str, **kw) -> None:
-    ax.errorbar(curve["violation_mean"], curve["error_mean"], xerr=curve["violation_std"].fillna(0),
-                yerr=curve["error_std"].fillna(0), marker="o", markersize=3, capsize=2, linewidth=1,
-                label=label, **kw)
+    ax.errorbar(
+        curve["violation_mean"],
+        curve["error_mean"],
+        xerr=curve["violation_std"].fillna(0),
+        yerr=curve["error_std"].fillna(0),
+        marker="o",
+        markersize=3,
+        capsize=2,
+        linewidth=1,
+        label=label,
+        **kw,
+    )
 
 
 def comparison_figure(job, points: pd.DataFrame) -> None:
@@ -175,18 +201,28 @@ def comparison_figure(job, points: pd.DataFrame) -> None:
     fig, axes = figures.new_figure(len(eps_list) * len(h_list), 3.6, 3.0, rows=len(eps_list))
     notion = "Demographic parity" if fig_cfg["fairness"] == "dp" else "Equalized odds"
     for ax, (eps, h) in zip(axes, [(e, h) for e in eps_list for h in h_list]):
-        rows = panel_points(points, fig_cfg["dataset"], fig_cfg["fairness"], fig_cfg["num_silos"], h, eps,
-                            [m for m in fig_cfg["methods"] if m not in hide])
+        rows = panel_points(
+            points,
+            fig_cfg["dataset"],
+            fig_cfg["fairness"],
+            fig_cfg["num_silos"],
+            h,
+            eps,
+            [m for m in fig_cfg["methods"] if m not in hide],
+        )
         curve = curves(rows)
-        for method in [m for m in METHODS if m in set(curve["method"])]:     # legend in the table's order
+        for method in [m for m in METHODS if m in set(curve["method"])]:  # legend in the table's order
             _draw(ax, curve[curve["method"] == method], METHODS[method].label)
         label = realised_label(eps, realised_by_method(rows)).replace(" (realised:", "\n(tight eps:")
         ax.set_title(f"h={h}, {label}", fontsize=5)
         ax.set_xlabel(f"{notion} violation")
         ax.set_ylabel("Misclassification error")
     axes[0].legend(fontsize=5, loc="best")
-    fig.suptitle(f"{notion} vs error: {fig_cfg['dataset']}, N={fig_cfg['num_silos']} ({spec['scale']} scale)"
-                 + (f" (hidden: {', '.join(sorted(hide))})" if hide else ""), fontsize=9)
+    fig.suptitle(
+        f"{notion} vs error: {fig_cfg['dataset']}, N={fig_cfg['num_silos']} ({spec['scale']} scale)"
+        + (f" (hidden: {', '.join(sorted(hide))})" if hide else ""),
+        fontsize=9,
+    )
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 
@@ -209,7 +245,7 @@ def ablation_figure(job, points: pd.DataFrame) -> None:
         ax.set_xlabel("Demographic parity violation" if layout["fairness"] == "dp" else "Equalized odds violation")
         ax.set_ylabel("Misclassification error")
         ax.legend(fontsize=6)
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(f"SteFFLe ablation on {layout['dataset']} ({job.spec['scale']} scale)", fontsize=9)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
@@ -224,6 +260,7 @@ def figure(job) -> None:
 
 
 # ----------------------------------------------------------------------------- tables
+
 
 def points_table(points: pd.DataFrame) -> pd.DataFrame:
     keys = ["dataset", "fairness", "method", "setting", "num_silos", "h", "eps", "lam"]
@@ -284,18 +321,31 @@ def headline_values(panels: list[dict], bootstrap: int = BOOTSTRAP, seed: int = 
             draws = np.random.default_rng(rng.integers(1 << 31)).integers(0, len(seeds), (bootstrap, len(seeds)))
             boot = [reduction((e_o[i].mean(0), v_o[i].mean(0)), (e_b[i].mean(0), v_b[i].mean(0))) for i in draws]
             r_ours, r_base = p["realised"].get("steffle", np.nan), p["realised"].get(base, np.nan)
-            rows.append({"figure": p["figure"], "dataset": p["dataset"], "fairness": p["fairness"],
-                         "eps": p["eps"], "h": p["h"], "baseline": base, "reduction": reduction(ours, theirs),
-                         "status": state.status, "status_reason": state.reason,
-                         "realised_steffle": r_ours, "realised_baseline": r_base,
-                         "equal_privacy": bool(max(r_ours, r_base) <= EPS_TOLERANCE * min(r_ours, r_base)),
-                         "bootstrap": np.asarray(boot)})
+            rows.append(
+                {
+                    "figure": p["figure"],
+                    "dataset": p["dataset"],
+                    "fairness": p["fairness"],
+                    "eps": p["eps"],
+                    "h": p["h"],
+                    "baseline": base,
+                    "reduction": reduction(ours, theirs),
+                    "status": state.status,
+                    "status_reason": state.reason,
+                    "realised_steffle": r_ours,
+                    "realised_baseline": r_base,
+                    "equal_privacy": bool(max(r_ours, r_base) <= EPS_TOLERANCE * min(r_ours, r_base)),
+                    "bootstrap": np.asarray(boot),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-HEADLINE_ROWS = {("dp", "tran2021"): "DP violation reduction vs Tran et al. 2021 (%)",
-                 ("dp", "ling2024"): "DP violation reduction vs Ling et al. 2024 (%)",
-                 ("eo", "ling2024"): "EO violation reduction vs Ling et al. 2024 (%)"}
+HEADLINE_ROWS = {
+    ("dp", "tran2021"): "DP violation reduction vs Tran et al. 2021 (%)",
+    ("dp", "ling2024"): "DP violation reduction vs Ling et al. 2024 (%)",
+    ("eo", "ling2024"): "EO violation reduction vs Ling et al. 2024 (%)",
+}
 
 
 def headline_table(values: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
@@ -309,17 +359,29 @@ def headline_table(values: pd.DataFrame, published: pd.DataFrame) -> pd.DataFram
             continue
         ok = sel[sel["status"] == "ok"]
         left_out = [f"{r.figure} eps={r.eps} h={r.h}: {r.status_reason}" for r in sel.itertuples() if r.status != "ok"]
-        unequal = [f"{r.figure} eps={r.eps} h={r.h} ({r.realised_steffle:.3g} vs {r.realised_baseline:.3g})"
-                   for r in ok.itertuples() if not r.equal_privacy]
+        unequal = [
+            f"{r.figure} eps={r.eps} h={r.h} ({r.realised_steffle:.3g} vs {r.realised_baseline:.3g})"
+            for r in ok.itertuples()
+            if not r.equal_privacy
+        ]
         pub = published[published["row"] == name]["mean"]
-        row = {"row": name, "published": float(pub.iloc[0]) if len(pub) else np.nan,
-               "panels_used": len(ok), "panels": len(sel)}
+        row = {
+            "row": name,
+            "published": float(pub.iloc[0]) if len(pub) else np.nan,
+            "panels_used": len(ok),
+            "panels": len(sel),
+        }
         if len(ok):
             boot = 100 * np.nanmean(np.stack(ok["bootstrap"].to_list()), axis=0)
-            row.update({"ours_panel_mean": 100 * ok["reduction"].mean(),
-                        "std_over_panels": 100 * ok["reduction"].std(),
-                        "bootstrap_95_low": np.nanpercentile(boot, 2.5),
-                        "bootstrap_95_high": np.nanpercentile(boot, 97.5), "status": "ok"})
+            row.update(
+                {
+                    "ours_panel_mean": 100 * ok["reduction"].mean(),
+                    "std_over_panels": 100 * ok["reduction"].std(),
+                    "bootstrap_95_low": np.nanpercentile(boot, 2.5),
+                    "bootstrap_95_high": np.nanpercentile(boot, 97.5),
+                    "status": "ok",
+                }
+            )
         else:
             row.update({"ours_panel_mean": np.nan, "status": "not tested: every panel degenerate"})
         row["degenerate_panels"] = "; ".join(left_out) or "none"
@@ -345,8 +407,10 @@ def claims_table(points: pd.DataFrame, panels: list[dict], values: pd.DataFrame,
     usable = shown[(shown["status"] == "ok") & shown["equal_privacy"]] if len(shown) else shown
     wins = int((usable["reduction"] > 0).sum()) if len(usable) else 0
     excluded = len(shown) - len(usable)
-    evidence = (f"lower violation at matched error in {wins} of {len(usable)} usable (panel, baseline) pairs; "
-                f"{excluded} pair(s) degenerate or at unequal realised epsilon (see the headline table)")
+    evidence = (
+        f"lower violation at matched error in {wins} of {len(usable)} usable (panel, baseline) pairs; "
+        f"{excluded} pair(s) degenerate or at unequal realised epsilon (see the headline table)"
+    )
     if len(usable) and wins < len(usable):
         holds = "does not hold"
     elif not len(usable):
@@ -361,16 +425,26 @@ def claims_table(points: pd.DataFrame, panels: list[dict], values: pd.DataFrame,
     rows += _gap_claim(panels)
     missing = spec.get("disabled_figures", [])
     if missing:
-        add("Figures not produced", ", ".join(missing) + (": Retired Adult (adult_reconstruction.csv) could not be "
-            "fetched here; enable fig4 where the file can be downloaded or pre-staged" if "fig4" in missing else ""),
-            "not tested")
+        add(
+            "Figures not produced",
+            ", ".join(missing)
+            + (
+                ": Retired Adult (adult_reconstruction.csv) could not be "
+                "fetched here; enable fig4 where the file can be downloaded or pre-staged"
+                if "fig4" in missing
+                else ""
+            ),
+            "not tested",
+        )
     return pd.DataFrame(rows)
 
 
 def _ablation_claims(points, spec) -> list[dict]:
     layout = spec["figures"].get("fig2")
     if not layout:
-        return [{"claim": "2-3. heterogeneity / silo-count ablation", "evidence": "fig2 disabled", "holds": "not tested"}]
+        return [
+            {"claim": "2-3. heterogeneity / silo-count ablation", "evidence": "fig2 disabled", "holds": "not tested"}
+        ]
     out = []
     for panel in layout["panels"]:
         varying = "h" if len(panel["h"]) > 1 or len(panel["num_silos"]) == 1 else "N"
@@ -392,8 +466,13 @@ def _ablation_claims(points, spec) -> list[dict]:
         text = "; ".join(f"{varying}={x}: err {e:.4f}, viol {v:.4f}" for x, e, v in series)
         number = "2" if varying == "h" else "3"
         fixed = f"N={panel['num_silos'][0]}" if varying == "h" else f"h={panel['h'][0]}"
-        out.append({"claim": f"{number}. increasing {varying} raises error and violation (eps={panel['eps']}, {fixed})",
-                    "evidence": f"mean over lambda: {text}", "holds": holds})
+        out.append(
+            {
+                "claim": f"{number}. increasing {varying} raises error and violation (eps={panel['eps']}, {fixed})",
+                "evidence": f"mean over lambda: {text}",
+                "holds": holds,
+            }
+        )
     return out
 
 
@@ -415,8 +494,13 @@ def _ordering_claims(panels) -> list[dict]:
             holds = score["dp_fermi"] < score["steffle_nonprivate"]
             claim = "4b. eps>=3: DP-FERMI (private central) beats non-private SteFFLe (federated)"
         sides = {m: point_health(p["rows"][p["rows"]["method"] == m]) for m in four}
-        out.append({"claim": claim, "evidence": f"{where}: mean best violation at matched error: {text}",
-                    "holds": health.verdict(bool(holds), sides)})
+        out.append(
+            {
+                "claim": claim,
+                "evidence": f"{where}: mean best violation at matched error: {text}",
+                "holds": health.verdict(bool(holds), sides),
+            }
+        )
     return out
 
 
@@ -426,7 +510,9 @@ def _gap_claim(panels) -> list[dict]:
         c, r = p["curve"], p["rows"]
         ours, erm = c[(c["method"] == "steffle") & (c["lam"] == 0)], c[c["method"] == "erm"]
         if len(ours) and len(erm):
-            gaps.setdefault((p["figure"], p["eps"]), {})[p["h"]] = float(ours["error_mean"].min() - erm["error_mean"].min())
+            gaps.setdefault((p["figure"], p["eps"]), {})[p["h"]] = float(
+                ours["error_mean"].min() - erm["error_mean"].min()
+            )
             found = sides.setdefault((p["figure"], p["eps"]), {})
             found[f"SteFFLe h={p['h']}"] = point_health(r[(r["method"] == "steffle") & (r["lam"] == 0)])
             found["ERM"] = point_health(r[r["method"] == "erm"])
@@ -436,10 +522,14 @@ def _gap_claim(panels) -> list[dict]:
             continue
         hs = sorted(by_h)
         holds = by_h[hs[-1]] > by_h[hs[0]] and by_h[hs[-1]] > 0
-        out.append({"claim": "5. an error gap to non-private non-fair ERM remains, largest when heterogeneous",
-                    "evidence": f"{figname} eps={eps}: SteFFLe(lambda=0) - ERM error: "
-                                + ", ".join(f"h={h}: {by_h[h]:+.4f}" for h in hs),
-                    "holds": health.verdict(bool(holds), sides[(figname, eps)])})
+        out.append(
+            {
+                "claim": "5. an error gap to non-private non-fair ERM remains, largest when heterogeneous",
+                "evidence": f"{figname} eps={eps}: SteFFLe(lambda=0) - ERM error: "
+                + ", ".join(f"h={h}: {by_h[h]:+.4f}" for h in hs),
+                "holds": health.verdict(bool(holds), sides[(figname, eps)]),
+            }
+        )
     return out
 
 
@@ -449,8 +539,10 @@ def _private_note(spec: dict, rec: dict) -> str:
         return "no (eps = inf)"
     realised = rec.get("realised_epsilon", np.nan)
     if spec.get("train", {}).get("compat_refcode"):
-        return (f"NO: compat_refcode (the authors' batch sums and lambda-scaled signal with the same sigma) "
-                f"realises eps = {realised:.3g} at label {rec['eps']}")
+        return (
+            f"NO: compat_refcode (the authors' batch sums and lambda-scaled signal with the same sigma) "
+            f"realises eps = {realised:.3g} at label {rec['eps']}"
+        )
     if realised > 1.05 * float(rec["eps"]):
         return f"label understates: realised eps = {realised:.3g}"
     return "yes"
@@ -463,21 +555,36 @@ def privacy_table(summary_paths: list[str]) -> pd.DataFrame:
         ident = identity(path)
         privacy = summary["privacy"]
         for eps, rec in privacy["per_eps"].items():
-            rows.append({"dataset": ident["dataset"], "method": ident["method"], "setting": ident["setting"],
-                         "eps": eps, "T": summary["rounds"], "n_silos": len(privacy["silo_sizes"]),
-                         "rho": privacy["rho"], "delta": privacy["delta"],
-                         "sigma_theta": np.mean(rec["sigma_theta"]) if "sigma_theta" in rec else np.nan,
-                         "sigma_w": np.mean(rec["sigma_w"]) if "sigma_w" in rec else np.nan,
-                         "noise_multiplier": rec.get("noise_multiplier", np.nan),
-                         "library_epsilon": rec["library_epsilon"],
-                         "realised_epsilon_pld": rec.get("realised_epsilon", np.nan),
-                         "realised_epsilon_rdp": rec.get("realised_epsilon_rdp", np.nan),
-                         "accountant_sampling": rec.get("sampling_note", "not recorded (run predates the record)"),
-                         "private": _private_note(summary["spec"], rec),
-                         "thm33_preconditions": ("–" if "preconditions_hold" not in rec or eps == "inf"
-                                                 else ("hold" if rec["preconditions_hold"] else
-                                                       "BROKEN: " + "; ".join(rec["precondition_messages"][:1]))),
-                         "seconds": summary["seconds"]})
+            rows.append(
+                {
+                    "dataset": ident["dataset"],
+                    "method": ident["method"],
+                    "setting": ident["setting"],
+                    "eps": eps,
+                    "T": summary["rounds"],
+                    "n_silos": len(privacy["silo_sizes"]),
+                    "rho": privacy["rho"],
+                    "delta": privacy["delta"],
+                    "sigma_theta": np.mean(rec["sigma_theta"]) if "sigma_theta" in rec else np.nan,
+                    "sigma_w": np.mean(rec["sigma_w"]) if "sigma_w" in rec else np.nan,
+                    "noise_multiplier": rec.get("noise_multiplier", np.nan),
+                    "library_epsilon": rec["library_epsilon"],
+                    "realised_epsilon_pld": rec.get("realised_epsilon", np.nan),
+                    "realised_epsilon_rdp": rec.get("realised_epsilon_rdp", np.nan),
+                    "accountant_sampling": rec.get("sampling_note", "not recorded (run predates the record)"),
+                    "private": _private_note(summary["spec"], rec),
+                    "thm33_preconditions": (
+                        "–"
+                        if "preconditions_hold" not in rec or eps == "inf"
+                        else (
+                            "hold"
+                            if rec["preconditions_hold"]
+                            else "BROKEN: " + "; ".join(rec["precondition_messages"][:1])
+                        )
+                    ),
+                    "seconds": summary["seconds"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -491,9 +598,16 @@ def point_health(rows: pd.DataFrame) -> health.Health:
     if "positive_rate" in rows and len(rows):
         rate = rows["positive_rate"].to_numpy(dtype=float)
         if np.all((rate <= CONSTANT) | (rate >= 1 - CONSTANT)):
-            which = "negative" if np.all(rate <= CONSTANT) else ("positive" if np.all(rate >= 1 - CONSTANT) else "one class")
-            return health.Health("chance", f"(near-)constant predictor: at least {1 - CONSTANT:.0%} of the test "
-                                           f"samples predicted {which} in every seed")
+            which = (
+                "negative"
+                if np.all(rate <= CONSTANT)
+                else ("positive" if np.all(rate >= 1 - CONSTANT) else "one class")
+            )
+            return health.Health(
+                "chance",
+                f"(near-)constant predictor: at least {1 - CONSTANT:.0%} of the test "
+                f"samples predicted {which} in every seed",
+            )
     return health.OK
 
 
@@ -516,9 +630,15 @@ def refcode_table(points: pd.DataFrame, summary_paths: list[str]) -> pd.DataFram
     out = []
     for (h, eps, lam), rows in points.groupby(["h", "eps", "lam"], sort=True):
         state = point_health(rows)
-        cell = {"h": h, "eps_label": eps, "lam": lam,
-                "realised_epsilon_pld": realised.get((h, eps, lam), _unrecorded_epsilon(eps, lam)),
-                "seeds": len(rows), "status": state.status, "status_reason": state.reason}
+        cell = {
+            "h": h,
+            "eps_label": eps,
+            "lam": lam,
+            "realised_epsilon_pld": realised.get((h, eps, lam), _unrecorded_epsilon(eps, lam)),
+            "seeds": len(rows),
+            "status": state.status,
+            "status_reason": state.reason,
+        }
         for col in ("error", VIOLATION[rows["fairness"].iloc[0]]):
             cell[f"{col}_mean"] = float(rows[col].mean()) if state.status != "diverged" else np.nan
             cell[f"{col}_std"] = float(rows[col].std()) if state.status != "diverged" else np.nan
@@ -535,13 +655,17 @@ def refcode(job) -> None:
     rates = [c for c in table if c.endswith(("_mean", "_std"))]
     table = table.round({**{c: 4 for c in rates}, "realised_epsilon_pld": 2})
     epochs = f", {spec['refcode_epochs']} epochs" if spec.get("refcode_epochs") else ""
-    table_io.write_table(table, job.output["md"].removesuffix(".md"),
-                         "SteFFLe under compat_refcode (the authors' code conventions: batch-sum noise, 1 x 1 W, "
-                         f"per-silo group numbering), the authors' grid{epochs}: error and violation per cell, mean and std "
-                         "over seeds. NOT PRIVATE: realised_epsilon_pld is the accountant's epsilon for what ran "
-                         "(0 at lambda = 0, where nothing sensitive is released); eps_label is only the label "
-                         "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor.",
-                         spec["scale"], spec["decimals"])
+    table_io.write_table(
+        table,
+        job.output["md"].removesuffix(".md"),
+        "SteFFLe under compat_refcode (the authors' code conventions: batch-sum noise, 1 x 1 W, "
+        f"per-silo group numbering), the authors' grid{epochs}: error and violation per cell, mean and std "
+        "over seeds. NOT PRIVATE: realised_epsilon_pld is the accountant's epsilon for what ran "
+        "(0 at lambda = 0, where nothing sensitive is released); eps_label is only the label "
+        "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor.",
+        spec["scale"],
+        spec["decimals"],
+    )
 
 
 W_DIAGNOSTICS = ("w_norm", "w_flip_rate", "w_radius_share")
@@ -555,16 +679,29 @@ def eta_w_table(points: pd.DataFrame, spec: dict) -> pd.DataFrame:
     out = []
     for setting in sorted(set(paper_runs["setting"])):
         tuned_setting = setting.removesuffix("_wpaper")
-        for label, sett, eta in (("paper", setting, spec["eta_w"]["paper"]), ("tuned", tuned_setting, spec["eta_w"]["tuned"])):
-            rows = points[(points["method"] == "steffle") & (points["setting"] == sett)
-                          & points["dataset"].isin(paper_runs["dataset"].unique())]
+        for label, sett, eta in (
+            ("paper", setting, spec["eta_w"]["paper"]),
+            ("tuned", tuned_setting, spec["eta_w"]["tuned"]),
+        ):
+            rows = points[
+                (points["method"] == "steffle")
+                & (points["setting"] == sett)
+                & points["dataset"].isin(paper_runs["dataset"].unique())
+            ]
             cols = ["error", "dp_violation", "eo_violation"] + [c for c in W_DIAGNOSTICS if c in rows]
             agg = rows.groupby(["dataset", "eps", "lam"])[cols].mean().reset_index()
             step = spec["eta_w"].get("w_step_tuned", "capped") if label == "tuned" else "fixed"
             for _, r in agg.iterrows():
-                out.append({"dataset": r["dataset"], "setting": tuned_setting,
-                            "eta_w": f"{label} ({eta:g}, {step} step)", "eps": r["eps"], "lam": r["lam"],
-                            **{c: r[c] for c in cols}})
+                out.append(
+                    {
+                        "dataset": r["dataset"],
+                        "setting": tuned_setting,
+                        "eta_w": f"{label} ({eta:g}, {step} step)",
+                        "eps": r["eps"],
+                        "lam": r["lam"],
+                        **{c: r[c] for c in cols},
+                    }
+                )
     return pd.DataFrame(out)
 
 
@@ -576,22 +713,36 @@ def tables(job) -> None:
     def write(name, table, caption):
         table_io.write_table(table, job.output[f"{name}_md"].removesuffix(".md"), caption, scale, decimals)
 
-    write("points", points_table(points),
-          "SteFFLe: every plotted point (mean, std over seeds of the returned model's test metrics)")
+    write(
+        "points",
+        points_table(points),
+        "SteFFLe: every plotted point (mean, std over seeds of the returned model's test metrics)",
+    )
     panels = comparison_panels(points, spec["figures"])
     values = headline_values(panels)
     headline = headline_table(values, table_io.published("steffle_headline"))
-    write("headline", headline, "SteFFLe headline numbers: violation reduction at matched error (%), mean and std "
-          "over the usable panels, a 95 % bootstrap interval over seeds (resampled jointly for every panel), the "
-          "panels left out as degenerate (flat or tiny-violation baseline curve, constant predictors, diverged) "
-          "and those compared at unequal realised epsilon (method: lower envelopes on a common error grid, see "
-          "fedrepro.report.steffle)")
+    write(
+        "headline",
+        headline,
+        "SteFFLe headline numbers: violation reduction at matched error (%), mean and std "
+        "over the usable panels, a 95 % bootstrap interval over seeds (resampled jointly for every panel), the "
+        "panels left out as degenerate (flat or tiny-violation baseline curve, constant predictors, diverged) "
+        "and those compared at unequal realised epsilon (method: lower envelopes on a common error grid, see "
+        "fedrepro.report.steffle)",
+    )
     write("claims", claims_table(points, panels, values, spec), "SteFFLe: the paper's qualitative claims (Section 5)")
-    write("privacy", privacy_table([str(Path(p).parent / "summary.json") for p in job.input["metrics"]]),
-          "SteFFLe: noise per run (Theorem 3.3 sigmas or calibrated multipliers), precondition flags, and the "
-          "realised epsilon of what the code did (independent accountant, theta and W of one batch accounted "
-          "jointly; PLD tight, RDP beside it). accountant_sampling states the sampling the accountant assumes")
-    write("eta_w", eta_w_table(points, spec), "SteFFLe with the paper's eta_w = 1e-5 (inert) vs the tuned eta_w "
-          "with its capped, sign-stable step (eta_w * lambda <= 1/2), and W's trajectory: w_flip_rate is the share "
-          "of rounds of the last evaluation window in which W changed sign (an unstable ascent: about 1), "
-          "w_radius_share the share of seeds whose W sits at the projection radius")
+    write(
+        "privacy",
+        privacy_table([str(Path(p).parent / "summary.json") for p in job.input["metrics"]]),
+        "SteFFLe: noise per run (Theorem 3.3 sigmas or calibrated multipliers), precondition flags, and the "
+        "realised epsilon of what the code did (independent accountant, theta and W of one batch accounted "
+        "jointly; PLD tight, RDP beside it). accountant_sampling states the sampling the accountant assumes",
+    )
+    write(
+        "eta_w",
+        eta_w_table(points, spec),
+        "SteFFLe with the paper's eta_w = 1e-5 (inert) vs the tuned eta_w "
+        "with its capped, sign-stable step (eta_w * lambda <= 1/2), and W's trajectory: w_flip_rate is the share "
+        "of rounds of the last evaluation window in which W changed sign (an unstable ascent: about 1), "
+        "w_radius_share the share of seeds whose W sits at the projection radius",
+    )

@@ -16,8 +16,8 @@ from fedrepro.eval.health import Health, cell_status
 
 SCALE_NOTE = {
     "quick": "Quick scale: offline data (small stand-ins where the real set cannot ship), few rounds and seeds. "
-             "These numbers are NOT the paper's setting; "
-             "they show the pipeline and the qualitative trends only.",
+    "These numbers are NOT the paper's setting; "
+    "they show the pipeline and the qualitative trends only.",
     "paper": "Paper scale: the paper's data sets, models and budgets.",
 }
 
@@ -45,8 +45,11 @@ def summarise(ours: pd.DataFrame) -> pd.DataFrame:
         return out
     reasons = ours.get("status_reason", pd.Series("", index=ours.index)).fillna("")
     health = [Health(s, r) for s, r in zip(ours["status"].fillna("ok"), reasons)]
-    cells = (pd.Series(health, index=ours.index).groupby([ours["row"], ours["column"]], sort=False)
-             .agg(lambda hs: cell_status(list(hs))))
+    cells = (
+        pd.Series(health, index=ours.index)
+        .groupby([ours["row"], ours["column"]], sort=False)
+        .agg(lambda hs: cell_status(list(hs)))
+    )
     status = [cells[(r, c)] for r, c in zip(out["row"], out["column"])]
     degenerate = np.array([not h.ok for h in status])
     out.loc[degenerate, ["mean", "std"]] = np.nan
@@ -70,8 +73,9 @@ def compare(ours: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.Dat
         order = list(dict.fromkeys([*ref[key], *mine[key]]))
         table[f"_{key}"] = table[key].map(order.index)
     table = table.sort_values(["_row", "_column"]).reset_index(drop=True)
-    return table[["row", "column", "published_mean", "published_std", "ours_mean", "ours_std", "seeds", "difference",
-                  *status]]
+    return table[
+        ["row", "column", "published_mean", "published_std", "ours_mean", "ours_std", "seeds", "difference", *status]
+    ]
 
 
 def _pm(mean, std, decimals: int) -> str:

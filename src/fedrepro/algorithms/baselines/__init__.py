@@ -11,7 +11,19 @@ METHODS: dict[str, Method] = {
     "fedavg": Method(
         entry="fedrepro.algorithms.baselines.fedavg:run_job",
         label="FedAvg",
-        config_keys=("model", "model_options", "rounds", "local_steps", "batch_size", "lr", "momentum",
-                     "weight_decay", "participation", "weighting", "batched", "eval_every"),
+        config_keys=(
+            "model",
+            "model_options",
+            "rounds",
+            "local_steps",
+            "batch_size",
+            "lr",
+            "momentum",
+            "weight_decay",
+            "participation",
+            "weighting",
+            "batched",
+            "eval_every",
+        ),
     ),
 }

@@ -69,13 +69,20 @@ class FedAvg:
 
     def _batched_training(self, chosen, start_params):
         steps, size = self.spec["local_steps"], self.spec["batch_size"]
-        index = torch.as_tensor(np.stack([self.batches.stacked(chosen, size) for _ in range(steps)]),
-                                device=self.device)
+        index = torch.as_tensor(
+            np.stack([self.batches.stacked(chosen, size) for _ in range(steps)]), device=self.device
+        )
         x, y = self.data.x_train, self.data.y_train
         params = batched.broadcast(start_params, len(chosen))
         params, losses = batched.local_sgd(
-            batched.cross_entropy_loss(self.model, self.precision), params, lambda s: (x[index[s]], y[index[s]]),
-            steps, self.spec["lr"], self.spec.get("momentum", 0.0), self.spec.get("weight_decay", 0.0))
+            batched.cross_entropy_loss(self.model, self.precision),
+            params,
+            lambda s: (x[index[s]], y[index[s]]),
+            steps,
+            self.spec["lr"],
+            self.spec.get("momentum", 0.0),
+            self.spec.get("weight_decay", 0.0),
+        )
         updates = [{name: p[i] for name, p in params.items()} for i in range(len(chosen))]
         return updates, losses.tolist()
 
@@ -86,12 +93,18 @@ class FedAvg:
         for k, params in enumerate(received):
             model = self.new_model()
             model.load_state_dict(params, strict=False)
-            optimiser = SGD(model.parameters(), lr=self.spec["lr"], momentum=self.spec.get("momentum", 0.0),
-                            weight_decay=self.spec.get("weight_decay", 0.0))
+            optimiser = SGD(
+                model.parameters(),
+                lr=self.spec["lr"],
+                momentum=self.spec.get("momentum", 0.0),
+                weight_decay=self.spec.get("weight_decay", 0.0),
+            )
             total = 0.0
             for step in range(steps):
                 batch = torch.as_tensor(indices[step][k], device=self.device)
-                loss = F.cross_entropy(self.precision.forward(model, self.data.x_train[batch]), self.data.y_train[batch])
+                loss = F.cross_entropy(
+                    self.precision.forward(model, self.data.x_train[batch]), self.data.y_train[batch]
+                )
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()
@@ -104,8 +117,12 @@ class FedAvg:
         return evaluate_classifier(self.model, self.data.x_test, self.data.y_test)
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "rng": self.rng.bit_generator.state,
-                "batches": self.batches.state_dict(), "wire": self.wire.state_dict()}
+        return {
+            "model": self.model.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "batches": self.batches.state_dict(),
+            "wire": self.wire.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -116,9 +133,12 @@ class FedAvg:
     def summary(self) -> dict:
         chance = majority_rate(self.data.y_test.cpu().numpy())
         final = self.evaluate(-1)["test_acc"]
-        return {"uplink_bytes": self.wire.bytes_by_direction["up"],
-                "downlink_bytes": self.wire.bytes_by_direction["down"],
-                "chance_acc": chance, **check_chance(final, chance, len(self.data.y_test)).as_dict()}
+        return {
+            "uplink_bytes": self.wire.bytes_by_direction["up"],
+            "downlink_bytes": self.wire.bytes_by_direction["down"],
+            "chance_acc": chance,
+            **check_chance(final, chance, len(self.data.y_test)).as_dict(),
+        }
 
 
 def run_job(job) -> None:
@@ -126,5 +146,10 @@ def run_job(job) -> None:
     device = pick_device(job.spec.get("device", "auto"))
     data = to_tensors(load_prepared(Path(job.input["data"]).parent), device)
     clients = load_partition(job.input["partition"]).clients
-    run_seeds(job, lambda seed: FedAvg(job.spec, data, clients, seed, device), job.spec["rounds"],
-              eval_every=job.spec.get("eval_every", 1), checkpoint_every=job.spec.get("checkpoint_every", 1))
+    run_seeds(
+        job,
+        lambda seed: FedAvg(job.spec, data, clients, seed, device),
+        job.spec["rounds"],
+        eval_every=job.spec.get("eval_every", 1),
+        checkpoint_every=job.spec.get("checkpoint_every", 1),
+    )

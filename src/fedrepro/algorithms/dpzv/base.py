@@ -53,6 +53,7 @@ def choice(name: str, value, allowed):
 
 # ------------------------------------------------------------------------------------ data
 
+
 @dataclass
 class VFLData:
     """Client feature slices (one tensor per client) and labels of each split."""
@@ -82,10 +83,20 @@ def _client_view(x: np.ndarray, features: np.ndarray, shape) -> np.ndarray:
     return np.ascontiguousarray(piece)
 
 
-def build_vfl_data(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-                   features: list[np.ndarray], feature_shapes: list, num_classes: int, kind: str,
-                   val: str = "holdout", val_fraction: float = 0.1, split_seed: int = 0,
-                   device: torch.device | str = "cpu") -> VFLData:
+def build_vfl_data(
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    features: list[np.ndarray],
+    feature_shapes: list,
+    num_classes: int,
+    kind: str,
+    val: str = "holdout",
+    val_fraction: float = 0.1,
+    split_seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> VFLData:
     """Split prepared arrays vertically (partition `features`) and hold out a validation set."""
     from fedrepro.data.tensors import standardise_images
 
@@ -105,17 +116,26 @@ def build_vfl_data(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
     dtype = torch.long if kind == "text" else torch.float32
 
     def tensors(x):
-        return [torch.as_tensor(_client_view(x, f, s), dtype=dtype, device=device)
-                for f, s in zip(features, feature_shapes)]
+        return [
+            torch.as_tensor(_client_view(x, f, s), dtype=dtype, device=device) for f, s in zip(features, feature_shapes)
+        ]
 
     def labels(y):
         return torch.as_tensor(np.asarray(y), dtype=torch.long, device=device)
 
-    return VFLData(tensors(x_train), labels(y_train), tensors(x_val), labels(y_val),
-                   tensors(x_test), labels(y_test), int(num_classes))
+    return VFLData(
+        tensors(x_train),
+        labels(y_train),
+        tensors(x_val),
+        labels(y_val),
+        tensors(x_test),
+        labels(y_test),
+        int(num_classes),
+    )
 
 
 # ------------------------------------------------------------------------------------ settings
+
 
 @dataclass
 class VFLSettings:
@@ -155,6 +175,7 @@ class VFLSettings:
 
 # ------------------------------------------------------------------------------------ parties
 
+
 class Client:
     """One feature owner: its bottom model, its slice of the training data and its own RNGs."""
 
@@ -171,14 +192,14 @@ class Client:
         self.noise = torch.Generator(device=x.device)
         self.noise.manual_seed(int(self.rng.integers(2**62)))
         self.optimizer = None  # first-order methods
-        self.updater = None    # zeroth-order methods
+        self.updater = None  # zeroth-order methods
 
     def next_batch(self) -> np.ndarray:
         """Next B sample ids of the epoch-wise shuffled loader (drop_last)."""
         if self.position + self.batch_size > len(self.order):
             self.order = self.rng.permutation(self.x.shape[0])
             self.position = 0
-        ids = self.order[self.position:self.position + self.batch_size]
+        ids = self.order[self.position : self.position + self.batch_size]
         self.position += self.batch_size
         return ids
 
@@ -186,10 +207,15 @@ class Client:
         return int(self.rng.integers(2**62))
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "rng": self.rng.bit_generator.state,
-                "order": self.order.copy(), "position": self.position, "noise": self.noise.get_state(),
-                "optimizer": self.optimizer.state_dict() if self.optimizer else None,
-                "updater": self.updater.state_dict() if self.updater else None}
+        return {
+            "model": self.model.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "order": self.order.copy(),
+            "position": self.position,
+            "noise": self.noise.get_state(),
+            "optimizer": self.optimizer.state_dict() if self.optimizer else None,
+            "updater": self.updater.state_dict() if self.updater else None,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -227,8 +253,13 @@ class Server:
             rows[:, m] = h_m
         return self.input_scale * rows.reshape(rows.shape[0], -1)
 
-    def losses(self, ids: torch.Tensor, m: int | None = None, h_m: torch.Tensor | None = None,
-               head: torch.nn.Module | None = None) -> torch.Tensor:
+    def losses(
+        self,
+        ids: torch.Tensor,
+        m: int | None = None,
+        h_m: torch.Tensor | None = None,
+        head: torch.nn.Module | None = None,
+    ) -> torch.Tensor:
         """Per-sample cross-entropy (reduction='none': DPZV clips per sample)."""
         logits = (head or self.head)(self.inputs(ids, m, h_m))
         return F.cross_entropy(logits, self.y[ids], reduction="none")
@@ -237,10 +268,14 @@ class Server:
         return int(self.rng.integers(2**62))
 
     def state_dict(self) -> dict:
-        return {"head": self.head.state_dict(), "table": self.table.clone(), "rng": self.rng.bit_generator.state,
-                "noise": self.noise.get_state(),
-                "optimizer": self.optimizer.state_dict() if self.optimizer else None,
-                "updater": self.updater.state_dict() if self.updater else None}
+        return {
+            "head": self.head.state_dict(),
+            "table": self.table.clone(),
+            "rng": self.rng.bit_generator.state,
+            "noise": self.noise.get_state(),
+            "optimizer": self.optimizer.state_dict() if self.optimizer else None,
+            "updater": self.updater.state_dict() if self.updater else None,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.head.load_state_dict(state["head"])
@@ -260,6 +295,7 @@ def sgd(params, lr: float, momentum: float) -> SGD:
 
 # ------------------------------------------------------------------------------------ the loop
 
+
 class VFLAlgorithm:
     """One VFL run as a `fedrepro.fl.loop.FederatedAlgorithm`.
 
@@ -276,10 +312,15 @@ class VFLAlgorithm:
         self.seed = seed
         self.device = torch.device(device)
         torch.manual_seed(seed)
-        self.clients = [Client(m, self._client_model(m), x, settings.batch_size, seed)
-                        for m, x in enumerate(data.train)]
-        head = build_model("vfl_server", in_features=data.num_clients * settings.embed_dim,
-                           num_classes=data.num_classes, hidden=settings.server_hidden).to(self.device)
+        self.clients = [
+            Client(m, self._client_model(m), x, settings.batch_size, seed) for m, x in enumerate(data.train)
+        ]
+        head = build_model(
+            "vfl_server",
+            in_features=data.num_clients * settings.embed_dim,
+            num_classes=data.num_classes,
+            hidden=settings.server_hidden,
+        ).to(self.device)
         self.server = Server(head, data.y_train, data.num_clients, settings.embed_dim, seed)
         self.wire = Wire(record=settings.record_wire)
         self.schedule_rng = np.random.default_rng([seed, 0, 3])
@@ -319,7 +360,7 @@ class VFLAlgorithm:
     @torch.no_grad()
     def _embed_all(self, client: Client, x: torch.Tensor) -> torch.Tensor:
         step = self.cfg.eval_batch
-        return torch.cat([client.model(x[i:i + step]) for i in range(0, x.shape[0], step)])
+        return torch.cat([client.model(x[i : i + step]) for i in range(0, x.shape[0], step)])
 
     # ---- schedule
     def next_client(self) -> int:
@@ -327,7 +368,8 @@ class VFLAlgorithm:
             return int(self.schedule_rng.choice(self.data.num_clients, p=self.weights))
         if not self.queue:
             self.queue = self.schedule_rng.permutation(
-                np.repeat(np.arange(self.data.num_clients), self.batches_per_pass)).tolist()
+                np.repeat(np.arange(self.data.num_clients), self.batches_per_pass)
+            ).tolist()
         return self.queue.pop()
 
     def block_end(self, t: int) -> int:
@@ -345,8 +387,12 @@ class VFLAlgorithm:
             for key, value in self.exchange(m, ids).items():
                 stats.setdefault(key, []).append(float(value))
         row = {key: float(np.mean(values)) for key, values in stats.items()}
-        row.update(server_round=self.server_round, epoch=self.server_round / self.rounds_per_epoch,
-                   bytes_up=self.wire.bytes_by_direction["up"], bytes_down=self.wire.bytes_by_direction["down"])
+        row.update(
+            server_round=self.server_round,
+            epoch=self.server_round / self.rounds_per_epoch,
+            bytes_up=self.wire.bytes_by_direction["up"],
+            bytes_down=self.wire.bytes_by_direction["down"],
+        )
         return row
 
     def exchange(self, m: int, ids: np.ndarray) -> dict:
@@ -360,15 +406,24 @@ class VFLAlgorithm:
                 continue
             emb = torch.cat([self.eval_embedding(self._embed_all(c, x)) for c, x in zip(self.clients, xs)], dim=1)
             emb = self.server.input_scale * emb
-            logits = torch.cat([self.server.head(emb[i:i + self.cfg.eval_batch])
-                                for i in range(0, emb.shape[0], self.cfg.eval_batch)])
+            logits = torch.cat(
+                [
+                    self.server.head(emb[i : i + self.cfg.eval_batch])
+                    for i in range(0, emb.shape[0], self.cfg.eval_batch)
+                ]
+            )
             out[f"{split}_loss"] = float(F.cross_entropy(logits, y))
             out[f"{split}_acc"] = float((logits.argmax(1) == y).float().mean())
         if "val_acc" not in out:
             out["val_acc"], out["val_loss"] = out["test_acc"], out["test_loss"]
         if out["val_acc"] > self.best["val_acc"]:
-            self.best = {"val_acc": out["val_acc"], "test_acc": out["test_acc"], "test_loss": out["test_loss"],
-                         "round": t, "epoch": self.server_round / self.rounds_per_epoch}
+            self.best = {
+                "val_acc": out["val_acc"],
+                "test_acc": out["test_acc"],
+                "test_loss": out["test_loss"],
+                "round": t,
+                "epoch": self.server_round / self.rounds_per_epoch,
+            }
         return out
 
     def eval_embedding(self, h: torch.Tensor) -> torch.Tensor:
@@ -376,9 +431,15 @@ class VFLAlgorithm:
         return h
 
     def state_dict(self) -> dict:
-        return {"clients": [c.state_dict() for c in self.clients], "server": self.server.state_dict(),
-                "schedule_rng": self.schedule_rng.bit_generator.state, "queue": list(self.queue),
-                "server_round": self.server_round, "best": dict(self.best), "wire": self.wire.state_dict()}
+        return {
+            "clients": [c.state_dict() for c in self.clients],
+            "server": self.server.state_dict(),
+            "schedule_rng": self.schedule_rng.bit_generator.state,
+            "queue": list(self.queue),
+            "server_round": self.server_round,
+            "best": dict(self.best),
+            "wire": self.wire.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for client, saved in zip(self.clients, state["clients"]):
@@ -399,20 +460,31 @@ class VFLAlgorithm:
         from fedrepro.eval.health import check_chance, majority_rate
 
         y_test = self.data.y_test.cpu().numpy()
-        health = check_chance(float(self.best.get("test_acc", math.nan)), majority_rate(y_test), len(y_test),
-                              "best-validation test accuracy")
-        return {"best": dict(self.best), "privacy": self.privacy(), "total_rounds": self.total_rounds,
-                "rounds_per_epoch": self.rounds_per_epoch, "num_train": self.data.num_train,
-                "client_params": [sum(p.numel() for p in c.params) for c in self.clients],
-                "server_params": sum(p.numel() for p in self.server.params), **health.as_dict()}
+        health = check_chance(
+            float(self.best.get("test_acc", math.nan)),
+            majority_rate(y_test),
+            len(y_test),
+            "best-validation test accuracy",
+        )
+        return {
+            "best": dict(self.best),
+            "privacy": self.privacy(),
+            "total_rounds": self.total_rounds,
+            "rounds_per_epoch": self.rounds_per_epoch,
+            "num_train": self.data.num_train,
+            "client_params": [sum(p.numel() for p in c.params) for c in self.clients],
+            "server_params": sum(p.numel() for p in self.server.params),
+            **health.as_dict(),
+        }
 
     # ---- shared pieces of the methods
     def ids_tensor(self, ids: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(ids, dtype=torch.long, device=self.device)
 
 
-def noisy_embedding(h: torch.Tensor, clip_h: float, sigma: float, generator: torch.Generator,
-                    noise: torch.Tensor | None = None) -> torch.Tensor:
+def noisy_embedding(
+    h: torch.Tensor, clip_h: float, sigma: float, generator: torch.Generator, noise: torch.Tensor | None = None
+) -> torch.Tensor:
     """The baselines' local DP (VAFL's mechanism): clip each sample's embedding to L2 norm C_h and add N(0, sigma_h^2)
     to every coordinate; unchanged when sigma = 0. `noise` reuses a draw (ZOO-VFL's pair).
     (The DPZV paper's experiments: "we follow the approach in VAFL, applying the same DP mechanism
@@ -431,4 +503,4 @@ def embedding_input_scale(clip_h: float, sigma: float, embed_dim: int) -> float:
     """1 / sqrt(1 + e sigma_h^2 / C_h^2): the server's rescaling of noisy embeddings (see Server)."""
     import math
 
-    return 1.0 if sigma == 0.0 else 1.0 / math.sqrt(1.0 + embed_dim * sigma ** 2 / clip_h ** 2)
+    return 1.0 if sigma == 0.0 else 1.0 / math.sqrt(1.0 + embed_dim * sigma**2 / clip_h**2)

@@ -67,8 +67,15 @@ class DPZV(VFLAlgorithm):
             self.server.updater = ZOUpdater(self.server.params, settings.lr_server, zo_momentum)
         else:
             self.server.optimizer = sgd(self.server.params, settings.lr_server, settings.momentum)
-        self.noise = privacy.dpzv_noise(settings.eps, settings.delta, self.clip, self.total_rounds,
-                                        data.num_train, settings.batch_size, settings.library_accountant)
+        self.noise = privacy.dpzv_noise(
+            settings.eps,
+            settings.delta,
+            self.clip,
+            self.total_rounds,
+            data.num_train,
+            settings.batch_size,
+            settings.library_accountant,
+        )
         if not self.two_sided and self.noise["sigma"] > 0:
             self.noise["note"] = "one-sided clipping: the 2C/B sensitivity (and so the DP claim) does not hold"
         self.label_privacy = choice("label_privacy", x.get("label_privacy", "none"), LABEL_PRIVACY)
@@ -103,15 +110,17 @@ class DPZV(VFLAlgorithm):
         ids, h_plus, h_minus = msg["ids"], msg["h_plus"], msg["h_minus"]
         loss_plus = self.server.losses(ids, m, h_plus)
         loss_minus = self.server.losses(ids, m, h_minus)
-        delta = (loss_plus - loss_minus) / self.divisor                               # eq. (7)
+        delta = (loss_plus - loss_minus) / self.divisor  # eq. (7)
         clipped = clip_scalar(delta, self.clip, two_sided=self.two_sided)
         noise = gaussian_noise((), self.noise["sigma"], self.server.noise, clipped.dtype, clipped.device)
-        answer = clipped.sum() / self.cfg.batch_size + noise                           # eq. (8)
+        answer = clipped.sum() / self.cfg.batch_size + noise  # eq. (8)
         self.server.table[ids, m] = 0.5 * (h_plus + h_minus) if self.table_update == "midpoint" else h_plus
         self.server_step(ids)
-        stats = {"train_loss": float(0.5 * (loss_plus + loss_minus).mean()),
-                 "clip_fraction": float((delta.abs() > self.clip).float().mean()),
-                 "delta_abs": float(answer.abs())}
+        stats = {
+            "train_loss": float(0.5 * (loss_plus + loss_minus).mean()),
+            "clip_fraction": float((delta.abs() > self.clip).float().mean()),
+            "delta_abs": float(answer.abs()),
+        }
         return answer, stats
 
     def server_step(self, ids: torch.Tensor) -> None:
@@ -167,9 +176,14 @@ class DPZV(VFLAlgorithm):
         return stats
 
     def privacy(self) -> dict:
-        return {**self.noise, "clip": self.clip, "clip_mode": "symmetric" if self.two_sided else "one_sided",
-                "label_privacy": self.label_privacy, "head_clip": self.head_clip,
-                "mechanism": "scalar Gaussian on the clipped mean of per-sample ZO differences"}
+        return {
+            **self.noise,
+            "clip": self.clip,
+            "clip_mode": "symmetric" if self.two_sided else "one_sided",
+            "label_privacy": self.label_privacy,
+            "head_clip": self.head_clip,
+            "mechanism": "scalar Gaussian on the clipped mean of per-sample ZO differences",
+        }
 
 
 ALGORITHM = DPZV
@@ -179,4 +193,3 @@ def run_job(job) -> None:
     from fedrepro.algorithms.dpzv.jobs import run_vfl_job
 
     run_vfl_job(job, ALGORITHM)
-

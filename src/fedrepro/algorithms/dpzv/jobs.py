@@ -33,9 +33,25 @@ from fedrepro.fl.runner import run_seeds
 from fedrepro.pipeline import Job, atomic_write, atomic_write_text, claim_scratch, fingerprint
 from fedrepro.privacy.dpzv import parse_clip, parse_eps
 
-SETTING_KEYS = ("batch_size", "epochs", "evals_per_epoch", "client_model", "client_kwargs", "embed_dim",
-                "server_hidden", "lr_server", "lr_client", "momentum", "delta", "schedule", "client_weights",
-                "table_init", "library_accountant", "record_wire", "eval_batch")
+SETTING_KEYS = (
+    "batch_size",
+    "epochs",
+    "evals_per_epoch",
+    "client_model",
+    "client_kwargs",
+    "embed_dim",
+    "server_hidden",
+    "lr_server",
+    "lr_client",
+    "momentum",
+    "delta",
+    "schedule",
+    "client_weights",
+    "table_init",
+    "library_accountant",
+    "record_wire",
+    "eval_batch",
+)
 DATA_KEYS = ("val", "val_fraction", "split_seed")
 
 
@@ -49,17 +65,32 @@ def load_job_data(job: Job, device: torch.device) -> VFLData:
     if part.kind != "vertical":
         raise ValueError(f"dpzv needs a vertical partition, got a {part.kind} one ({job.input['partition']})")
     spec = job.spec
-    return build_vfl_data(prepared.x_train, prepared.y_train, prepared.x_test, prepared.y_test, part.features,
-                          part.feature_shapes, int(prepared.meta["num_classes"]), prepared.meta["kind"],
-                          val=spec.get("val", "holdout"), val_fraction=spec.get("val_fraction", 0.1),
-                          split_seed=spec.get("split_seed", 0), device=device)
+    return build_vfl_data(
+        prepared.x_train,
+        prepared.y_train,
+        prepared.x_test,
+        prepared.y_test,
+        part.features,
+        part.feature_shapes,
+        int(prepared.meta["num_classes"]),
+        prepared.meta["kind"],
+        val=spec.get("val", "holdout"),
+        val_fraction=spec.get("val_fraction", 0.1),
+        split_seed=spec.get("split_seed", 0),
+        device=device,
+    )
 
 
 def settings_for(spec: dict, variant: dict) -> VFLSettings:
     """VFLSettings of one variant: the shared keys, eps from the variant, method options in `extra`."""
     known = {k: spec[k] for k in SETTING_KEYS if k in spec}
-    extra = {k: v for k, v in spec.items() if k not in SETTING_KEYS and k not in DATA_KEYS
-             and k not in ("variants", "device", "checkpoint_every", "dataset", "method")}
+    extra = {
+        k: v
+        for k, v in spec.items()
+        if k not in SETTING_KEYS
+        and k not in DATA_KEYS
+        and k not in ("variants", "device", "checkpoint_every", "dataset", "method")
+    }
     extra.update({k: v for k, v in variant.items() if k not in ("eps", "tag")})
     return VFLSettings(**known, eps=parse_eps(variant["eps"]), extra=extra)
 
@@ -94,8 +125,7 @@ def load_cell(folder: Path, stamp: str):
     try:
         if (folder / "fingerprint").read_text() != stamp:
             return None
-        return (pd.read_parquet(folder / "metrics.parquet"),
-                json.loads((folder / "summary.json").read_text())["seeds"])
+        return (pd.read_parquet(folder / "metrics.parquet"), json.loads((folder / "summary.json").read_text())["seeds"])
     except (OSError, ValueError, KeyError):
         return None
 
@@ -130,13 +160,24 @@ def run_vfl_job(job: Job, algorithm_class) -> None:
         if data is None:
             data = load_job_data(job, device)
         settings = settings_for(job.spec, variant)
-        sub = Job(spec=job.spec, seeds=job.seeds, threads=job.threads, scratch=job.scratch / tag,
-                  output={"metrics": str(job.scratch / tag / "metrics.parquet"),
-                          "summary": str(job.scratch / tag / "summary.json")})
+        sub = Job(
+            spec=job.spec,
+            seeds=job.seeds,
+            threads=job.threads,
+            scratch=job.scratch / tag,
+            output={
+                "metrics": str(job.scratch / tag / "metrics.parquet"),
+                "summary": str(job.scratch / tag / "summary.json"),
+            },
+        )
         build = functools.partial(algorithm_class, data, settings, device=device)
-        metrics = run_seeds(sub, build, settings.epochs * settings.evals_per_epoch, eval_every=1,
-                            checkpoint_every=int(job.spec.get("checkpoint_every", 1))
-                            ).assign(variant=tag, eps=eps, clip=clip)
+        metrics = run_seeds(
+            sub,
+            build,
+            settings.epochs * settings.evals_per_epoch,
+            eval_every=1,
+            checkpoint_every=int(job.spec.get("checkpoint_every", 1)),
+        ).assign(variant=tag, eps=eps, clip=clip)
         seeds = json.loads(Path(sub.output["summary"]).read_text())["seeds"]
         save_cell(folder, stamp, metrics, seeds)
         frames.append(metrics)

@@ -102,9 +102,15 @@ def measure_rounds(algorithm, rounds: int, warmup: int = 1) -> dict:
             tracker.peak = tracker.live  # what the warm-up left alive counts; its transient peak does not
             run(rounds)
         extra, measure = tracker.peak, "live_tensor_bytes"
-    return {"measure": measure, "model_bytes": model_bytes, "peak_extra_bytes": int(extra),
-            "ratio": (model_bytes + extra) / model_bytes, "warmup_rounds": int(warmup),
-            "peak_reserved_extra_bytes": reserved, "reserved_ratio": (model_bytes + reserved) / model_bytes}
+    return {
+        "measure": measure,
+        "model_bytes": model_bytes,
+        "peak_extra_bytes": int(extra),
+        "ratio": (model_bytes + extra) / model_bytes,
+        "warmup_rounds": int(warmup),
+        "peak_reserved_extra_bytes": reserved,
+        "reserved_ratio": (model_bytes + reserved) / model_bytes,
+    }
 
 
 def memory_job(job) -> None:
@@ -132,8 +138,16 @@ def memory_job(job) -> None:
         seed_everything(0)
         algorithm = cls(data, settings, 0, device)
         record = measure_rounds(algorithm, int(spec["rounds"]), warmup)
-        rows.append({"method": entry["method"], "label": entry["label"], **record,
-                     "device": str(device), "rounds": int(spec["rounds"]), "batch_size": settings.batch_size})
+        rows.append(
+            {
+                "method": entry["method"],
+                "label": entry["label"],
+                **record,
+                "device": str(device),
+                "rounds": int(spec["rounds"]),
+                "batch_size": settings.batch_size,
+            }
+        )
         del algorithm
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -155,5 +169,12 @@ def _subset(data, n: int):
 
     n = min(n, data.num_train)
     keep = np.arange(n)
-    return VFLData([x[keep] for x in data.train], data.y_train[keep], data.val, data.y_val,
-                   data.test, data.y_test, data.num_classes)
+    return VFLData(
+        [x[keep] for x in data.train],
+        data.y_train[keep],
+        data.val,
+        data.y_val,
+        data.test,
+        data.y_test,
+        data.num_classes,
+    )

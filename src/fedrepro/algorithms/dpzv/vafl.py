@@ -33,8 +33,16 @@ class EmbeddingBaseline(VFLAlgorithm):
             client.optimizer = sgd(client.params, settings.lr_client, settings.momentum)
         self.server.optimizer = sgd(self.server.params, settings.lr_server, settings.momentum)
         self.noise = privacy.embedding_noise(
-            settings.eps, settings.delta, self.embed_clip, self.total_rounds, data.num_train, settings.batch_size,
-            self.embeddings_per_round, x.get("zoo_pair_release", "joint"), settings.library_accountant)
+            settings.eps,
+            settings.delta,
+            self.embed_clip,
+            self.total_rounds,
+            data.num_train,
+            settings.batch_size,
+            self.embeddings_per_round,
+            x.get("zoo_pair_release", "joint"),
+            settings.library_accountant,
+        )
         self.server.input_scale = embedding_input_scale(self.embed_clip, self.noise["sigma"], settings.embed_dim)
 
     def eval_embedding(self, h: torch.Tensor) -> torch.Tensor:
@@ -78,8 +86,11 @@ class EmbeddingBaseline(VFLAlgorithm):
         return stats
 
     def privacy(self) -> dict:
-        return {**self.noise, "embed_clip": self.embed_clip,
-                "mechanism": "clipped embeddings plus Gaussian vector noise (local, per coordinate)"}
+        return {
+            **self.noise,
+            "embed_clip": self.embed_clip,
+            "mechanism": "clipped embeddings plus Gaussian vector noise (local, per coordinate)",
+        }
 
 
 class VAFL(EmbeddingBaseline):

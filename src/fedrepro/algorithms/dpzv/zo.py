@@ -49,14 +49,20 @@ def fd_divisor(zo_lambda: float, fd_denominator: str) -> float:
 
 # ---------------------------------------------------------------- flat vectors (tests, theory)
 
+
 def sample_sphere(n: int, d: int, generator: torch.Generator, dtype=torch.float64) -> torch.Tensor:
     """n directions uniform on the sphere of radius sqrt(d) in R^d (rows)."""
     z = torch.randn(n, d, generator=generator, dtype=dtype)
     return math.sqrt(d) * z / torch.linalg.vector_norm(z, dim=1, keepdim=True)
 
 
-def two_point_estimate(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, u: torch.Tensor,
-                       zo_lambda: float, fd_denominator: str = "2lambda") -> torch.Tensor:
+def two_point_estimate(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    u: torch.Tensor,
+    zo_lambda: float,
+    fd_denominator: str = "2lambda",
+) -> torch.Tensor:
     """g = [f(x + lambda u) - f(x - lambda u)] / divisor * u for each row u (eq. 3 with 2 lambda).
 
     `f` maps a batch of points (rows) to a vector of values; `u` is (n, d).
@@ -67,6 +73,7 @@ def two_point_estimate(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tenso
 
 
 # ---------------------------------------------------------------- in-place parameter directions
+
 
 def num_params(params: Sequence[torch.Tensor]) -> int:
     return sum(p.numel() for p in params)
@@ -114,8 +121,7 @@ class Direction:
             p.add_(z, alpha=alpha)
 
     @torch.no_grad()
-    def momentum_step_(self, buffers: Sequence[torch.Tensor], grad_coeff: float, momentum: float,
-                       lr: float) -> None:
+    def momentum_step_(self, buffers: Sequence[torch.Tensor], grad_coeff: float, momentum: float, lr: float) -> None:
         """Heavy-ball SGD with gradient grad_coeff * u: b = m b + g; theta -= lr b (torch.optim.SGD form)."""
         alpha = grad_coeff * self.scale
         for (p, z), buf in zip(self._draws(), buffers):

@@ -69,14 +69,30 @@ class ZOOVFL(VFLAlgorithm):
         self.noise_mode = choice("zoo_noise", x.get("zoo_noise", "shared"), NOISE_MODES)
         if self.noise_mode == "shared":  # one release of h; h' - h is not covered (module docstring)
             self.noise = privacy.embedding_noise(
-                settings.eps, settings.delta, self.embed_clip, self.total_rounds, data.num_train,
-                settings.batch_size, 1, "joint", settings.library_accountant)
+                settings.eps,
+                settings.delta,
+                self.embed_clip,
+                self.total_rounds,
+                data.num_train,
+                settings.batch_size,
+                1,
+                "joint",
+                settings.library_accountant,
+            )
             if self.noise["sigma"] > 0:
                 self.noise["note"] = "shared noise on (h, h'): eps covers h; h' - h crosses without noise"
         else:
             self.noise = privacy.embedding_noise(
-                settings.eps, settings.delta, self.embed_clip, self.total_rounds, data.num_train,
-                settings.batch_size, 2, x.get("zoo_pair_release", "joint"), settings.library_accountant)
+                settings.eps,
+                settings.delta,
+                self.embed_clip,
+                self.total_rounds,
+                data.num_train,
+                settings.batch_size,
+                2,
+                x.get("zoo_pair_release", "joint"),
+                settings.library_accountant,
+            )
         self.server.input_scale = embedding_input_scale(self.embed_clip, self.noise["sigma"], settings.embed_dim)
 
     def eval_embedding(self, h: torch.Tensor) -> torch.Tensor:
@@ -98,11 +114,16 @@ class ZOOVFL(VFLAlgorithm):
         h_pert = twin(x)
         del twin
         sigma = self.noise["sigma"]
-        shared = gaussian_noise(h.shape, sigma, client.noise, h.dtype, h.device) \
-            if self.noise_mode == "shared" and sigma > 0 else None
-        payload = {"ids": self.ids_tensor(ids),
-                   "h": noisy_embedding(h, self.embed_clip, sigma, client.noise, shared),
-                   "h_perturbed": noisy_embedding(h_pert, self.embed_clip, sigma, client.noise, shared)}
+        shared = (
+            gaussian_noise(h.shape, sigma, client.noise, h.dtype, h.device)
+            if self.noise_mode == "shared" and sigma > 0
+            else None
+        )
+        payload = {
+            "ids": self.ids_tensor(ids),
+            "h": noisy_embedding(h, self.embed_clip, sigma, client.noise, shared),
+            "h_perturbed": noisy_embedding(h_pert, self.embed_clip, sigma, client.noise, shared),
+        }
         return payload, seed
 
     def client_apply(self, client, seed: int, loss_diff: float) -> None:
@@ -127,8 +148,9 @@ class ZOOVFL(VFLAlgorithm):
         base = self.server.losses(ids).mean()
         head_pert = self.server.losses(ids, head=twin).mean()
         del twin
-        self.server.updater.step(Direction(self.server.params, seed, self.direction),
-                                 float(head_pert - base) / self.zo_lambda)
+        self.server.updater.step(
+            Direction(self.server.params, seed, self.direction), float(head_pert - base) / self.zo_lambda
+        )
         return loss_pert - loss, {"train_loss": float(loss)}
 
     def exchange(self, m: int, ids: np.ndarray) -> dict:
@@ -141,8 +163,11 @@ class ZOOVFL(VFLAlgorithm):
         return stats
 
     def privacy(self) -> dict:
-        return {**self.noise, "embed_clip": self.embed_clip,
-                "mechanism": "clipped embedding pair plus Gaussian vector noise (local, per coordinate)"}
+        return {
+            **self.noise,
+            "embed_clip": self.embed_clip,
+            "mechanism": "clipped embedding pair plus Gaussian vector noise (local, per coordinate)",
+        }
 
 
 ALGORITHM = ZOOVFL

@@ -30,8 +30,9 @@ METHODS = {
     "fedproto": _row("fedproto", "FedProto", {"baseline"}, ("proto_weight", "variant")),
     "cfd": _row("cfd", "CFD", {"baseline"}, ("server_model", "server_lr")),
     "fccl": _row("fccl", "FCCL", {"baseline"}, ("pretrain_iters", "local_steps")),
-    "fccl_plus": _row("fccl", "FCCL+", {"baseline"},
-                      ("similarity_temperature", "similarity_weight", "nt_temperature", "local_steps")),
+    "fccl_plus": _row(
+        "fccl", "FCCL+", {"baseline"}, ("similarity_temperature", "similarity_weight", "nt_temperature", "local_steps")
+    ),
     "fd": _row("fd", "FD", {"baseline"}, ("fd_weight",)),
     "fedavg": _row("fedavg", "FedAvg", {"baseline", "one_architecture"}, ()),
     "feddf": _row("feddf", "FedDF", {"baseline"}, ("server_lr",)),

@@ -56,12 +56,12 @@ class TrainConfig:
     lr: float = 1e-3
     batch_size: int = 32
     kd_temperature: float = 1.0
-    lf_temperature: float = 1.0          # not given for (11)-(12); see kd
-    kd_target: str = "leave_one_out"     # eq. (5) | all (Algorithm 1 line 21), see kd
+    lf_temperature: float = 1.0  # not given for (11)-(12); see kd
+    kd_target: str = "leave_one_out"  # eq. (5) | all (Algorithm 1 line 21), see kd
     weights: dict = field(default_factory=lambda: {"kd": 1.0, "al": 1.0, "lf": 1.0})  # (15), (17): unweighted sums
-    adam_state: str = "persistent"       # persistent | per_stage (FedAL family), see client
-    pretrain_iters: int = 0              # the paper mentions no pretraining
-    assignment: str = "random"           # Sec. VI-A: each client randomly selects
+    adam_state: str = "persistent"  # persistent | per_stage (FedAL family), see client
+    pretrain_iters: int = 0  # the paper mentions no pretraining
+    assignment: str = "random"  # Sec. VI-A: each client randomly selects
     eval_batch_size: int = 1000
     record_messages: bool = False
 
@@ -79,8 +79,14 @@ class Federation:
     #: whether the method needs the public set
     uses_public = True
 
-    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
-                 assignment: Sequence[int] | None = None):
+    def __init__(
+        self,
+        data: FedData,
+        pool: Sequence[Mapping],
+        cfg: TrainConfig,
+        seed: int,
+        assignment: Sequence[int] | None = None,
+    ):
         if cfg.tau < 1:
             raise ValueError(f"tau must be >= 1, got {cfg.tau}")
         if self.uses_public and (data.public_x is None or len(data.public_x) == 0):
@@ -88,8 +94,11 @@ class Federation:
         self.data, self.cfg, self.seed = data, cfg, seed
         self.public_seed = seed + 7919  # shared by all clients (and servers that hold P)
         self.pool = list(pool)
-        self.assignment = list(assignment) if assignment is not None else assign_architectures(
-            self.pool, data.num_clients, seed, cfg.assignment)
+        self.assignment = (
+            list(assignment)
+            if assignment is not None
+            else assign_architectures(self.pool, data.num_clients, seed, cfg.assignment)
+        )
         self.clients = [self._make_client(n) for n in range(data.num_clients)]
         for client in self.clients:
             client.pretrain(cfg.pretrain_iters)
@@ -101,10 +110,17 @@ class Federation:
         model = model.to(self.data.test_x.device)
         public = self.data.public_x if self.uses_public else None
         # private batches: one stream per client; public batches: one seed shared by all
-        return Client(n, model, self.data.clients_x[n], self.data.clients_y[n], public,
-                      lr=self.cfg.lr, batch_size=self.cfg.batch_size,
-                      seed=int(np.random.SeedSequence([self.seed, n]).generate_state(1)[0]),
-                      public_seed=self.public_seed)
+        return Client(
+            n,
+            model,
+            self.data.clients_x[n],
+            self.data.clients_y[n],
+            public,
+            lr=self.cfg.lr,
+            batch_size=self.cfg.batch_size,
+            seed=int(np.random.SeedSequence([self.seed, n]).generate_state(1)[0]),
+            public_seed=self.public_seed,
+        )
 
     @property
     def num_clients(self) -> int:
@@ -125,8 +141,7 @@ class Federation:
         out = []
         for model in self.models():
             model.eval()
-            chunks = [torch.softmax(model(xb), dim=-1)
-                      for xb in self.data.test_x.split(self.cfg.eval_batch_size)]
+            chunks = [torch.softmax(model(xb), dim=-1) for xb in self.data.test_x.split(self.cfg.eval_batch_size)]
             model.train()
             out.append(torch.cat(chunks))
         return torch.stack(out)
@@ -135,10 +150,13 @@ class Federation:
         probs = self.test_probabilities()
         acc = (probs.argmax(-1) == self.data.test_y).float().mean(dim=1)
         up = self.wire.bytes_by_direction["up"]
-        return {"iteration": self.iteration, "acc": float(acc.mean()),
-                "acc_std_clients": float(acc.std(unbiased=False)),
-                "uplink_mb_per_client": up / self.num_clients / 2**20,
-                "downlink_mb_per_client": self.wire.bytes_by_direction["down"] / self.num_clients / 2**20}
+        return {
+            "iteration": self.iteration,
+            "acc": float(acc.mean()),
+            "acc_std_clients": float(acc.std(unbiased=False)),
+            "uplink_mb_per_client": up / self.num_clients / 2**20,
+            "downlink_mb_per_client": self.wire.bytes_by_direction["down"] / self.num_clients / 2**20,
+        }
 
     def summary(self) -> dict:
         """Architectures, final per-client accuracy, the mean output per true class (Fig. 2) and
@@ -148,17 +166,26 @@ class Federation:
         y = self.data.test_y
         acc = (probs.argmax(-1) == y).float().mean(dim=1)
         k = self.data.num_classes
-        class_probs = [probs[:, y == c].mean(dim=(0, 1)).tolist() if (y == c).any() else [float("nan")] * k
-                       for c in range(k)]
+        class_probs = [
+            probs[:, y == c].mean(dim=(0, 1)).tolist() if (y == c).any() else [float("nan")] * k for c in range(k)
+        ]
         health = check_chance(float(acc.mean()), majority_rate(y.cpu().numpy()), len(y), "mean client accuracy")
-        return {"architectures": [arch_key(self.pool[i]) for i in self.assignment],
-                "client_acc": acc.tolist(), "class_probs": class_probs,
-                "iterations_done": self.iteration, **health.as_dict()}
+        return {
+            "architectures": [arch_key(self.pool[i]) for i in self.assignment],
+            "client_acc": acc.tolist(),
+            "class_probs": class_probs,
+            "iterations_done": self.iteration,
+            **health.as_dict(),
+        }
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"clients": [c.state_dict() for c in self.clients], "wire": self.wire.state_dict(),
-                "iteration": self.iteration, "extra": self.extra_state()}
+        return {
+            "clients": [c.state_dict() for c in self.clients],
+            "wire": self.wire.state_dict(),
+            "iteration": self.iteration,
+            "extra": self.extra_state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for c, s in zip(self.clients, state["clients"]):

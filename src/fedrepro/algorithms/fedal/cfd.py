@@ -41,8 +41,8 @@ class ServerModelTrainer:
         """One distillation step; returns (the server model's new logits on the batch, its loss)."""
         mean_probs = torch.stack([torch.softmax(f.detach() / self.temperature, -1) for f in logits]).mean(0)
         loss = torch.nn.functional.kl_div(
-            torch.log_softmax(self.model(public_x) / self.temperature, -1), mean_probs,
-            reduction="batchmean")
+            torch.log_softmax(self.model(public_x) / self.temperature, -1), mean_probs, reduction="batchmean"
+        )
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
@@ -58,9 +58,16 @@ class ServerModelTrainer:
 
 
 class CFD(Federation):
-    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
-                 server_model: Mapping | None = None, server_lr: float | None = None,
-                 assignment: Sequence[int] | None = None):
+    def __init__(
+        self,
+        data: FedData,
+        pool: Sequence[Mapping],
+        cfg: TrainConfig,
+        seed: int,
+        server_model: Mapping | None = None,
+        server_lr: float | None = None,
+        assignment: Sequence[int] | None = None,
+    ):
         super().__init__(data, pool, cfg, seed, assignment)
         model = build_client_model(server_model or self.pool[0], data.num_classes).to(data.test_x.device)
         self.server = ServerModelTrainer(model, server_lr or cfg.lr, cfg.kd_temperature)

@@ -71,8 +71,7 @@ def arch_key(entry: Mapping) -> str:
 ASSIGNMENTS = ("random", "round_robin")
 
 
-def assign_architectures(pool: Sequence[Mapping], num_clients: int, seed: int,
-                         mode: str = "random") -> list[int]:
+def assign_architectures(pool: Sequence[Mapping], num_clients: int, seed: int, mode: str = "random") -> list[int]:
     """Pool index per client (Sec. VI-A: "each client randomly selects"): uniform at random from a generator of
     its own (`random`, the paper), or client n gets entry n mod |pool| (`round_robin`)."""
     if not pool:
@@ -108,9 +107,18 @@ class Client:
     draws the same public mini-batch P^{t,i} without talking to anyone (Algorithm 1).
     """
 
-    def __init__(self, cid: int, model: ClientModel, x: torch.Tensor, y: torch.Tensor,
-                 public_x: torch.Tensor | None, lr: float, batch_size: int, seed: int,
-                 public_seed: int):
+    def __init__(
+        self,
+        cid: int,
+        model: ClientModel,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        public_x: torch.Tensor | None,
+        lr: float,
+        batch_size: int,
+        seed: int,
+        public_seed: int,
+    ):
         if len(y) == 0:
             raise ValueError(f"client {cid} has no training samples")
         self.cid, self.name = cid, f"client{cid}"
@@ -121,8 +129,7 @@ class Client:
         self.lr = lr
         self.opt = Adam(model.parameters(), lr=lr)
         self.local_stream = Stream(np.arange(len(y)), seed)
-        self.public_stream = (Stream(np.arange(len(public_x)), public_seed)
-                              if public_x is not None else None)
+        self.public_stream = Stream(np.arange(len(public_x)), public_seed) if public_x is not None else None
 
     @property
     def num_samples(self) -> int:
@@ -172,9 +179,12 @@ class Client:
         self.opt.step()
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                "local": self.local_stream.state_dict(),
-                "public": self.public_stream.state_dict() if self.public_stream else None}
+        return {
+            "model": self.model.state_dict(),
+            "opt": self.opt.state_dict(),
+            "local": self.local_stream.state_dict(),
+            "public": self.public_stream.state_dict() if self.public_stream else None,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])

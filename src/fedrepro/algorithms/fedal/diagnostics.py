@@ -25,16 +25,18 @@ from fedrepro.algorithms.fedal.discriminator import payoffs
 from fedrepro.algorithms.fedal.kd import kl_to_logits, leave_one_out, less_forgetting, tempered_softmax
 
 
-def gradient_variance(loss_of: Callable[[torch.Tensor], torch.Tensor], params: Sequence[torch.Tensor],
-                      chunks: Sequence[torch.Tensor]) -> float:
+def gradient_variance(
+    loss_of: Callable[[torch.Tensor], torch.Tensor], params: Sequence[torch.Tensor], chunks: Sequence[torch.Tensor]
+) -> float:
     """mean_b ||g_b||^2 - ||mean_b g_b||^2 over the per-chunk gradients g_b of `loss_of(chunk)`."""
     if len(chunks) < 2:
         return float("nan")
     total, sq = None, 0.0
     for chunk in chunks:
         grads = torch.autograd.grad(loss_of(chunk), list(params), allow_unused=True)
-        flat = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1).double()
-                          for g, p in zip(grads, params)])
+        flat = torch.cat(
+            [(g if g is not None else torch.zeros_like(p)).reshape(-1).double() for g, p in zip(grads, params)]
+        )
         total = flat if total is None else total + flat
         sq += float(flat @ flat)
     mean = total / len(chunks)
@@ -45,7 +47,7 @@ def chunks_of(n: int, batch: int, limit: int, seed: int) -> list[torch.Tensor]:
     """Up to `limit` disjoint index batches of size `batch` from a seeded permutation of range(n)."""
     order = np.random.default_rng(seed).permutation(n)
     count = min(limit, n // batch)
-    return [torch.as_tensor(order[i * batch:(i + 1) * batch]) for i in range(count)]
+    return [torch.as_tensor(order[i * batch : (i + 1) * batch]) for i in range(count)]
 
 
 def fedal_variances(algo, anchors: dict, batches: int, seed: int) -> dict[str, float]:
@@ -63,17 +65,19 @@ def fedal_variances(algo, anchors: dict, batches: int, seed: int) -> dict[str, f
         return leave_one_out(logits.mean(0), logits[0], algo.num_clients), logits
 
     out = {
-        "sigma_l": gradient_variance(lambda i: torch.nn.functional.cross_entropy(model(x[dev(i)]), y[dev(i)]),
-                                     params, local),
-        "sigma_k": gradient_variance(lambda i: kl_to_logits(others_target(i)[0], model(px[dev(i)])),
-                                     params, public),
+        "sigma_l": gradient_variance(
+            lambda i: torch.nn.functional.cross_entropy(model(x[dev(i)]), y[dev(i)]), params, local
+        ),
+        "sigma_k": gradient_variance(lambda i: kl_to_logits(others_target(i)[0], model(px[dev(i)])), params, public),
     }
     if anchors.get("loc") is not None:
         out["sigma_rl"] = gradient_variance(
-            lambda i: less_forgetting(anchors["loc"](x[dev(i)]), model(x[dev(i)])), params, local)
+            lambda i: less_forgetting(anchors["loc"](x[dev(i)]), model(x[dev(i)])), params, local
+        )
     if anchors.get("glo") is not None:
         out["sigma_rg"] = gradient_variance(
-            lambda i: less_forgetting(anchors["glo"](px[dev(i)]), model(px[dev(i)])), params, public)
+            lambda i: less_forgetting(anchors["glo"](px[dev(i)]), model(px[dev(i)])), params, public
+        )
     adversary = algo.server.adversary
     if adversary is not None:
         disc, temp = adversary.disc, adversary.temperature

@@ -62,8 +62,9 @@ def discriminator_loss(disc: nn.Module, probs: torch.Tensor) -> torch.Tensor:
 FORMS = ("saturating", "non_saturating")
 
 
-def payoff_grads(disc: nn.Module, logits: torch.Tensor, temperature: float,
-                 form: str = "saturating") -> tuple[torch.Tensor, torch.Tensor]:
+def payoff_grads(
+    disc: nn.Module, logits: torch.Tensor, temperature: float, form: str = "saturating"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample gradient of the clients' adversarial term w.r.t. their logits (N, B, K).
 
     `saturating` (the paper, (7)): the term is U_n = log D_n(p_n). `non_saturating`

@@ -61,14 +61,27 @@ class AveragingServer:
 class FCCL(Federation):
     """FCCL (`plus=False`) or FCCL+ (`plus=True`)."""
 
-    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
-                 plus: bool = False, pretrain_iters: int = 100, similarity_temperature: float = 0.02,
-                 similarity_weight: float = 3.0, nt_temperature: float = 3.0,
-                 local_steps: int | None = None, assignment: Sequence[int] | None = None):
+    def __init__(
+        self,
+        data: FedData,
+        pool: Sequence[Mapping],
+        cfg: TrainConfig,
+        seed: int,
+        plus: bool = False,
+        pretrain_iters: int = 100,
+        similarity_temperature: float = 0.02,
+        similarity_weight: float = 3.0,
+        nt_temperature: float = 3.0,
+        local_steps: int | None = None,
+        assignment: Sequence[int] | None = None,
+    ):
         super().__init__(data, pool, cfg, seed, assignment)
         self.plus = plus
-        self.sim_temperature, self.sim_weight, self.nt_temperature = (similarity_temperature,
-                                                                      similarity_weight, nt_temperature)
+        self.sim_temperature, self.sim_weight, self.nt_temperature = (
+            similarity_temperature,
+            similarity_weight,
+            nt_temperature,
+        )
         self.pretrain_steps = 0 if plus else pretrain_iters
         self.local_steps = local_steps or cfg.tau  # local-updating steps per round (default tau)
         self.server = AveragingServer()
@@ -133,8 +146,11 @@ class FCCL(Federation):
                 t = self.nt_temperature
                 loss = loss + t * t * non_target_kl(frozen_logits(inter, x), f, y, t)
             else:
-                loss = (loss + kl_to_logits(frozen_logits(inter, x), f, self.cfg.kd_temperature)
-                        + kl_to_logits(frozen_logits(self.intra[n], x), f, self.cfg.kd_temperature))
+                loss = (
+                    loss
+                    + kl_to_logits(frozen_logits(inter, x), f, self.cfg.kd_temperature)
+                    + kl_to_logits(frozen_logits(self.intra[n], x), f, self.cfg.kd_temperature)
+                )
             client.step(loss)
             losses.append(loss.detach())
         return mean_of(losses)
@@ -154,12 +170,18 @@ class FCCL(Federation):
 
 def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FCCL:
     """fccl (with the pretrained intra-domain teacher) or fccl_plus."""
-    return FCCL(data, pool, cfg, seed, plus=spec["method"] == "fccl_plus",
-                pretrain_iters=int(spec.get("pretrain_iters", 100)),
-                similarity_temperature=float(spec.get("similarity_temperature", 0.02)),
-                similarity_weight=float(spec.get("similarity_weight", 3.0)),
-                nt_temperature=float(spec.get("nt_temperature", 3.0)),
-                local_steps=spec.get("local_steps"))
+    return FCCL(
+        data,
+        pool,
+        cfg,
+        seed,
+        plus=spec["method"] == "fccl_plus",
+        pretrain_iters=int(spec.get("pretrain_iters", 100)),
+        similarity_temperature=float(spec.get("similarity_temperature", 0.02)),
+        similarity_weight=float(spec.get("similarity_weight", 3.0)),
+        nt_temperature=float(spec.get("nt_temperature", 3.0)),
+        local_steps=spec.get("local_steps"),
+    )
 
 
 def run_job(job) -> None:

@@ -29,15 +29,24 @@ class LabelLogitServer:
     """Sums the clients' per-label logit sums and counts."""
 
     def respond(self, uploads: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-        return {"sums": torch.stack([u["sums"] for u in uploads]).sum(0),
-                "counts": torch.stack([u["counts"] for u in uploads]).sum(0)}
+        return {
+            "sums": torch.stack([u["sums"] for u in uploads]).sum(0),
+            "counts": torch.stack([u["counts"] for u in uploads]).sum(0),
+        }
 
 
 class FD(Federation):
     uses_public = False
 
-    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
-                 fd_weight: float = 1.0, assignment: Sequence[int] | None = None):
+    def __init__(
+        self,
+        data: FedData,
+        pool: Sequence[Mapping],
+        cfg: TrainConfig,
+        seed: int,
+        fd_weight: float = 1.0,
+        assignment: Sequence[int] | None = None,
+    ):
         super().__init__(data, pool, cfg, seed, assignment)
         k, device = data.num_classes, data.test_x.device
         self.fd_weight = fd_weight
@@ -59,15 +68,18 @@ class FD(Federation):
                 loss = cross_entropy(f, y)
                 mask = self.known[n, y]
                 if mask.any():
-                    loss = loss + self.fd_weight * kl_to_logits(self.targets[n, y[mask]], f[mask],
-                                                                self.cfg.kd_temperature) * mask.float().mean()
+                    loss = (
+                        loss
+                        + self.fd_weight
+                        * kl_to_logits(self.targets[n, y[mask]], f[mask], self.cfg.kd_temperature)
+                        * mask.float().mean()
+                    )
                 client.step(loss)
                 losses.append(loss.detach())
                 sums.index_add_(0, y, f.detach())
                 counts += torch.bincount(y, minlength=k).to(counts.dtype)
             own.append((sums, counts))
-            uploads.append(self.wire.send(client.name, "server", "label_logits",
-                                          {"sums": sums, "counts": counts}))
+            uploads.append(self.wire.send(client.name, "server", "label_logits", {"sums": sums, "counts": counts}))
         total = self.server.respond(uploads)
         for n, client in enumerate(self.clients):
             reply = self.wire.send("server", client.name, "global_label_logits", total)

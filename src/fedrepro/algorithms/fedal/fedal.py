@@ -43,8 +43,8 @@ class AdversarialConfig:
     lr: float = 1e-4
     optimizer: str = "adam"
     temperature: float = 2.0
-    form: str = "saturating"      # (7) as written
-    update: str = "before_grad"   # Algorithm 1 lines 17-22
+    form: str = "saturating"  # (7) as written
+    update: str = "before_grad"  # Algorithm 1 lines 17-22
 
 
 def local_loss(client: Client, anchor, cfg: TrainConfig) -> tuple:
@@ -85,17 +85,33 @@ def global_loss(f, reply: Mapping, num_clients: int, cfg: TrainConfig, anchor_lo
 class FedAL(Federation):
     """FedAL (use_al, use_lf), FedMD-LF (use_lf) or FedMD (neither)."""
 
-    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
-                 use_al: bool = True, use_lf: bool = True, adversarial: AdversarialConfig | None = None,
-                 assignment: Sequence[int] | None = None):
+    def __init__(
+        self,
+        data: FedData,
+        pool: Sequence[Mapping],
+        cfg: TrainConfig,
+        seed: int,
+        use_al: bool = True,
+        use_lf: bool = True,
+        adversarial: AdversarialConfig | None = None,
+        assignment: Sequence[int] | None = None,
+    ):
         super().__init__(data, pool, cfg, seed, assignment)
         self.use_al, self.use_lf = use_al, use_lf
         adversary = None
         if use_al:
             a = adversarial or AdversarialConfig()
-            adversary = AdversarialHelper(data.num_classes, self.num_clients, a.hidden, a.lr,
-                                          a.optimizer, a.temperature, device=data.test_x.device,
-                                          form=a.form, update=a.update)
+            adversary = AdversarialHelper(
+                data.num_classes,
+                self.num_clients,
+                a.hidden,
+                a.lr,
+                a.optimizer,
+                a.temperature,
+                device=data.test_x.device,
+                form=a.form,
+                update=a.update,
+            )
         self.server = LogitServer(self.num_clients, adversary)
         self.diag_every, self.diag_batches = 0, 0
         self._anchors0: dict = {}
@@ -103,8 +119,7 @@ class FedAL(Federation):
     def enable_diagnostics(self, every_rounds: int, batches: int) -> None:
         """Log Fig. 6's gradient variances every `every_rounds` rounds (see diagnostics.py)."""
         if every_rounds < 1 or batches < 2:
-            raise ValueError(f"diagnostics need every_rounds >= 1 and batches >= 2, "
-                             f"got {every_rounds} and {batches}")
+            raise ValueError(f"diagnostics need every_rounds >= 1 and batches >= 2, got {every_rounds} and {batches}")
         self.diag_every, self.diag_batches = every_rounds, batches
 
     # ------------------------------------------------------------------ stages

@@ -27,8 +27,9 @@ from fedrepro.algorithms.fedal.kd import less_forgetting
 from fedrepro.fl.aggregate import weighted_average
 
 
-def local_update(client: Client, start: Mapping[str, torch.Tensor], steps: int,
-                 use_lf: bool = False) -> list[torch.Tensor]:
+def local_update(
+    client: Client, start: Mapping[str, torch.Tensor], steps: int, use_lf: bool = False
+) -> list[torch.Tensor]:
     """Load `start`, take `steps` CE (+ r_loc anchored at `start`) steps; returns the losses."""
     client.model.load_state_dict(start)
     anchor = client.snapshot("loc") if use_lf else None
@@ -51,13 +52,21 @@ def state_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 class FedAvg(Federation):
     uses_public = False
 
-    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
-                 assignment: Sequence[int] | None = None):
+    def __init__(
+        self,
+        data: FedData,
+        pool: Sequence[Mapping],
+        cfg: TrainConfig,
+        seed: int,
+        assignment: Sequence[int] | None = None,
+    ):
         super().__init__(data, pool, cfg, seed, assignment)
         if len(set(self.assignment)) != 1:
             archs = sorted({c.model.arch for c in self.clients})
-            raise ValueError(f"fedavg needs one architecture for all clients; the pool gave {archs}. "
-                             "Use a single-entry pool (homogeneous setting).")
+            raise ValueError(
+                f"fedavg needs one architecture for all clients; the pool gave {archs}. "
+                "Use a single-entry pool (homogeneous setting)."
+            )
         self.global_state = state_of(self.clients[0].model)
         self.sizes = [c.num_samples for c in self.clients]
 

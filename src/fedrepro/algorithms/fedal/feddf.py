@@ -43,33 +43,49 @@ from fedrepro.fl.optim import Adam
 
 
 class FedDF(Federation):
-    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
-                 use_al: bool = False, use_lf: bool = False,
-                 adversarial: AdversarialConfig | None = None, server_lr: float | None = None,
-                 assignment: Sequence[int] | None = None):
+    def __init__(
+        self,
+        data: FedData,
+        pool: Sequence[Mapping],
+        cfg: TrainConfig,
+        seed: int,
+        use_al: bool = False,
+        use_lf: bool = False,
+        adversarial: AdversarialConfig | None = None,
+        server_lr: float | None = None,
+        assignment: Sequence[int] | None = None,
+    ):
         super().__init__(data, pool, cfg, seed, assignment)
         device = data.test_x.device
         self.groups = sorted(set(self.assignment))
         self.members = {g: [n for n, a in enumerate(self.assignment) if a == g] for g in self.groups}
         # one server-side model per group, initialised from its first member
-        self.group_models = {g: build_client_model(self.pool[g], data.num_classes).to(device)
-                             for g in self.groups}
+        self.group_models = {g: build_client_model(self.pool[g], data.num_classes).to(device) for g in self.groups}
         for g, model in self.group_models.items():
             model.load_state_dict(self.clients[self.members[g][0]].model.state_dict())
         # server-side copies of the uploaded client models (the distillation teachers)
-        self.teachers = [build_client_model(self.pool[a], data.num_classes).to(device)
-                         for a in self.assignment]
+        self.teachers = [build_client_model(self.pool[a], data.num_classes).to(device) for a in self.assignment]
         self.use_al, self.use_lf = use_al, use_lf
         self.server_lr = server_lr or cfg.lr
         self.adversary = None
         if use_al:
             if len(self.groups) < 2:
-                raise ValueError("feddf_al needs at least two architectures in the pool "
-                                 "(the discriminator tells architecture groups apart)")
+                raise ValueError(
+                    "feddf_al needs at least two architectures in the pool "
+                    "(the discriminator tells architecture groups apart)"
+                )
             a = adversarial or AdversarialConfig()
-            self.adversary = AdversarialHelper(data.num_classes, len(self.groups), a.hidden, a.lr,
-                                               a.optimizer, a.temperature, device=device,
-                                               form=a.form, update=a.update)
+            self.adversary = AdversarialHelper(
+                data.num_classes,
+                len(self.groups),
+                a.hidden,
+                a.lr,
+                a.optimizer,
+                a.temperature,
+                device=device,
+                form=a.form,
+                update=a.update,
+            )
         self.server_public = self.public_stream()
 
     def models(self) -> list[torch.nn.Module]:
@@ -79,11 +95,9 @@ class FedDF(Federation):
         self.wire.round = t
         losses = []
         for n, client in enumerate(self.clients):
-            start = self.wire.send("server", client.name, "weights",
-                                   state_of(self.group_models[self.assignment[n]]))
+            start = self.wire.send("server", client.name, "weights", state_of(self.group_models[self.assignment[n]]))
             losses += local_update(client, start, self.cfg.tau, self.use_lf)
-            self.teachers[n].load_state_dict(
-                self.wire.send(client.name, "server", "weights", state_of(client.model)))
+            self.teachers[n].load_state_dict(self.wire.send(client.name, "server", "weights", state_of(client.model)))
         for g in self.groups:
             states = [t.state_dict() for i, t in enumerate(self.teachers) if self.assignment[i] == g]
             sizes = [self.clients[n].num_samples for n in self.members[g]]
@@ -106,8 +120,7 @@ class FedDF(Federation):
         anchors = [_frozen_copy(s) for s in students] if self.use_lf else None
         parts: dict[str, list] = {}
         for _ in range(self.cfg.tau):
-            idx = torch.as_tensor(self.server_public.next(self.cfg.batch_size),
-                                  device=self.data.public_x.device)
+            idx = torch.as_tensor(self.server_public.next(self.cfg.batch_size), device=self.data.public_x.device)
             xb = self.data.public_x[idx]
             teacher = tempered_softmax(self.ensemble_logits(xb), self.cfg.kd_temperature)
             logits = [s(xb) for s in students]
@@ -124,8 +137,7 @@ class FedDF(Federation):
                 if grads is not None:
                     loss = loss + w["al"] * surrogate_from_grad(f, grads[g])
                 if anchors is not None:
-                    loss = loss + w["lf"] * less_forgetting(frozen_logits(anchors[g], xb), f,
-                                                            self.cfg.lf_temperature)
+                    loss = loss + w["lf"] * less_forgetting(frozen_logits(anchors[g], xb), f, self.cfg.lf_temperature)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -133,9 +145,11 @@ class FedDF(Federation):
         return {k: mean_of(v) for k, v in parts.items()}
 
     def extra_state(self) -> dict:
-        return {"groups": {g: m.state_dict() for g, m in self.group_models.items()},
-                "adversary": self.adversary.state_dict() if self.adversary else None,
-                "public": self.server_public.state_dict()}
+        return {
+            "groups": {g: m.state_dict() for g, m in self.group_models.items()},
+            "adversary": self.adversary.state_dict() if self.adversary else None,
+            "public": self.server_public.state_dict(),
+        }
 
     def load_extra_state(self, state: dict) -> None:
         for g, s in state["groups"].items():
@@ -160,8 +174,16 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
         from fedrepro.algorithms.fedal.jobs import adversarial_config
 
         adversarial = adversarial_config(spec)
-    return FedDF(data, pool, cfg, seed, use_al=use_al, use_lf=bool(spec.get("use_lf", False)),
-                 adversarial=adversarial, server_lr=spec.get("server_lr"))
+    return FedDF(
+        data,
+        pool,
+        cfg,
+        seed,
+        use_al=use_al,
+        use_lf=bool(spec.get("use_lf", False)),
+        adversarial=adversarial,
+        server_lr=spec.get("server_lr"),
+    )
 
 
 def run_job(job) -> None:

@@ -54,9 +54,16 @@ class PrototypeServer:
 
 
 class FedProto(Federation):
-    def __init__(self, data: FedData, pool: Sequence[Mapping], cfg: TrainConfig, seed: int,
-                 proto_weight: float = 1.0, variant: str = "prototypes",
-                 assignment: Sequence[int] | None = None):
+    def __init__(
+        self,
+        data: FedData,
+        pool: Sequence[Mapping],
+        cfg: TrainConfig,
+        seed: int,
+        proto_weight: float = 1.0,
+        variant: str = "prototypes",
+        assignment: Sequence[int] | None = None,
+    ):
         if variant not in VARIANTS:
             raise ValueError(f"fedproto.variant {variant!r} is not one of {', '.join(VARIANTS)}")
         self.variant = variant
@@ -65,8 +72,9 @@ class FedProto(Federation):
         dims = {c.model.feature_dim for c in self.clients}
         if len(dims) != 1:
             archs = sorted({c.model.arch for c in self.clients})
-            raise ValueError(f"fedproto needs one feature dimension across client models; "
-                             f"the pool {archs} gives {sorted(dims)}")
+            raise ValueError(
+                f"fedproto needs one feature dimension across client models; the pool {archs} gives {sorted(dims)}"
+            )
         self.proto_weight = proto_weight
         self.server = FeatureAverager() if variant == "public_features" else PrototypeServer()
         k, d = data.num_classes, dims.pop()
@@ -94,8 +102,7 @@ class FedProto(Federation):
         losses = []
         for n, client in enumerate(self.clients):
             target = self.wire.send("server", client.name, "mean_features", mean)
-            loss = self.proto_weight * F.mse_loss(
-                feats[n], leave_one_out(target, feats[n].detach(), self.num_clients))
+            loss = self.proto_weight * F.mse_loss(feats[n], leave_one_out(target, feats[n].detach(), self.num_clients))
             client.step(loss)
             losses.append(loss.detach())
         self.iteration += 1
@@ -141,8 +148,14 @@ class FedProto(Federation):
 
 
 def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FedProto:
-    return FedProto(data, pool, cfg, seed, proto_weight=float(spec.get("proto_weight", 1.0)),
-                    variant=spec.get("variant", "prototypes"))
+    return FedProto(
+        data,
+        pool,
+        cfg,
+        seed,
+        proto_weight=float(spec.get("proto_weight", 1.0)),
+        variant=spec.get("variant", "prototypes"),
+    )
 
 
 def run_job(job) -> None:

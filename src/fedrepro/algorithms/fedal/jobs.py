@@ -34,27 +34,41 @@ def load_setting(job, device: torch.device) -> FedData:
         raise ValueError(f"{job.input['partition']}: FedAL needs a horizontal partition, got {part.kind}")
     take = lambda idx: torch.as_tensor(idx, dtype=torch.long, device=device)  # noqa: E731
     public = tensors.x_train[take(part.public)] if part.public is not None else None
-    return FedData([tensors.x_train[take(c)] for c in part.clients],
-                   [tensors.y_train[take(c)] for c in part.clients],
-                   public, tensors.x_test, tensors.y_test, tensors.num_classes)
+    return FedData(
+        [tensors.x_train[take(c)] for c in part.clients],
+        [tensors.y_train[take(c)] for c in part.clients],
+        public,
+        tensors.x_test,
+        tensors.y_test,
+        tensors.num_classes,
+    )
 
 
 def train_config(spec: dict) -> TrainConfig:
-    return TrainConfig(tau=int(spec["tau"]), lr=float(spec["lr"]), batch_size=int(spec["batch_size"]),
-                       kd_temperature=float(spec.get("kd_temperature", 1.0)),
-                       lf_temperature=float(spec.get("lf_temperature", 1.0)),
-                       kd_target=spec.get("kd_target", "leave_one_out"),
-                       weights=dict(spec.get("weights", {})),
-                       adam_state=spec.get("adam_state", "persistent"),
-                       pretrain_iters=int(spec.get("pretrain_iters", 0)),
-                       assignment=spec.get("assignment", "random"))
+    return TrainConfig(
+        tau=int(spec["tau"]),
+        lr=float(spec["lr"]),
+        batch_size=int(spec["batch_size"]),
+        kd_temperature=float(spec.get("kd_temperature", 1.0)),
+        lf_temperature=float(spec.get("lf_temperature", 1.0)),
+        kd_target=spec.get("kd_target", "leave_one_out"),
+        weights=dict(spec.get("weights", {})),
+        adam_state=spec.get("adam_state", "persistent"),
+        pretrain_iters=int(spec.get("pretrain_iters", 0)),
+        assignment=spec.get("assignment", "random"),
+    )
 
 
 def adversarial_config(spec: dict) -> AdversarialConfig:
     d = spec["discriminator"]
-    return AdversarialConfig(hidden=tuple(d["hidden"]), lr=float(d["lr"]), optimizer=d["optimizer"],
-                             temperature=float(d["temperature"]), form=d.get("form", "saturating"),
-                             update=d.get("update", "before_grad"))
+    return AdversarialConfig(
+        hidden=tuple(d["hidden"]),
+        lr=float(d["lr"]),
+        optimizer=d["optimizer"],
+        temperature=float(d["temperature"]),
+        form=d.get("form", "saturating"),
+        update=d.get("update", "before_grad"),
+    )
 
 
 UNITS = ("step", "round")
@@ -84,5 +98,10 @@ def run(job, build: Builder) -> None:
     cfg = train_config(spec)
     rounds = rounds_for(int(spec["iterations"]), cfg.tau, spec.get("iteration_unit", "step"))
     eval_every = max(1, rounds // max(1, int(spec.get("evals", 10))))
-    run_seeds(job, lambda seed: build(data, list(spec["pool"]), cfg, seed, spec), rounds,
-              eval_every=eval_every, checkpoint_every=int(spec.get("checkpoint_every", 1)))
+    run_seeds(
+        job,
+        lambda seed: build(data, list(spec["pool"]), cfg, seed, spec),
+        rounds,
+        eval_every=eval_every,
+        checkpoint_every=int(spec.get("checkpoint_every", 1)),
+    )

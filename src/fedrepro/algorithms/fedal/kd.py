@@ -27,30 +27,27 @@ def tempered_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Te
     return torch.softmax(logits / temperature, dim=-1)
 
 
-def kl_to_probs(teacher_probs: torch.Tensor, student_logits: torch.Tensor,
-                temperature: float = 1.0) -> torch.Tensor:
+def kl_to_probs(teacher_probs: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Batch mean of KL(teacher || softmax(student / E)); gradient flows to the student only."""
     log_student = torch.log_softmax(student_logits / temperature, dim=-1)
     return F.kl_div(log_student, teacher_probs.detach(), reduction="batchmean")
 
 
-def kl_to_logits(teacher_logits: torch.Tensor, student_logits: torch.Tensor,
-                 temperature: float = 1.0) -> torch.Tensor:
+def kl_to_logits(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Batch mean of KL(softmax(teacher / E) || softmax(student / E)) (eq. (4) with (6))."""
-    return kl_to_probs(tempered_softmax(teacher_logits.detach(), temperature), student_logits,
-                       temperature)
+    return kl_to_probs(tempered_softmax(teacher_logits.detach(), temperature), student_logits, temperature)
 
 
-def leave_one_out(mean_logits: torch.Tensor, own_logits: torch.Tensor,
-                  num_clients: int) -> torch.Tensor:
+def leave_one_out(mean_logits: torch.Tensor, own_logits: torch.Tensor, num_clients: int) -> torch.Tensor:
     """f_bar_{-n} = (N f_bar - f_n) / (N - 1), eq. (5) recovered from the all-client mean."""
     if num_clients < 2:
         raise ValueError(f"the leave-one-out average needs at least 2 clients, got {num_clients}")
     return (num_clients * mean_logits - own_logits) / (num_clients - 1)
 
 
-def less_forgetting(anchor_logits: torch.Tensor, student_logits: torch.Tensor,
-                    temperature: float = 1.0) -> torch.Tensor:
+def less_forgetting(
+    anchor_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """r_loc / r_glo (eqs. (11)-(12)): KL(p(x, theta_anchor) || p(x, theta)).
 
     `anchor_logits` come from a frozen snapshot of the same client model, so the
@@ -59,8 +56,9 @@ def less_forgetting(anchor_logits: torch.Tensor, student_logits: torch.Tensor,
     return kl_to_logits(anchor_logits, student_logits, temperature)
 
 
-def non_target_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor,
-                  labels: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def non_target_kl(
+    teacher_logits: torch.Tensor, student_logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """KL over the non-target classes only (renormalised), FCCL+'s non-target distillation."""
     mask = F.one_hot(labels, teacher_logits.shape[-1]).bool()
     fill = torch.finfo(teacher_logits.dtype).min
@@ -69,8 +67,7 @@ def non_target_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor,
     log_student = torch.log_softmax(student / temperature, dim=-1)
     probs = torch.softmax(teacher / temperature, dim=-1)
     # the masked entries have probability 0; mask them out to avoid 0 * (-inf)
-    terms = torch.where(mask, torch.zeros_like(probs),
-                        probs * (torch.log(probs.clamp_min(1e-30)) - log_student))
+    terms = torch.where(mask, torch.zeros_like(probs), probs * (torch.log(probs.clamp_min(1e-30)) - log_student))
     return terms.sum(dim=-1).mean()
 
 
@@ -81,13 +78,15 @@ def surrogate_from_grad(logits: torch.Tensor, grad_wrt_logits: torch.Tensor) -> 
     client never needs the discriminator to apply it.
     """
     if logits.shape != grad_wrt_logits.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} and gradient "
-                         f"{tuple(grad_wrt_logits.shape)} must have the same shape")
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and gradient {tuple(grad_wrt_logits.shape)} must have the same shape"
+        )
     return (logits * grad_wrt_logits.detach()).sum() / logits.shape[0]
 
 
-def cross_correlation_loss(own_logits: torch.Tensor, target_logits: torch.Tensor,
-                           off_diagonal_weight: float = 0.0051) -> torch.Tensor:
+def cross_correlation_loss(
+    own_logits: torch.Tensor, target_logits: torch.Tensor, off_diagonal_weight: float = 0.0051
+) -> torch.Tensor:
     """FCCL's collaborative loss (Huang et al., CVPR 2022, eq. (3)) between batch-standardised logits.
 
     M = Z_own^T Z_target / B, columns standardised over the batch (unbiased std, as in the
@@ -95,6 +94,7 @@ def cross_correlation_loss(own_logits: torch.Tensor, target_logits: torch.Tensor
     the off-diagonal term is FCCL's (1 + M)^2, which pushes different classes' logits apart
     (Barlow Twins' M^2 would only decorrelate them).
     """
+
     def standardise(z: torch.Tensor) -> torch.Tensor:
         return (z - z.mean(0)) / (z.std(0) + 1e-8)
 

@@ -42,9 +42,18 @@ def make_optimizer(name: str, params, lr: float):
 class AdversarialHelper:
     """The discriminator and its optimiser; shared by FedAL's server and FedDF-AL's."""
 
-    def __init__(self, num_classes: int, num_players: int, hidden: Sequence[int], lr: float,
-                 optimizer: str, temperature: float, device: torch.device | str = "cpu",
-                 form: str = "saturating", update: str = "before_grad"):
+    def __init__(
+        self,
+        num_classes: int,
+        num_players: int,
+        hidden: Sequence[int],
+        lr: float,
+        optimizer: str,
+        temperature: float,
+        device: torch.device | str = "cpu",
+        form: str = "saturating",
+        update: str = "before_grad",
+    ):
         if update not in UPDATES:
             raise ValueError(f"discriminator update {update!r} is not one of {', '.join(UPDATES)}")
         self.disc = Discriminator(num_classes, num_players, hidden).to(device)

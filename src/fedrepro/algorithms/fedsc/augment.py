@@ -57,7 +57,7 @@ def _crop_flip(x: Tensor, cfg: AugmentConfig, gen: torch.Generator) -> Tensor:
     area = _uniform(n, *cfg.crop_scale, gen, dev)
     log_ratio = _uniform(n, math.log(cfg.crop_ratio[0]), math.log(cfg.crop_ratio[1]), gen, dev)
     ratio = torch.exp(log_ratio)
-    w = torch.sqrt(area * ratio).clamp(max=1.0)   # fractions of the image width/height
+    w = torch.sqrt(area * ratio).clamp(max=1.0)  # fractions of the image width/height
     h = torch.sqrt(area / ratio).clamp(max=1.0)
     cx = (2 * torch.rand(n, generator=gen, device=dev) - 1) * (1 - w)  # centre in [-1, 1] coords
     cy = (2 * torch.rand(n, generator=gen, device=dev) - 1) * (1 - h)
@@ -85,8 +85,7 @@ def _rgb_to_hsv(x: Tensor) -> Tensor:
     delta = maxc - minc
     s = torch.where(maxc > 0, delta / maxc.clamp_min(1e-12), torch.zeros_like(maxc))
     safe = delta.clamp_min(1e-12)
-    h = torch.where(maxc == r, ((g - b) / safe) % 6,
-                    torch.where(maxc == g, (b - r) / safe + 2, (r - g) / safe + 4)) / 6
+    h = torch.where(maxc == r, ((g - b) / safe) % 6, torch.where(maxc == g, (b - r) / safe + 2, (r - g) / safe + 4)) / 6
     h = torch.where(delta > 0, h, torch.zeros_like(h))
     return torch.stack([h, s, maxc], 1)
 

@@ -43,11 +43,11 @@ from fedrepro.models import build_model
 
 @dataclass
 class SSLData:
-    x_train: Tensor                # uint8 (N, C, H, W)
-    y_train: Tensor                # labels: evaluation only, never used in training
+    x_train: Tensor  # uint8 (N, C, H, W)
+    y_train: Tensor  # labels: evaluation only, never used in training
     x_test: Tensor
     y_test: Tensor
-    clients: list[Tensor]          # index tensors into x_train
+    clients: list[Tensor]  # index tensors into x_train
     num_classes: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
@@ -99,7 +99,7 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     grad_clip: float | None = 3.0
-    views: int = 2                  # 2V views per image in training: 2, one pair (the paper's "V = 2" read as the code does)
+    views: int = 2  # 2V views per image in training: 2, one pair (the paper's "V = 2" read as the code does)
 
     @classmethod
     def from_spec(cls, rounds: int, spec: dict) -> TrainConfig:
@@ -116,8 +116,16 @@ class TrainConfig:
         return self.lr * (1 + math.cos(math.pi * (t - 1) / self.rounds)) / 2
 
 
-def local_sgd(net: nn.Module, x: Tensor, batch_loss, cfg: TrainConfig, lr: float,
-              gen: torch.Generator, after_step=None, params=None) -> float:
+def local_sgd(
+    net: nn.Module,
+    x: Tensor,
+    batch_loss,
+    cfg: TrainConfig,
+    lr: float,
+    gen: torch.Generator,
+    after_step=None,
+    params=None,
+) -> float:
     """E local epochs of SGD on `batch_loss(x_batch)`; returns the mean batch loss."""
     params = list(params if params is not None else net.parameters())
     opt = SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
@@ -126,7 +134,7 @@ def local_sgd(net: nn.Module, x: Tensor, batch_loss, cfg: TrainConfig, lr: float
     for _ in range(cfg.local_epochs):
         order = torch.randperm(n, generator=gen, device=gen.device).to(x.device)
         for start in range(0, n, cfg.batch_size):
-            batch = x[order[start:start + cfg.batch_size]]
+            batch = x[order[start : start + cfg.batch_size]]
             if batch.shape[0] < 2:  # a single image has no negatives (and breaks BatchNorm)
                 continue
             loss = batch_loss(batch)
@@ -197,8 +205,10 @@ class FedSSL:
         self.wire.round = t
         participants = self.sample(t)
         lr = self.train_cfg.lr_at(t)
-        synced = {j: self.wire.send("server", f"client{j}", "weights", self.global_state())
-                  for j in self.sync_set(t, participants)}
+        synced = {
+            j: self.wire.send("server", f"client{j}", "weights", self.global_state())
+            for j in self.sync_set(t, participants)
+        }
         info = self.before_training(t, participants, synced) or {}
         states, losses = [], []
         for j in participants:
@@ -226,18 +236,29 @@ class FedSSL:
     def encode_eval(self, x: Tensor, batch_size: int = 1024) -> Tensor:
         """Projector features of the global model on un-augmented images (the kNN monitor of Figure 2)."""
         self.net.eval()
-        out = [self.net(plain(x[i:i + batch_size], self.aug_cfg)) for i in range(0, x.shape[0], batch_size)]
+        out = [self.net(plain(x[i : i + batch_size], self.aug_cfg)) for i in range(0, x.shape[0], batch_size)]
         return torch.cat(out)
 
     def evaluate(self, t: int) -> dict:
-        acc = knn_accuracy(self.encode_eval(self.data.x_train), self.data.y_train,
-                           self.encode_eval(self.data.x_test), self.data.y_test,
-                           self.data.num_classes, self.knn_k, self.knn_t)
+        acc = knn_accuracy(
+            self.encode_eval(self.data.x_train),
+            self.data.y_train,
+            self.encode_eval(self.data.x_test),
+            self.data.y_test,
+            self.data.num_classes,
+            self.knn_k,
+            self.knn_t,
+        )
         return {"knn_acc": acc}
 
     def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "rng": self.rng.bit_generator.state,
-                "gen": self.gen.get_state(), "wire": self.wire.state_dict(), **self.extra_state()}
+        return {
+            "net": self.net.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "gen": self.gen.get_state(),
+            "wire": self.wire.state_dict(),
+            **self.extra_state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.net.load_state_dict(state["net"])
@@ -253,6 +274,8 @@ class FedSSL:
         pass
 
     def summary(self) -> dict:
-        return {"bytes": dict(self.wire.bytes_by_direction), "client_sizes": self.data.sizes,
-                "clients_per_round": self.per_round}
-
+        return {
+            "bytes": dict(self.wire.bytes_by_direction),
+            "client_sizes": self.data.sizes,
+            "clients_per_round": self.per_round,
+        }

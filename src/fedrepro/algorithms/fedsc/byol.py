@@ -91,7 +91,7 @@ class FedBYOL(FedSSL):
         self.beta = float(spec.get("byol", {}).get("ema", 0.99))
         self.local: dict[int, dict] = {}  # client side: {"online": state, "target": state}
         self.param_names = {name for name, _ in self.work.named_parameters()}
-        self.stats: list[float] = []      # this round: each participant's download statistic (see `record`)
+        self.stats: list[float] = []  # this round: each participant's download statistic (see `record`)
         self.divergences: list[list] = []  # [round, client, divergence, statistic] of every returning client
 
     def start_local(self, j: int, weights: dict) -> None:
@@ -122,11 +122,14 @@ class FedBYOL(FedSSL):
                 zt = self.forward(self.target, x).view(2, batch.shape[0], -1)
             return byol_loss(p[0], zt[1]) + byol_loss(p[1], zt[0])
 
-        loss = local_sgd(self.work, self.data.client_x(j), batch_loss, self.train_cfg, lr, self.gen,
-                         after_step=self._ema_step)
+        loss = local_sgd(
+            self.work, self.data.client_x(j), batch_loss, self.train_cfg, lr, self.gen, after_step=self._ema_step
+        )
         if self.keeps_local:
-            self.local[j] = {"online": {k: v.detach().clone() for k, v in self.work.state_dict().items()},
-                             "target": {k: v.detach().clone() for k, v in self.target.state_dict().items()}}
+            self.local[j] = {
+                "online": {k: v.detach().clone() for k, v in self.work.state_dict().items()},
+                "target": {k: v.detach().clone() for k, v in self.target.state_dict().items()},
+            }
         return self.work.state_dict(), loss
 
     stat_name = ""  # FedU: fedu_global (1 = took the global predictor); FedEMA: fedema_mu (weight on local)
@@ -160,9 +163,16 @@ class FedBYOL(FedSSL):
             return {"downloads": 0}
         d = [r[2] for r in self.divergences]
         v = [r[3] for r in self.divergences]
-        return {"downloads": len(d), "divergence_min": min(d), "divergence_mean": sum(d) / len(d),
-                "divergence_max": max(d), f"{self.stat_name}_min": min(v), f"{self.stat_name}_mean": sum(v) / len(v),
-                f"{self.stat_name}_max": max(v), "log": self.divergences}
+        return {
+            "downloads": len(d),
+            "divergence_min": min(d),
+            "divergence_mean": sum(d) / len(d),
+            "divergence_max": max(d),
+            f"{self.stat_name}_min": min(v),
+            f"{self.stat_name}_mean": sum(v) / len(v),
+            f"{self.stat_name}_max": max(v),
+            "log": self.divergences,
+        }
 
 
 class FedU(FedBYOL):
@@ -201,8 +211,9 @@ class FedU(FedBYOL):
         take_global = d < self.threshold
         self.record(j, float(take_global), d)
         self.replaced += int(take_global)
-        state = {k: (local["online"][k] if k.startswith(PREDICTOR) and not take_global else v)
-                 for k, v in weights.items()}
+        state = {
+            k: (local["online"][k] if k.startswith(PREDICTOR) and not take_global else v) for k, v in weights.items()
+        }
         self.work.load_state_dict(state)
         self.target.load_state_dict(local["target"])
 
@@ -214,8 +225,12 @@ class FedU(FedBYOL):
         self.replaced = int(state.get("replaced", 0))
 
     def summary(self):
-        return {**super().summary(), "fedu_rule": self.rule, "fedu_replaced": self.replaced,
-                "fedu_downloads": self.divergence_summary()}
+        return {
+            **super().summary(),
+            "fedu_rule": self.rule,
+            "fedu_replaced": self.replaced,
+            "fedu_downloads": self.divergence_summary(),
+        }
 
 
 class FedEMA(FedBYOL):
@@ -273,8 +288,12 @@ class FedEMA(FedBYOL):
         self.lambdas = {int(k): float(v) for k, v in state.get("lambdas", {}).items()}
 
     def summary(self):
-        return {**super().summary(), "fedema_convention": self.convention, "fedema_lambdas": dict(self.lambdas),
-                "fedema_downloads": self.divergence_summary()}
+        return {
+            **super().summary(),
+            "fedema_convention": self.convention,
+            "fedema_lambdas": dict(self.lambdas),
+            "fedema_downloads": self.divergence_summary(),
+        }
 
 
 def run_fedavg_byol(job) -> None:

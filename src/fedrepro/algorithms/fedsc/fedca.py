@@ -26,9 +26,9 @@ class FedCA(FedSSL):
         self.work = self.build_net()
         cfg = spec.get("fedca", {})
         self.tau, self.dict_ema = float(cfg.get("tau", 0.1)), float(cfg.get("dict_ema", 0.5))
-        self.own: dict[int, torch.Tensor] = {}          # client side: its dictionary
+        self.own: dict[int, torch.Tensor] = {}  # client side: its dictionary
         self.dictionaries: dict[int, torch.Tensor] = {}  # server side: latest upload per client
-        self.negatives: dict[int, torch.Tensor] = {}     # client side: the dictionary it received
+        self.negatives: dict[int, torch.Tensor] = {}  # client side: the dictionary it received
 
     def before_training(self, t, participants, synced):
         for j in participants:
@@ -56,7 +56,7 @@ class FedCA(FedSSL):
         self.work.eval()
         reps = []
         for start in range(0, x_local.shape[0], self.train_cfg.batch_size):
-            batch = x_local[start:start + self.train_cfg.batch_size]
+            batch = x_local[start : start + self.train_cfg.batch_size]
             z = self.views(self.work, batch, 2).mean(0)
             reps.append(F.normalize(z, dim=1))
         new = torch.cat(reps)

@@ -73,12 +73,15 @@ def noise_sigma(spec: dict, sizes: list[int], per_round: int) -> float:
     if eps in ("inf", math.inf):
         return 0.0
     if spec.get("mu") is None:
-        raise ValueError("privacy.eps is finite but mu is null: DP-CalR needs NormClip (mu > 0) to bound the sensitivity")
+        raise ValueError(
+            "privacy.eps is finite but mu is null: DP-CalR needs NormClip (mu > 0) to bound the sensitivity"
+        )
     sigma = priv.get("sigma")
     if sigma is None:
         steps = planned_shares(int(spec["rounds"]), spec.get("sharing"))
-        sigma = fedsc_privacy.sigma_for_epsilon(float(eps), steps, float(spec["mu"]), min(sizes),
-                                                float(priv["delta"]), sens_factor(priv))
+        sigma = fedsc_privacy.sigma_for_epsilon(
+            float(eps), steps, float(spec["mu"]), min(sizes), float(priv["delta"]), sens_factor(priv)
+        )
     p = per_round / len(sizes)
     if p < 1.0:
         sigma = fedsc_privacy.partial_participation_sigma(float(sigma), p, priv.get("partial_scaling", "p"))
@@ -107,8 +110,8 @@ def realised_epsilons(shares: list[int], sizes: list[int], mu: float, sigma: flo
                 row["eps_paper"] = fedsc_privacy.epsilon(t_j, mu, sigma, n_j, delta, fedsc_privacy.PAPER_SENS_FACTOR)
                 row["eps_sqrt2"] = fedsc_privacy.epsilon(t_j, mu, sigma, n_j, delta, fedsc_privacy.RIGOROUS_SENS_FACTOR)
                 mechanism = fedsc_privacy.fedsc_mechanism(sigma, mu, n_j, t_j)
-                row["eps_accountant"] = mechanism.epsilon(delta)          # RDP
-                row["eps_pld"] = mechanism.epsilon(delta, "pld")          # the realised tight value
+                row["eps_accountant"] = mechanism.epsilon(delta)  # RDP
+                row["eps_pld"] = mechanism.epsilon(delta, "pld")  # the realised tight value
             rows.append(row)
     return rows
 
@@ -127,11 +130,16 @@ class FedSC(FedSSL):
         if self.sharing is not None and self.num_clients < 2:
             raise ValueError("sharing correlation matrices needs at least two clients; set sharing: null")
         self.q = uniform_or_size_weights(data.sizes, spec.get("client_weights", "uniform"))
-        self.dpcalr = {"passes": 5, "views_per_pass": 2, "symmetrize_noise": False, "batch_size": 1024,
-                       **spec.get("dpcalr", {})}
+        self.dpcalr = {
+            "passes": 5,
+            "views_per_pass": 2,
+            "symmetrize_noise": False,
+            "batch_size": 1024,
+            **spec.get("dpcalr", {}),
+        }
         self.sigma = noise_sigma(spec, data.sizes, self.per_round) if self.sharing else 0.0
         self.server = CorrelationServer(self.q)
-        self.own: dict[int, torch.Tensor] = {}       # client side: its last uploaded R~_j
+        self.own: dict[int, torch.Tensor] = {}  # client side: its last uploaded R~_j
         self.received: dict[int, torch.Tensor] = {}  # client side: the last broadcast R~
         self.shares = [0] * self.num_clients
 
@@ -161,16 +169,27 @@ class FedSC(FedSSL):
         self.work.load_state_dict(weights)
         self.work.eval()
         cfg = self.dpcalr
-        return dp_calr(self.work, self.data.client_x(j), lambda b: augment(b, self.aug_cfg, self.gen),
-                       self.mu, self.sigma, self.gen, cfg["passes"], cfg["views_per_pass"],
-                       cfg["batch_size"], cfg["symmetrize_noise"])
+        return dp_calr(
+            self.work,
+            self.data.client_x(j),
+            lambda b: augment(b, self.aug_cfg, self.gen),
+            self.mu,
+            self.sigma,
+            self.gen,
+            cfg["passes"],
+            cfg["views_per_pass"],
+            cfg["batch_size"],
+            cfg["symmetrize_noise"],
+        )
 
     def client_update(self, j, weights, t, lr):
         self.work.load_state_dict(weights)
         r_minus = None
         if j in self.received:
             r_minus = client_leave_one_out(self.received[j], self.own[j], self.q[j])
-        alpha = alpha_schedule(t, self.train_cfg.rounds, self.alpha_start, self.alpha_end) if r_minus is not None else 1.0
+        alpha = (
+            alpha_schedule(t, self.train_cfg.rounds, self.alpha_start, self.alpha_end) if r_minus is not None else 1.0
+        )
 
         def batch_loss(batch):
             views = normclip(self.views(self.work, batch), self.mu)
@@ -184,8 +203,12 @@ class FedSC(FedSSL):
         return {"alpha": alpha}
 
     def extra_state(self):
-        return {"server": self.server.state_dict(), "own": dict(self.own), "received": dict(self.received),
-                "shares": list(self.shares)}
+        return {
+            "server": self.server.state_dict(),
+            "own": dict(self.own),
+            "received": dict(self.received),
+            "shares": list(self.shares),
+        }
 
     def load_extra_state(self, state):
         self.server.load_state_dict(state["server"])
@@ -197,9 +220,14 @@ class FedSC(FedSSL):
         if self.sharing is not None:
             priv = self.spec.get("privacy") or {}
             deltas = priv.get("deltas") or ([priv["delta"]] if "delta" in priv else [])
-            out["privacy"] = {"sigma": self.sigma, "mu": self.mu, "shares": list(self.shares),
-                              "epsilons": realised_epsilons(self.shares, self.data.sizes, float(self.mu or 0.0),
-                                                            self.sigma, [float(d) for d in deltas])}
+            out["privacy"] = {
+                "sigma": self.sigma,
+                "mu": self.mu,
+                "shares": list(self.shares),
+                "epsilons": realised_epsilons(
+                    self.shares, self.data.sizes, float(self.mu or 0.0), self.sigma, [float(d) for d in deltas]
+                ),
+            }
         return out
 
 

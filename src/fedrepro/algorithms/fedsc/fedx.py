@@ -62,8 +62,13 @@ class FedX(FedSSL):
         def batch_loss(batch):
             n = batch.shape[0]
             anchors = x_local[torch.randint(0, x_local.shape[0], (n,), generator=self.gen, device=self.gen.device)]
-            x = torch.cat([augment(batch, self.aug_cfg, self.gen), augment(batch, self.aug_cfg, self.gen),
-                           augment(anchors, self.aug_cfg, self.gen)])
+            x = torch.cat(
+                [
+                    augment(batch, self.aug_cfg, self.gen),
+                    augment(batch, self.aug_cfg, self.gen),
+                    augment(anchors, self.aug_cfg, self.gen),
+                ]
+            )
             proj = self.forward(self.work, x)
             pred = self.work.predictor(proj)
             with torch.no_grad():
@@ -71,8 +76,12 @@ class FedX(FedSSL):
             p_a, p_b, p_r = proj.split(n)
             q_a, q_b, _ = pred.split(n)
             _, g_b, g_r = glob.split(n)
-            return (nt_xent(p_a, p_b, self.tau) + nt_xent(q_a, g_b, self.tau)
-                    + js_loss(q_a, q_b, g_r, self.tau, self.tau2) + js_loss(p_a, p_b, p_r, self.tau, self.tau2))
+            return (
+                nt_xent(p_a, p_b, self.tau)
+                + nt_xent(q_a, g_b, self.tau)
+                + js_loss(q_a, q_b, g_r, self.tau, self.tau2)
+                + js_loss(p_a, p_b, p_r, self.tau, self.tau2)
+            )
 
         loss = local_sgd(self.work, x_local, batch_loss, self.train_cfg, lr, self.gen)
         return self.work.state_dict(), loss

@@ -28,8 +28,10 @@ def load_data(job, device, centralized: bool = False) -> SSLData:
     every training image for Centralized SC."""
     prepared = load_prepared(Path(job.input["data"]).parent)
     if prepared.x_train.dtype != np.uint8 or prepared.x_train.ndim != 4:
-        raise ValueError(f"FedSC needs uint8 images N x C x H x W, got {prepared.x_train.dtype} "
-                         f"{prepared.x_train.shape} in {job.input['data']}")
+        raise ValueError(
+            f"FedSC needs uint8 images N x C x H x W, got {prepared.x_train.dtype} "
+            f"{prepared.x_train.shape} in {job.input['data']}"
+        )
     clients = load_partition(job.input["partition"]).clients
     if centralized:
         clients = [np.sort(np.concatenate(clients))]
@@ -40,9 +42,16 @@ def load_data(job, device, centralized: bool = False) -> SSLData:
     def tensor(a):
         return torch.as_tensor(np.ascontiguousarray(a), device=device)
 
-    return SSLData(tensor(prepared.x_train), tensor(prepared.y_train).long(), tensor(prepared.x_test),
-                   tensor(prepared.y_test).long(), [tensor(c).long() for c in clients],
-                   int(prepared.meta.get("num_classes", int(prepared.y_train.max()) + 1)), tuple(mean), tuple(std))
+    return SSLData(
+        tensor(prepared.x_train),
+        tensor(prepared.y_train).long(),
+        tensor(prepared.x_test),
+        tensor(prepared.y_test).long(),
+        [tensor(c).long() for c in clients],
+        int(prepared.meta.get("num_classes", int(prepared.y_train.max()) + 1)),
+        tuple(mean),
+        tuple(std),
+    )
 
 
 def pretrain(job, cls, centralized: bool = False) -> None:
@@ -50,9 +59,13 @@ def pretrain(job, cls, centralized: bool = False) -> None:
 
     device = pick_device(job.spec.get("device", "auto"))
     data = load_data(job, device, centralized)
-    run_seeds(job, lambda seed: cls(job.spec, data, seed, device), int(job.spec["rounds"]),
-              eval_every=int(job.spec.get("knn", {}).get("every", 1)),
-              checkpoint_every=int(job.spec.get("checkpoint_every", 1)))
+    run_seeds(
+        job,
+        lambda seed: cls(job.spec, data, seed, device),
+        int(job.spec["rounds"]),
+        eval_every=int(job.spec.get("knn", {}).get("every", 1)),
+        checkpoint_every=int(job.spec.get("checkpoint_every", 1)),
+    )
     save_backbones(job)
 
 
@@ -63,6 +76,8 @@ def save_backbones(job) -> None:
     for seed in job.seeds:
         state = torch.load(job.scratch / f"seed{seed}.pt", map_location="cpu", weights_only=False)
         net = state["algorithm"]["net"]
-        models[seed] = {part: {k.removeprefix(f"{part}."): v for k, v in net.items() if k.startswith(f"{part}.")}
-                        for part in ("backbone", "projector")}
+        models[seed] = {
+            part: {k.removeprefix(f"{part}."): v for k, v in net.items() if k.startswith(f"{part}.")}
+            for part in ("backbone", "projector")
+        }
     torch.save({"seeds": models}, job.out("model"))

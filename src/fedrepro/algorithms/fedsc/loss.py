@@ -64,8 +64,7 @@ def sc_loss_pairwise(views: Tensor) -> Tensor:
     return 0.5 * (gram**2).mean() - positive_trace(views)
 
 
-def local_loss(views: Tensor, alpha: float = 1.0, r_minus: Tensor | None = None,
-               scale: float = 2.0) -> Tensor:
+def local_loss(views: Tensor, alpha: float = 1.0, r_minus: Tensor | None = None, scale: float = 2.0) -> Tensor:
     """FedSC's local batch loss (Eq. 80; Eq. 5 when alpha = q_j), times `scale`.
 
     Without `r_minus` (no correlation matrix received yet, or FedAvg+SC) this is

@@ -70,17 +70,32 @@ def _probe(job, device, states: dict) -> None:
         projector.to(device).eval()
         transform = lambda x: plain(x, cfg)  # noqa: E731
         f_train, f_test = extract_features(backbone, x_train, transform), extract_features(backbone, x_test, transform)
-        out = linear_probe(f_train, y_train, f_test, y_test, num_classes, int(probe.get("epochs", 200)),
-                           int(probe.get("batch_size", 512)), float(probe.get("lr", 3e-3)), seed=int(seed))
+        out = linear_probe(
+            f_train,
+            y_train,
+            f_test,
+            y_test,
+            num_classes,
+            int(probe.get("epochs", 200)),
+            int(probe.get("batch_size", 512)),
+            float(probe.get("lr", 3e-3)),
+            seed=int(seed),
+        )
         with torch.no_grad():
             z = projector(f_test).double().cpu().numpy()
         # collapse (the SC loss's rank-1 point, R = E[z z^T] = c c^T): the uncentered second moment of the
         # projector embeddings has effective rank below `collapse_rank`
         rank = effective_rank(z, center=False)
-        health = worst(check_collapse(rank, threshold),
-                       check_chance(out["final_acc"], 1.0 / num_classes, len(y_test), "probe accuracy"))
-        results[str(seed)] = {**out, "effective_rank": rank, "collapse_threshold": threshold,
-                              "embedding_rank_centered": effective_rank(z),
-                              "feature_rank_centered": effective_rank(f_test.double().cpu().numpy()),
-                              **health.as_dict()}
+        health = worst(
+            check_collapse(rank, threshold),
+            check_chance(out["final_acc"], 1.0 / num_classes, len(y_test), "probe accuracy"),
+        )
+        results[str(seed)] = {
+            **out,
+            "effective_rank": rank,
+            "collapse_threshold": threshold,
+            "embedding_rank_centered": effective_rank(z),
+            "feature_rank_centered": effective_rank(f_test.double().cpu().numpy()),
+            **health.as_dict(),
+        }
     job.out("probe").write_text(json.dumps({"spec": job.spec, "seeds": results}, indent=2))

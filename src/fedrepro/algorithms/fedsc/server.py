@@ -46,8 +46,10 @@ class CorrelationServer:
     def broadcast(self) -> Tensor:
         """The global matrix R~ sent to every client (lines 9 and 16)."""
         if not self.complete:
-            raise RuntimeError(f"only {len(self.latest)} of {len(self.q)} clients have uploaded; "
-                               "the first sharing round must collect every client (Algorithm 1, t = 1)")
+            raise RuntimeError(
+                f"only {len(self.latest)} of {len(self.q)} clients have uploaded; "
+                "the first sharing round must collect every client (Algorithm 1, t = 1)"
+            )
         return self.aggregate.to(torch.float32)
 
     def direct_sum(self) -> Tensor:

@@ -16,13 +16,31 @@ Nothing heavy is imported here.
 
 from fedrepro.algorithms import Method
 
-_SGDA = ("batch", "epochs", "eta_theta", "lr_decay", "decay_every", "eta_w", "w_step", "clip", "radius",
-         "compat_refcode", "iterate", "eval_every", "sampling", "noise")
+_SGDA = (
+    "batch",
+    "epochs",
+    "eta_theta",
+    "lr_decay",
+    "decay_every",
+    "eta_w",
+    "w_step",
+    "clip",
+    "radius",
+    "compat_refcode",
+    "iterate",
+    "eval_every",
+    "sampling",
+    "noise",
+)
 
 
 def _row(module: str, label: str, traits: str, config_keys: tuple[str, ...] = _SGDA) -> Method:
-    return Method(entry=f"fedrepro.algorithms.steffle.{module}:run_job", label=label,
-                  traits=frozenset(traits.split()), config_keys=config_keys)
+    return Method(
+        entry=f"fedrepro.algorithms.steffle.{module}:run_job",
+        label=label,
+        traits=frozenset(traits.split()),
+        config_keys=config_keys,
+    )
 
 
 METHODS: dict[str, Method] = {
@@ -31,10 +49,12 @@ METHODS: dict[str, Method] = {
     "dp_fermi": _row("sgda", "DP-FERMI (central DP SteFFLe)", "sgda central private fair"),
     "fermi": _row("sgda", "FERMI (non-private central)", "sgda central fair"),
     "tran2021": _row("tran2021", "Tran et al. (2021)", "central private fair", ("clip_primal", "alpha")),
-    "ling2024": _row("ling2024", "Ling et al. (2024), FedFDP", "federated private fair",
-                     ("dp_norm", "clip_norm_for_loss")),
-    "ling2024_groupgap": _row("ling2024", "Ling et al. variant: group-gap penalty", "federated private fair",
-                              ("clip_loss", "clip_fair")),
+    "ling2024": _row(
+        "ling2024", "Ling et al. (2024), FedFDP", "federated private fair", ("dp_norm", "clip_norm_for_loss")
+    ),
+    "ling2024_groupgap": _row(
+        "ling2024", "Ling et al. variant: group-gap penalty", "federated private fair", ("clip_loss", "clip_fair")
+    ),
     "fedavg": _row("sgda", "Non-private non-fair FL (FedAvg)", "sgda federated"),
     "erm": _row("sgda", "Non-private non-fair central ERM", "sgda central"),
 }

@@ -36,9 +36,9 @@ def with_bias(x: np.ndarray | torch.Tensor) -> torch.Tensor:
 class FairData:
     """Training silos (index arrays into the training set) and the global test set."""
 
-    x: torch.Tensor            # (n, D) with the bias column
-    y: torch.Tensor            # (n,) long in [l]
-    s: torch.Tensor            # (n,) long in [k]
+    x: torch.Tensor  # (n, D) with the bias column
+    y: torch.Tensor  # (n,) long in [l]
+    s: torch.Tensor  # (n,) long in [k]
     silos: list[torch.Tensor]  # N index tensors
     x_test: torch.Tensor
     y_test: np.ndarray
@@ -56,10 +56,12 @@ class FairData:
     @classmethod
     def from_arrays(cls, x_train, y_train, s_train, x_test, y_test, s_test, silos) -> FairData:
         return cls(
-            x=with_bias(x_train), y=torch.as_tensor(np.asarray(y_train)).long(),
+            x=with_bias(x_train),
+            y=torch.as_tensor(np.asarray(y_train)).long(),
             s=torch.as_tensor(np.asarray(s_train)).long(),
             silos=[torch.as_tensor(np.asarray(idx)).long() for idx in silos],
-            x_test=with_bias(x_test), y_test=np.asarray(y_test).astype(np.int64),
+            x_test=with_bias(x_test),
+            y_test=np.asarray(y_test).astype(np.int64),
             s_test=np.asarray(s_test).astype(np.int64),
         )
 
@@ -73,8 +75,17 @@ class FairData:
 
     def centralised(self) -> FairData:
         """The same data as one silo (N = 1): the central baselines."""
-        return FairData(self.x, self.y, self.s, [torch.cat(self.silos).sort().values], self.x_test,
-                        self.y_test, self.s_test, self.k, self.l)
+        return FairData(
+            self.x,
+            self.y,
+            self.s,
+            [torch.cat(self.silos).sort().values],
+            self.x_test,
+            self.y_test,
+            self.s_test,
+            self.k,
+            self.l,
+        )
 
 
 SAMPLINGS = ("poisson", "shuffle", "replacement")
@@ -128,7 +139,7 @@ class BatchSchedule:
                 if self.sampling == "replacement":
                     idx[j] = torch.randint(n_j, (R, m), generator=gen)
                 else:
-                    idx[j] = torch.randperm(n_j, generator=gen)[:R * m].view(R, m)
+                    idx[j] = torch.randperm(n_j, generator=gen)[: R * m].view(R, m)
             return idx, torch.ones(N, R, m)
         members = []
         for q, n_j in zip(self.sampling_rates(), self.sizes):
@@ -138,7 +149,7 @@ class BatchSchedule:
         idx = torch.zeros(N, R, width, dtype=torch.long)
         w = torch.zeros(N, R, width)
         for j, (rows, cols, counts) in enumerate(members):
-            start = torch.cumsum(counts, 0) - counts                # first member of each round
+            start = torch.cumsum(counts, 0) - counts  # first member of each round
             slot = torch.arange(len(rows)) - start[rows]
             idx[j, rows, slot] = cols
             w[j, rows, slot] = 1.0
@@ -165,7 +176,7 @@ def evaluate(theta: torch.Tensor, data: FairData) -> dict[str, np.ndarray]:
         "error": fairness.misclassification_error(y_hat, data.y_test),
         "dp_violation": fairness.dp_violation(y_hat, data.s_test),
         "eo_violation": fairness.eo_violation(y_hat, data.y_test, data.s_test),
-        "positive_rate": y_hat.mean(axis=-1).astype(np.float64),   # 0 or 1: a constant predictor
+        "positive_rate": y_hat.mean(axis=-1).astype(np.float64),  # 0 or 1: a constant predictor
     }
 
 
@@ -201,7 +212,7 @@ class ScheduleConfig:
     decay_every: int = 10
     fairness: str = "dp"
     iterate: str = "final"
-    eval_every: int = 10       # epochs between test evaluations
+    eval_every: int = 10  # epochs between test evaluations
     sampling: str = "poisson"  # BatchSchedule: poisson | shuffle | replacement
 
     positive = ("eta_theta",)
@@ -221,7 +232,7 @@ class ScheduleConfig:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
 
 
-REFCODE_EVAL_START = 20   # the authors' code averages the evaluations from epoch 20 on (args_fed.py eval_start)
+REFCODE_EVAL_START = 20  # the authors' code averages the evaluations from epoch 20 on (args_fed.py eval_start)
 
 
 def final_metrics(history, iterate: str, epochs: int, random_metrics=None) -> dict[str, np.ndarray]:
@@ -238,11 +249,11 @@ def final_metrics(history, iterate: str, epochs: int, random_metrics=None) -> di
 
 @dataclass
 class TrainResult:
-    final: dict[str, np.ndarray]                      # metrics of the returned iterate, each (S, G)
+    final: dict[str, np.ndarray]  # metrics of the returned iterate, each (S, G)
     history: list[tuple[int, dict[str, np.ndarray]]]  # (epoch, metrics) at every evaluation
-    theta: torch.Tensor                               # final theta (S, G, D)
+    theta: torch.Tensor  # final theta (S, G, D)
     rounds: int
-    extra: dict = field(default_factory=dict)         # method state worth keeping (e.g. W)
+    extra: dict = field(default_factory=dict)  # method state worth keeping (e.g. W)
 
 
 class GridTrainer:
@@ -260,14 +271,15 @@ class GridTrainer:
     def __init__(self, data: FairData, cfg: ScheduleConfig, seeds: list[int], groups: int):
         self.data, self.cfg, self.seeds = data, cfg, list(seeds)
         self.schedule = BatchSchedule(data.silo_sizes, cfg.batch, cfg.sampling)
-        self.m = float(self.schedule.batch)       # every batch sum is divided by the expected size m
+        self.m = float(self.schedule.batch)  # every batch sum is divided by the expected size m
         self.silo_index = padded_silo_index(data)
         self.rounds = cfg.epochs * self.schedule.rounds_per_epoch
         self.theta = init_theta(self.seeds, data.x.shape[1], groups)
         self.epoch = 0
         self.gens = {name: [seed_generator(s, name) for s in self.seeds] for name in ("batches", "noise")}
-        t_hat = [int(torch.randint(1, self.rounds + 1, (1,), generator=seed_generator(s, "iterate")))
-                 for s in self.seeds]
+        t_hat = [
+            int(torch.randint(1, self.rounds + 1, (1,), generator=seed_generator(s, "iterate"))) for s in self.seeds
+        ]
         self.t_hat = torch.tensor(t_hat)
         self.theta_hat = self.theta.clone()
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
@@ -296,15 +308,15 @@ class GridTrainer:
     def _draw_epoch(self):
         R = self.schedule.rounds_per_epoch
         batches = [self.schedule.epoch(g) for g in self.gens["batches"]]
-        width = max(b[0].shape[-1] for b in batches)               # Poisson batches: pad to the widest
+        width = max(b[0].shape[-1] for b in batches)  # Poisson batches: pad to the widest
 
         def pad(t):
             return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
 
-        local = torch.stack([pad(b[0]) for b in batches])           # (S, N, R, width)
-        weight = torch.stack([pad(b[1]) for b in batches])          # (S, N, R, width), 0 = padding
+        local = torch.stack([pad(b[0]) for b in batches])  # (S, N, R, width)
+        weight = torch.stack([pad(b[1]) for b in batches])  # (S, N, R, width), 0 = padding
         noise = {name: self.standard_normal((R, *shape)) for name, shape in self.noise_shapes.items()}
-        return local, weight, noise                                 # each noise (S, R, *shape)
+        return local, weight, noise  # each noise (S, R, *shape)
 
     def step(self, t: int, local, weight, noise) -> None:
         raise NotImplementedError
@@ -326,8 +338,14 @@ class GridTrainer:
         return {}
 
     def state_dict(self) -> dict:
-        return {"theta": self.theta, "epoch": self.epoch, "theta_hat": self.theta_hat, "history": self.history,
-                "gens": {k: [g.get_state() for g in v] for k, v in self.gens.items()}, "extra": self.extra_state()}
+        return {
+            "theta": self.theta,
+            "epoch": self.epoch,
+            "theta_hat": self.theta_hat,
+            "history": self.history,
+            "gens": {k: [g.get_state() for g in v] for k, v in self.gens.items()},
+            "extra": self.extra_state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.theta, self.epoch = state["theta"], state["epoch"]
@@ -343,8 +361,12 @@ class GridTrainer:
         with torch.no_grad():
             local, weight, noise = self._draw_epoch()
             for r in range(R):
-                self.step(self.epoch * R + r, local[:, :, r], weight[:, :, r],
-                          {name: value[:, r] for name, value in noise.items()})
+                self.step(
+                    self.epoch * R + r,
+                    local[:, :, r],
+                    weight[:, :, r],
+                    {name: value[:, r] for name, value in noise.items()},
+                )
             self.end_epoch()
         self.epoch += 1
         return {}
@@ -361,8 +383,13 @@ class GridTrainer:
         run_rounds(self, cfg.epochs, checkpoint, eval_every=cfg.eval_every, desc="epochs")
         with torch.no_grad():
             random_metrics = evaluate(self.theta_hat, self.data) if cfg.iterate == "random" else None
-        return TrainResult(final_metrics(self.history, cfg.iterate, cfg.epochs, random_metrics),
-                           self.history, self.theta, self.rounds, self.result_extra())
+        return TrainResult(
+            final_metrics(self.history, cfg.iterate, cfg.epochs, random_metrics),
+            self.history,
+            self.theta,
+            self.rounds,
+            self.result_extra(),
+        )
 
 
 def clip_coef(c: torch.Tensor, xnorm: torch.Tensor, clip: float) -> torch.Tensor:

@@ -22,12 +22,12 @@ from .base import FairData, ScheduleConfig, strata
 
 @dataclass
 class BaselineConfig(ScheduleConfig):
-    clip_primal: float = 10.0   # Tran: C_p
-    alpha: float = 0.0          # Tran: constraint slack
-    clip_loss: float = 1.0      # Ling: C1
-    clip_fair: float = 1.0      # Ling: C2
-    dp_norm: float = 1.0        # FedFDP: C, clip of the reweighted per-sample gradient
-    clip_norm_for_loss: float = 1.0   # FedFDP: first clip B of the released per-sample losses
+    clip_primal: float = 10.0  # Tran: C_p
+    alpha: float = 0.0  # Tran: constraint slack
+    clip_loss: float = 1.0  # Ling: C1
+    clip_fair: float = 1.0  # Ling: C2
+    dp_norm: float = 1.0  # FedFDP: C, clip of the reweighted per-sample gradient
+    clip_norm_for_loss: float = 1.0  # FedFDP: first clip B of the released per-sample losses
 
     positive = ("eta_theta", "clip_primal", "clip_loss", "clip_fair", "dp_norm", "clip_norm_for_loss")
 
@@ -43,8 +43,8 @@ class CellMixin:
         if (counts == 0).any():
             raise ValueError(f"every (stratum, group) cell needs samples; counts = {counts.tolist()}")
         self.cell_counts = counts
-        self.p_cell = (counts / counts.sum()).view(self.Z, data.k)           # P(z, a)
-        self.p_stratum = self.p_cell.sum(-1, keepdim=True)                   # P(z)
+        self.p_cell = (counts / counts.sum()).view(self.Z, data.k)  # P(z, a)
+        self.p_stratum = self.p_cell.sum(-1, keepdim=True)  # P(z)
 
     def cell_coef(self, A: torch.Tensor) -> torch.Tensor:
         """kappa[z, a] = A[z, a]/P(z, a) - sum_b A[z, b]/P(z), flattened to (..., C)."""

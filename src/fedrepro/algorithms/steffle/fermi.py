@@ -43,7 +43,9 @@ def strata_inv_sqrt_p(s: torch.Tensor, z: torch.Tensor, k: int, num_strata: int)
     """
     counts = onehot(z, num_strata, torch.float64).T @ onehot(s, k, torch.float64)
     if (counts == 0).any():
-        raise ValueError(f"every sensitive group must occur in every stratum; counts (stratum x group) = {counts.tolist()}")
+        raise ValueError(
+            f"every sensitive group must occur in every stratum; counts (stratum x group) = {counts.tolist()}"
+        )
     return (counts / counts.sum(dim=1, keepdim=True)).rsqrt()
 
 
@@ -115,7 +117,7 @@ def chi2(F, S, Zs) -> torch.Tensor:
     sum_z p(z) [ sum_{u,r} q_z(u,r)^2 / (pbar_z(u) p_z(r)) ] - 1 with all probabilities
     conditional on the stratum; shape (...).
     """
-    n_z = Zs.sum(-2)                                               # (..., Z)
+    n_z = Zs.sum(-2)  # (..., Z)
     pbar = torch.einsum("...nz,...nl->...zl", Zs, F) / n_z.unsqueeze(-1)
     p_s = torch.einsum("...nz,...nk->...zk", Zs, S) / n_z.unsqueeze(-1)
     q = torch.einsum("...nz,...nk,...nl->...zlk", Zs, S, F) / n_z[..., None, None]
@@ -139,6 +141,7 @@ def project_frobenius(W: torch.Tensor, radius: float) -> torch.Tensor:
 
 # -- group form: a_{iu} and the W-gradient depend on a sample only through its
 # (stratum, group) cell, which makes the vectorised trainer cheap --------------
+
 
 def coef_table(W: torch.Tensor, inv_sqrt_p: torch.Tensor) -> torch.Tensor:
     """a_u for a sample in cell (z, r), shape (..., Z, k, l); coef_a_i = table[z_i, s_i]."""

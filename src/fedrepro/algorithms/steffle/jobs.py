@@ -49,7 +49,6 @@ from .base import BatchSchedule, FairData
 log = logging.getLogger(__name__)
 
 
-
 def load_data(job) -> FairData:
     prepared = load_prepared(Path(job.input["data"]).parent)
     for key in ("s_train", "s_test"):
@@ -59,8 +58,15 @@ def load_data(job) -> FairData:
         silos = load_partition(job.input["partition"]).clients
     else:
         silos = [np.arange(len(prepared.y_train))]
-    return FairData.from_arrays(prepared.x_train, prepared.y_train, prepared.extras["s_train"],
-                                prepared.x_test, prepared.y_test, prepared.extras["s_test"], silos)
+    return FairData.from_arrays(
+        prepared.x_train,
+        prepared.y_train,
+        prepared.extras["s_train"],
+        prepared.x_test,
+        prepared.y_test,
+        prepared.extras["s_test"],
+        silos,
+    )
 
 
 def grid(spec: dict) -> tuple[list, list[float]]:
@@ -77,9 +83,16 @@ def privacy_context(data: FairData, cfg) -> dict:
     sizes = data.silo_sizes
     schedule = BatchSchedule(sizes, cfg.batch, cfg.sampling)
     rho = accounting.rho_from_attribute(data.s.numpy(), data.k)
-    return {"n": n, "silo_sizes": sizes, "rounds": cfg.epochs * schedule.rounds_per_epoch, "batch": schedule.batch,
-            "rho": rho, "delta": accounting.delta_for_n(n), "sampling": cfg.sampling,
-            "sampling_note": accounting.SAMPLING_NOTES[cfg.sampling]}
+    return {
+        "n": n,
+        "silo_sizes": sizes,
+        "rounds": cfg.epochs * schedule.rounds_per_epoch,
+        "batch": schedule.batch,
+        "rho": rho,
+        "delta": accounting.delta_for_n(n),
+        "sampling": cfg.sampling,
+        "sampling_note": accounting.SAMPLING_NOTES[cfg.sampling],
+    }
 
 
 def method_module(method: str):
@@ -109,8 +122,16 @@ def metrics_frame(result, seeds, settings) -> pd.DataFrame:
     for epoch, kind, metrics in evaluations:
         for si, seed in enumerate(seeds):
             for gi, (eps, lam) in enumerate(settings):
-                rows.append({"seed": seed, "eps": str(eps), "lam": lam, "epoch": epoch, "kind": kind,
-                             **{k: float(v[si, gi]) for k, v in metrics.items()}})
+                rows.append(
+                    {
+                        "seed": seed,
+                        "eps": str(eps),
+                        "lam": lam,
+                        "epoch": epoch,
+                        "kind": kind,
+                        **{k: float(v[si, gi]) for k, v in metrics.items()},
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -126,7 +147,7 @@ def _jsonable(value):
     return value
 
 
-GRID_KEYS = ("epsilons", "lambdas", "checkpoint_every")   # keys a cell's numbers do not depend on
+GRID_KEYS = ("epsilons", "lambdas", "checkpoint_every")  # keys a cell's numbers do not depend on
 
 
 def cell_cache(job) -> Path:
@@ -173,8 +194,9 @@ def _seed_health(rows: pd.DataFrame) -> health.Health:
     if np.isfinite(values).all():
         return health.OK
     bad = rows[~np.isfinite(values).all(axis=1)].iloc[0]
-    return health.Health("diverged", f"non-finite metric at eps={bad['eps']}, lambda={bad['lam']}, "
-                                     f"epoch {int(bad['epoch'])}")
+    return health.Health(
+        "diverged", f"non-finite metric at eps={bad['eps']}, lambda={bad['lam']}, epoch {int(bad['epoch'])}"
+    )
 
 
 def run_job(job) -> None:
@@ -209,9 +231,15 @@ def run_job(job) -> None:
         cfg = method_module(job.spec["method"]).config(job.spec)
         sizes = [len(data.y)] if has_trait(job.spec["method"], "central") else data.silo_sizes
         rounds = cfg.epochs * BatchSchedule(sizes, cfg.batch, cfg.sampling).rounds_per_epoch
-    summary = {"spec": job.spec, "rounds": rounds, "privacy": privacy, "seconds": time.time() - start,
-               "models": len(job.seeds) * len(settings), "cells_trained": len(todo), "cells_cached": len(cached),
-               "seeds": {str(s): {"final": {}, **_seed_health(metrics[metrics["seed"] == s]).as_dict()}
-                         for s in job.seeds}}
+    summary = {
+        "spec": job.spec,
+        "rounds": rounds,
+        "privacy": privacy,
+        "seconds": time.time() - start,
+        "models": len(job.seeds) * len(settings),
+        "cells_trained": len(todo),
+        "cells_cached": len(cached),
+        "seeds": {str(s): {"final": {}, **_seed_health(metrics[metrics["seed"] == s]).as_dict()} for s in job.seeds},
+    }
     job.out("summary").write_text(json.dumps(_jsonable(summary), indent=1))
     log.info("trained %d models in %.1f s", summary["models"], summary["seconds"])

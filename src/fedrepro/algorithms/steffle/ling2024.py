@@ -63,10 +63,10 @@ class FedFDPTrainer(GridTrainer):
         self.z_mult = torch.as_tensor(multiplier, dtype=torch.float32).reshape(G)
         self.wire = wire if wire is not None else Wire(record=False)
         S = len(self.seeds)
-        self.global_loss = torch.zeros(S, G)                               # server.global_loss starts at 0
+        self.global_loss = torch.zeros(S, G)  # server.global_loss starts at 0
         self.loss_clip = torch.full((S, G, N), float(cfg.clip_norm_for_loss))
         sizes = torch.tensor(data.silo_sizes, dtype=torch.float32)
-        self.client_weight = sizes / sizes.sum()                           # uploaded_weights: n_j / n
+        self.client_weight = sizes / sizes.sum()  # uploaded_weights: n_j / n
         self.noise_shapes = {"u": (N, data.x.shape[1]), "l": (N,)}
 
     def step(self, t, local, weight, noise):
@@ -75,7 +75,7 @@ class FedFDPTrainer(GridTrainer):
         for j in range(N):
             self.wire.send("server", f"silo{j}", "model", {"theta": self.theta, "global_loss": self.global_loss})
         xb, yb, xnorm, _ = self.batch(local)
-        weight = weight[:, None]                                            # (S, 1, N, m)
+        weight = weight[:, None]  # (S, 1, N, m)
         logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)
         y = yb[:, None]
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y.expand_as(logits), reduction="none")
@@ -85,15 +85,21 @@ class FedFDPTrainer(GridTrainer):
         summed = torch.einsum("sgnm,snmd->sgnd", c, xb)
         sigma = (self.z_mult * cfg.dp_norm)[None, :, None, None]
         update = (summed + sigma * noise["u"][:, None]) / self.m
-        new_theta = self.theta[:, :, None] - self.lr() * update             # each client's model after its step
+        new_theta = self.theta[:, :, None] - self.lr() * update  # each client's model after its step
         # released loss: per-sample losses of the updated model on the same batch, clipped to B_t
         after = torch.nn.functional.binary_cross_entropy_with_logits(
-            torch.einsum("snmd,sgnd->sgnm", xb, new_theta), y.expand_as(logits), reduction="none")
+            torch.einsum("snmd,sgnd->sgnm", xb, new_theta), y.expand_as(logits), reduction="none"
+        )
         clipped = torch.minimum(after, self.loss_clip[..., None]) * weight
         loss_stat = (clipped.sum(-1) + self.z_mult[None, :, None] * self.loss_clip * noise["l"][:, None]) / self.m
-        received = [(self.wire.send(f"silo{j}", "server", "model_update", update[:, :, j]),
-                     self.wire.send(f"silo{j}", "server", "loss_stat", loss_stat[:, :, j])) for j in range(N)]
-        self.loss_clip = loss_stat.clamp_min(0.0)                          # client.last_loss = max(0, released)
+        received = [
+            (
+                self.wire.send(f"silo{j}", "server", "model_update", update[:, :, j]),
+                self.wire.send(f"silo{j}", "server", "loss_stat", loss_stat[:, :, j]),
+            )
+            for j in range(N)
+        ]
+        self.loss_clip = loss_stat.clamp_min(0.0)  # client.last_loss = max(0, released)
         cw = self.client_weight
         self.theta = self.theta - self.lr() * torch.einsum("n,nsgd->sgd", cw, torch.stack([r[0] for r in received]))
         self.global_loss = torch.einsum("n,nsg->sg", cw, torch.stack([r[1] for r in received]))
@@ -116,7 +122,7 @@ class GroupGapTrainer(CellMixin, GridTrainer):
         self.z_mult = torch.as_tensor(multiplier, dtype=torch.float32).reshape(G)
         self._setup_cells(data, cfg.fairness)
         self.wire = wire if wire is not None else Wire(record=False)
-        self.rates = torch.zeros(len(self.seeds), G, self.Z, data.k)        # server's estimate of r_{za}
+        self.rates = torch.zeros(len(self.seeds), G, self.Z, data.k)  # server's estimate of r_{za}
         N = data.num_silos
         self.noise_shapes = {"u": (N, data.x.shape[1]), "r": (N, self.C)}
 
@@ -136,12 +142,19 @@ class GroupGapTrainer(CellMixin, GridTrainer):
         sigma = (self.z_mult * 2 * (cfg.clip_loss + cfg.clip_fair) / self.m)[None, :, None, None]
         update = summed / self.m + sigma * noise["u"][:, None]
         C1 = fermi.onehot(cell, self.C) * weight[..., None]
-        stats = torch.einsum("sgnm,snmc->sgnc", p1, C1) + \
-            (self.z_mult * math.sqrt(2.0))[None, :, None, None] * noise["r"][:, None]
-        received = [(self.wire.send(f"silo{j}", "server", "model_update", update[:, :, j]),
-                     self.wire.send(f"silo{j}", "server", "fair_stats", stats[:, :, j])) for j in range(N)]
+        stats = (
+            torch.einsum("sgnm,snmc->sgnc", p1, C1)
+            + (self.z_mult * math.sqrt(2.0))[None, :, None, None] * noise["r"][:, None]
+        )
+        received = [
+            (
+                self.wire.send(f"silo{j}", "server", "model_update", update[:, :, j]),
+                self.wire.send(f"silo{j}", "server", "fair_stats", stats[:, :, j]),
+            )
+            for j in range(N)
+        ]
         self.theta = self.theta - self.lr() * torch.stack([r[0] for r in received]).mean(0)
-        expected = N * self.m * self.p_cell.flatten()                       # public expected cell counts
+        expected = N * self.m * self.p_cell.flatten()  # public expected cell counts
         total = torch.stack([r[1] for r in received]).sum(0)
         self.rates = (total / expected).view_as(self.rates)
         self.remember_iterate(t)
@@ -160,7 +173,7 @@ def build(spec, data, seeds, settings, epsilons):
     record-level add/remove; the variant: gradient and group sums, replace-one)."""
     cfg = config(spec)
     ctx = jobs.privacy_context(data, cfg)
-    q = min(1.0, ctx["batch"] / min(ctx["silo_sizes"]))         # smallest silo: conservative for all
+    q = min(1.0, ctx["batch"] / min(ctx["silo_sizes"]))  # smallest silo: conservative for all
 
     def compositions(z):  # per silo and round: gradient and group statistics of ONE batch, both with
         # multiplier z, released together: one Gaussian with multiplier z / sqrt(2) (joint_multiplier)

@@ -81,11 +81,13 @@ def w_step_sizes(eta_w: float, lam: torch.Tensor, rule: str) -> torch.Tensor:
 @dataclass
 class SGDAConfig(ScheduleConfig):
     eta_w: float = 1e-5
-    w_step: str = "capped"     # capped: eta_w(lambda) = min(eta_w, 1/(2 lambda)) (stable, see below) | fixed
-    clip: float = 1.0          # L_theta: per-sample clip of the sensitive theta-gradient
-    radius: float = 1.0        # D: Frobenius radius of the W ball
+    w_step: str = "capped"  # capped: eta_w(lambda) = min(eta_w, 1/(2 lambda)) (stable, see below) | fixed
+    clip: float = 1.0  # L_theta: per-sample clip of the sensitive theta-gradient
+    radius: float = 1.0  # D: Frobenius radius of the W ball
     compat_refcode: bool = False
-    noise: str = "theorem"     # theorem: Theorem 3.3's sigmas | calibrated: scaled to meet eps (privacy.steffle.steffle_noise)
+    noise: str = (
+        "theorem"  # theorem: Theorem 3.3's sigmas | calibrated: scaled to meet eps (privacy.steffle.steffle_noise)
+    )
 
     positive = ("eta_theta", "clip", "radius")
 
@@ -126,8 +128,17 @@ class SteffleTrainer(GridTrainer):
     per-silo noise std of h_theta and h_w (0 = non-private).
     """
 
-    def __init__(self, data: FairData, cfg: SGDAConfig, seeds: list[int], lam, sigma_theta, sigma_w,
-                 wire: Wire | None = None, protocol: bool = False):
+    def __init__(
+        self,
+        data: FairData,
+        cfg: SGDAConfig,
+        seeds: list[int],
+        lam,
+        sigma_theta,
+        sigma_w,
+        wire: Wire | None = None,
+        protocol: bool = False,
+    ):
         self.lam = torch.as_tensor(lam, dtype=torch.float32).reshape(-1)
         G, N = len(self.lam), data.num_silos
         super().__init__(data, cfg, seeds, G)
@@ -137,15 +148,16 @@ class SteffleTrainer(GridTrainer):
         self.protocol = protocol
         self.Z, z = strata(data, cfg.fairness)
         s_silo, s_global = refcode_groups(data) if cfg.compat_refcode else (data.s, data.s)
-        self.cells_of = z * data.k + s_silo                                  # (stratum, group) cell per sample
+        self.cells_of = z * data.k + s_silo  # (stratum, group) cell per sample
         self.inv_sqrt_p = fermi.strata_inv_sqrt_p(s_global, z, data.k, self.Z).float()
         self.mask = fermi.w_mask(data.k, data.l, cfg.compat_refcode)
         self.W = torch.zeros(len(self.seeds), G, self.Z, data.k, data.l)
         self.noise_shapes = {"u": (N, data.x.shape[1]), "V": (N, self.Z, data.k, data.l)}
         self.sensitive_needed = bool((self.lam != 0).any()) or (
-            cfg.compat_refcode and bool((self.sigma_theta != 0).any()))
-        self.eta_w = w_step_sizes(cfg.eta_w, self.lam, cfg.w_step)         # (G,)
-        self.w_flips = torch.zeros(len(self.seeds), G)                      # rounds where W changed sign
+            cfg.compat_refcode and bool((self.sigma_theta != 0).any())
+        )
+        self.eta_w = w_step_sizes(cfg.eta_w, self.lam, cfg.w_step)  # (G,)
+        self.w_flips = torch.zeros(len(self.seeds), G)  # rounds where W changed sign
         self.w_rounds = 0
 
     def _sensitive(self, logits, p1, xb, xnorm, cell, weight, V, messages=None):
@@ -153,21 +165,21 @@ class SteffleTrainer(GridTrainer):
         per-sample vectors in protocol mode) and the noisy h_w (S, G, N, Z, k, l)."""
         cfg, (Z, k, l) = self.cfg, self.W.shape[2:]
         S_, N, m = cell.shape
-        C1 = fermi.onehot(cell, Z * k) * weight[..., None]                  # (S, N, m, Zk); pads -> 0
-        weight = weight[:, None]                                            # (S, 1, N, m) over settings
+        C1 = fermi.onehot(cell, Z * k) * weight[..., None]  # (S, N, m, Zk); pads -> 0
+        weight = weight[:, None]  # (S, 1, N, m) over settings
         scale = self.lam.view(1, -1, 1, 1) if cfg.compat_refcode else torch.ones(1, 1, 1, 1)
-        table = fermi.coef_table(self.W, self.inv_sqrt_p)                   # (S, G, Z, k, l)
+        table = fermi.coef_table(self.W, self.inv_sqrt_p)  # (S, G, Z, k, l)
         if messages is None:  # factorised: grad psi_i = sigma(1-sigma)(a_i1 - a_i0) x_i
             delta = (table[..., 1] - table[..., 0]).reshape(S_, -1, Z * k)
             delta_i = torch.gather(delta, 2, cell.reshape(S_, 1, -1).expand(-1, delta.shape[1], -1))
             c = clip_coef(p1 * (1.0 - p1) * delta_i.view_as(p1) * scale, xnorm, cfg.clip) * weight
         else:  # from the (F, grad F) message: grad psi_i = sum_u a_iu grad F_u, clipped to C
             S1, Z1 = fermi.onehot(cell % k, k)[:, None], fermi.onehot(cell // k, Z)[:, None]
-            a = fermi.coef_a(S1, Z1, self.W[:, :, None], self.inv_sqrt_p)    # (S, G, N, m, l)
+            a = fermi.coef_a(S1, Z1, self.W[:, :, None], self.inv_sqrt_p)  # (S, G, N, m, l)
             grads = torch.einsum("sgnml,sgnmld->sgnmd", a, messages["grad_F"]) * scale[..., None]
             grads = grads * (cfg.clip / grads.norm(dim=-1, keepdim=True).clamp_min(1e-30)).clamp(max=1.0)
-            c = grads * weight[..., None]                                   # (S, G, N, m, D)
-        F1 = torch.einsum("sgnm,snmc->sgnc", p1, C1)                         # cell sums of F_1
+            c = grads * weight[..., None]  # (S, G, N, m, D)
+        F1 = torch.einsum("sgnm,snmc->sgnc", p1, C1)  # cell sums of F_1
         Fcell = torch.stack([C1.sum(2)[:, None] - F1, F1], dim=-1).view(S_, -1, N, Z, k, l)
         h_w = fermi.grad_w_from_cells(self.W[:, :, None], Fcell, self.inv_sqrt_p) / self.m
         if cfg.compat_refcode:
@@ -178,9 +190,12 @@ class SteffleTrainer(GridTrainer):
     def _division_message(self, logits, xb, local, j):
         """Line 7 message of silo j's non-sensitive division: F, grad F (per sample) and indices."""
         p1 = torch.sigmoid(logits[:, :, j])
-        dF1 = (p1 * (1 - p1))[..., None] * xb[:, None, j]                  # (S, G, m, D)
-        payload = {"F": fermi.logistic_probs(logits[:, :, j]), "grad_F": torch.stack([-dF1, dF1], dim=-2),
-                   "index": local[:, j]}
+        dF1 = (p1 * (1 - p1))[..., None] * xb[:, None, j]  # (S, G, m, D)
+        payload = {
+            "F": fermi.logistic_probs(logits[:, :, j]),
+            "grad_F": torch.stack([-dF1, dF1], dim=-2),
+            "index": local[:, j],
+        }
         return self.wire.send(f"silo{j}/nonsensitive", f"silo{j}/sensitive", "outputs", payload)
 
     def step(self, t: int, local, weight, noise):
@@ -189,7 +204,7 @@ class SteffleTrainer(GridTrainer):
         for j in range(N):
             self.wire.send("server", f"silo{j}", "model", {"theta": self.theta, "W": self.W})
         xb, yb, xnorm, cell = self.batch(local, self.cells_of)
-        logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)             # line 7 (non-sensitive)
+        logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)  # line 7 (non-sensitive)
         p1 = torch.sigmoid(logits)
         resid = (p1 - yb[:, None]) * weight[:, None]
         G = resid.shape[1]
@@ -198,8 +213,16 @@ class SteffleTrainer(GridTrainer):
             h_theta, h_w = torch.zeros_like(g), torch.zeros(g.shape[:3] + self.W.shape[2:])
         elif self.protocol:
             msgs = [self._division_message(logits, xb, local, j) for j in range(N)]
-            c, h_w = self._sensitive(logits, p1, xb, xnorm, cell, weight, noise["V"],
-                                     {"grad_F": torch.stack([m["grad_F"] for m in msgs], dim=2)})
+            c, h_w = self._sensitive(
+                logits,
+                p1,
+                xb,
+                xnorm,
+                cell,
+                weight,
+                noise["V"],
+                {"grad_F": torch.stack([m["grad_F"] for m in msgs], dim=2)},
+            )
             g = torch.einsum("sgnm,snmd->sgnd", resid, xb) / self.m
             h_theta = self._finish_h_theta(c.sum(-2), noise["u"])
         else:  # one contraction against x for the loss residuals and the sensitive coefficients
@@ -207,9 +230,14 @@ class SteffleTrainer(GridTrainer):
             both = torch.einsum("sgnm,snmd->sgnd", torch.cat([resid, c], dim=1), xb)
             g = both[:, :G] / self.m
             h_theta = self._finish_h_theta(both[:, G:], noise["u"])
-        received = [(self.wire.send(f"silo{j}", "server", "loss_grad", g[:, :, j]),
-                     self.wire.send(f"silo{j}", "server", "sens_grad_theta", h_theta[:, :, j]),
-                     self.wire.send(f"silo{j}", "server", "sens_grad_w", h_w[:, :, j])) for j in range(N)]
+        received = [
+            (
+                self.wire.send(f"silo{j}", "server", "loss_grad", g[:, :, j]),
+                self.wire.send(f"silo{j}", "server", "sens_grad_theta", h_theta[:, :, j]),
+                self.wire.send(f"silo{j}", "server", "sens_grad_w", h_w[:, :, j]),
+            )
+            for j in range(N)
+        ]
         self._server_update(t, received)
 
     def _finish_h_theta(self, summed, u):
@@ -231,7 +259,7 @@ class SteffleTrainer(GridTrainer):
         else:
             self.theta = self.theta - eta * (g + lam * h_theta)
             self.W = fermi.project_frobenius(self.W + eta_w * lam[..., None, None] * h_w, cfg.radius)
-        flipped = (before * self.W < 0).flatten(2).any(-1)                  # (S, G): an entry changed sign
+        flipped = (before * self.W < 0).flatten(2).any(-1)  # (S, G): an entry changed sign
         self.w_flips += flipped.float()
         self.w_rounds += 1
         self.remember_iterate(t)
@@ -239,9 +267,11 @@ class SteffleTrainer(GridTrainer):
     def diagnostics(self) -> dict:
         """W's trajectory: its Frobenius norm (all strata) and the share of rounds since the last
         evaluation in which an entry of W changed sign (an unstable ascent flips every round)."""
-        out = {"w_norm": self.W.flatten(2).norm(dim=-1).numpy().astype(np.float64),
-               "w_flip_rate": (self.w_flips / max(self.w_rounds, 1)).numpy().astype(np.float64),
-               "w_radius_share": (self.W.flatten(2).norm(dim=-1) >= 0.999 * self.cfg.radius).float().numpy()}
+        out = {
+            "w_norm": self.W.flatten(2).norm(dim=-1).numpy().astype(np.float64),
+            "w_flip_rate": (self.w_flips / max(self.w_rounds, 1)).numpy().astype(np.float64),
+            "w_radius_share": (self.W.flatten(2).norm(dim=-1) >= 0.999 * self.cfg.radius).float().numpy(),
+        }
         self.w_flips.zero_()
         self.w_rounds = 0
         return out
@@ -266,9 +296,23 @@ def build(spec, data, seeds, settings, epsilons):
     cfg = config(spec)
     ctx = jobs.privacy_context(data, cfg)
     lambdas = sorted({lam for _, lam in jobs.grid(spec)[0]})
-    noise = {str(e): accounting.steffle_noise(e, ctx["delta"], ctx["rounds"], ctx["silo_sizes"], ctx["rho"],
-                                              cfg.clip, cfg.radius, ctx["batch"], cfg.compat_refcode,
-                                              cfg.sampling, lambdas, cfg.noise) for e in epsilons}
+    noise = {
+        str(e): accounting.steffle_noise(
+            e,
+            ctx["delta"],
+            ctx["rounds"],
+            ctx["silo_sizes"],
+            ctx["rho"],
+            cfg.clip,
+            cfg.radius,
+            ctx["batch"],
+            cfg.compat_refcode,
+            cfg.sampling,
+            lambdas,
+            cfg.noise,
+        )
+        for e in epsilons
+    }
     for e, record in noise.items():
         if record["precondition_messages"]:
             log.warning("eps=%s: Theorem 3.3 preconditions broken: %s", e, "; ".join(record["precondition_messages"]))

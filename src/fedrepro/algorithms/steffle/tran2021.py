@@ -51,7 +51,7 @@ class TranTrainer(CellMixin, GridTrainer):
     def step(self, t, local, weight, noise):
         cfg = self.cfg
         xb, yb, xnorm, cell = self.batch(local, self.cells_of)
-        weight = weight[:, None]                                            # (S, 1, N, m)
+        weight = weight[:, None]  # (S, 1, N, m)
         logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)
         p1 = torch.sigmoid(logits)
         resid = (p1 - yb[:, None]) * weight
@@ -72,8 +72,9 @@ class TranTrainer(CellMixin, GridTrainer):
         noisy = sums + (self.z_mult * math.sqrt(2.0))[None, :, None] * noise
         Zk = self.p_cell.shape
         rate = (noisy / self.cell_counts).view(*noisy.shape[:2], *Zk)
-        stratum_rate = sums.view(*sums.shape[:2], *Zk).sum(-1, keepdim=True) / \
-            self.cell_counts.view(Zk).sum(-1, keepdim=True)                   # does not depend on s
+        stratum_rate = sums.view(*sums.shape[:2], *Zk).sum(-1, keepdim=True) / self.cell_counts.view(Zk).sum(
+            -1, keepdim=True
+        )  # does not depend on s
         violation = rate - stratum_rate
         self.sign = torch.sign(violation)
         self.mu = (self.mu + self.dual_lr[None, :, None, None] * (violation.abs() - self.cfg.alpha)).clamp_min(0)
@@ -95,8 +96,10 @@ def build(spec, data, seeds, settings, epsilons):
     q = min(1.0, ctx["batch"] / ctx["n"])
 
     def compositions(z):  # T primal releases (q = m/n) + one dual release per epoch (q = 1)
-        return [accountant.GaussianComposition(z, ctx["rounds"], q, "PF-LD primal"),
-                accountant.GaussianComposition(z, cfg.epochs, 1.0, "PF-LD dual")]
+        return [
+            accountant.GaussianComposition(z, ctx["rounds"], q, "PF-LD primal"),
+            accountant.GaussianComposition(z, cfg.epochs, 1.0, "PF-LD dual"),
+        ]
 
     noise = {str(e): accounting.baseline_noise(e, ctx, compositions, ctx["rounds"], q) for e in epsilons}
     mult = [noise[str(e)]["noise_multiplier"] for e, _ in settings]
