@@ -19,5 +19,6 @@ Modules (import the one you need; this package imports nothing):
   privacy fields every run records), ``steffle`` (Theorem 3.3's sigma_w and
   sigma_theta, their preconditions, rho, delta = 1/n^2, and the calibration of
   the baselines' multipliers).
+* ``checks``: the argument checks the paper modules share (each error names its argument).
 * ``audit``: the empirical canary audit (Clopper-Pearson lower bounds on eps).
 """

@@ -46,6 +46,7 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from fedrepro.privacy import accountant
+from fedrepro.privacy.checks import check_delta, non_negative, positive
 
 _MU_BRACKET = (1e-6, 100.0)
 # Above this mu, eps(delta) > mu^2/2 = 5e7: no meaningful guarantee, and the logs of eq. (11)
@@ -82,27 +83,6 @@ def parse_clip(value) -> float:
     return _positive_or_inf("clip", value, ("inf", "infinity", "none"))
 
 
-def _check_eps(eps: float) -> float:
-    eps = float(eps)
-    if not eps >= 0.0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
-    return eps
-
-
-def _check_delta(delta: float) -> float:
-    delta = float(delta)
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    return delta
-
-
-def _positive(name: str, value: float) -> float:
-    value = float(value)
-    if not value > 0.0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return value
-
-
 # --------------------------------------------------------------------------- the formula: eq. (11)
 
 
@@ -113,7 +93,7 @@ def gdp_delta(eps: float, mu: float) -> float:
     a = -eps/mu + mu/2 and b = -eps/mu - mu/2, which stays accurate when
     e^eps overflows or both terms are tiny (large eps).
     """
-    eps = _check_eps(eps)
+    eps = non_negative("eps", eps)
     mu = float(mu)
     if not mu >= 0.0:
         raise ValueError(f"GDP mu must be >= 0, got {mu}")
@@ -133,8 +113,8 @@ def mu_from_eps_delta(eps: float, delta: float) -> float:
 
     eps = inf maps to mu = inf (no privacy, sigma_dp = 0).
     """
-    eps = _check_eps(eps)
-    delta = _check_delta(delta)
+    eps = non_negative("eps", eps)
+    delta = check_delta(delta)
     if math.isinf(eps):
         return math.inf
     lo, hi = _MU_BRACKET
@@ -155,7 +135,7 @@ def mu_from_eps_delta(eps: float, delta: float) -> float:
 
 def eps_from_mu(mu: float, delta: float) -> float:
     """The eps with delta(eps; mu) = delta (brentq; delta is decreasing in eps)."""
-    delta = _check_delta(delta)
+    delta = check_delta(delta)
     mu = float(mu)
     if not mu >= 0.0:
         raise ValueError(f"GDP mu must be >= 0, got {mu}")
@@ -181,17 +161,17 @@ def total_rounds(epochs: int, num_clients: int, num_samples: int, batch_size: in
         ("num_samples", num_samples),
         ("batch_size", batch_size),
     ):
-        _positive(name, value)
+        positive(name, value)
     per_epoch = num_samples // batch_size if drop_last else math.ceil(num_samples / batch_size)
     return int(epochs * num_clients * per_epoch)
 
 
 def sigma_dp(clip: float, rounds: int, num_samples: int, mu: float) -> float:
     """sigma_dp = 2 C sqrt(T) / (D mu) (Theorem 6.1); mu = inf gives 0."""
-    clip = _positive("clip C", clip)
-    rounds = _positive("rounds T", rounds)
-    num_samples = _positive("num_samples D", num_samples)
-    mu = _positive("GDP mu", mu)
+    clip = positive("clip C", clip)
+    rounds = positive("rounds T", rounds)
+    num_samples = positive("num_samples D", num_samples)
+    mu = positive("GDP mu", mu)
     if math.isinf(mu):
         return 0.0
     return 2.0 * clip * math.sqrt(rounds) / (num_samples * mu)
@@ -206,7 +186,7 @@ def noise_multiplier(sigma: float, clip: float, batch_size: int) -> float:
     """sigma_tilde = sigma_dp / (2C/B): noise over the replace-one sensitivity 2C/B."""
     if not float(sigma) >= 0.0:
         raise ValueError(f"sigma must be >= 0, got {sigma}")
-    return float(sigma) * _positive("batch_size B", batch_size) / (2.0 * _positive("clip C", clip))
+    return float(sigma) * positive("batch_size B", batch_size) / (2.0 * positive("clip C", clip))
 
 
 def sigma_embedding(
@@ -223,12 +203,12 @@ def sigma_embedding(
     k = int(embeddings_per_release)
     if k < 1:
         raise ValueError(f"embeddings_per_release must be >= 1, got {embeddings_per_release}")
-    clip_h = _positive("clip C_h", clip_h)
-    mu = _positive("GDP mu", mu)
+    clip_h = positive("clip C_h", clip_h)
+    mu = positive("GDP mu", mu)
     if math.isinf(mu):
         return 0.0
-    rate = _positive("batch_size B", batch_size) / _positive("num_samples D", num_samples)
-    return rate * 2.0 * clip_h * math.sqrt(k) * math.sqrt(_positive("releases T_rel", releases)) / mu
+    rate = positive("batch_size B", batch_size) / positive("num_samples D", num_samples)
+    return rate * 2.0 * clip_h * math.sqrt(k) * math.sqrt(positive("releases T_rel", releases)) / mu
 
 
 # ----------------------------------------------- diagnostic: the CLT of the subsampled composition

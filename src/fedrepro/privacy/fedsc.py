@@ -32,7 +32,8 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fedrepro.privacy import accountant
+from fedrepro.privacy import accountant, checks
+from fedrepro.privacy.checks import non_negative, positive
 
 if TYPE_CHECKING:
     from torch import Generator, Tensor
@@ -43,36 +44,15 @@ SENS_FACTORS = {"one": PAPER_SENS_FACTOR, "sqrt2": RIGOROUS_SENS_FACTOR}  # thei
 PARTIAL_SCALINGS = ("p", "sqrt_p", "one")
 
 
-def _positive(name: str, value: float) -> float:
-    value = float(value)
-    if not value > 0.0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return value
-
-
-def _non_negative(name: str, value: float) -> float:
-    value = float(value)
-    if not value >= 0.0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
-
-
-def _log_inv_delta(delta: float) -> float:
-    delta = float(delta)
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    return -math.log(delta)
-
-
 def sensitivity(mu: float, n: int, sens_factor: float = RIGOROUS_SENS_FACTOR) -> float:
     """Frobenius sensitivity W = sens_factor * mu / n of one DP-CalR release."""
-    return _positive("sens_factor", sens_factor) * _positive("mu", mu) / _positive("n (|D_j|)", n)
+    return positive("sens_factor", sens_factor) * positive("mu", mu) / positive("n (|D_j|)", n)
 
 
 def _rdp_rate(mu: float, sigma: float, n: int, steps: int, sens_factor: float) -> float:
     """T W^2 / sigma^2: twice the RDP at order 1 of ``steps`` composed releases."""
-    _non_negative("steps T", steps)
-    if _non_negative("sigma", sigma) == 0.0:
+    non_negative("steps T", steps)
+    if non_negative("sigma", sigma) == 0.0:
         return math.inf if steps > 0 else 0.0
     return steps * (sensitivity(mu, n, sens_factor) / sigma) ** 2
 
@@ -89,7 +69,7 @@ def epsilon(
 ) -> float:
     """Proposition 6.6 closed form: (eps, delta)-DP after ``steps`` = T_j shares."""
     rate = _rdp_rate(mu, sigma, n, steps, sens_factor)
-    log_inv_delta = _log_inv_delta(delta)
+    log_inv_delta = checks.log_inv_delta(delta)
     if math.isinf(rate):
         return math.inf
     return rate / 2.0 + math.sqrt(2.0 * rate * log_inv_delta)
@@ -100,7 +80,7 @@ def optimal_order(
 ) -> float:
     """alpha* = 1 + sqrt(2 sigma^2 n^2 log(1/delta) / (T (sens_factor mu)^2))."""
     rate = _rdp_rate(mu, sigma, n, steps, sens_factor)
-    log_inv_delta = _log_inv_delta(delta)
+    log_inv_delta = checks.log_inv_delta(delta)
     if rate == 0.0:
         return math.inf
     return 1.0 + math.sqrt(2.0 * log_inv_delta / rate)
@@ -117,7 +97,7 @@ def epsilon_numeric(
     from scipy.optimize import minimize_scalar  # only this cross-check needs scipy
 
     rate = _rdp_rate(mu, sigma, n, steps, sens_factor)
-    log_inv_delta = _log_inv_delta(delta)
+    log_inv_delta = checks.log_inv_delta(delta)
     if math.isinf(rate):
         return math.inf
     if rate == 0.0:
@@ -139,11 +119,11 @@ def sigma_for_epsilon(
     With x = W sqrt(T)/sigma, eps = x^2/2 + x sqrt(2 log(1/delta)), so
     x = sqrt(2 log(1/delta) + 2 eps) - sqrt(2 log(1/delta)). eps = inf gives 0.
     """
-    eps = _positive("eps", eps)
-    log_inv_delta = _log_inv_delta(delta)
+    eps = positive("eps", eps)
+    log_inv_delta = checks.log_inv_delta(delta)
     if math.isinf(eps):
         return 0.0
-    _positive("steps T", steps)
+    positive("steps T", steps)
     x = math.sqrt(2.0 * log_inv_delta + 2.0 * eps) - math.sqrt(2.0 * log_inv_delta)
     return sensitivity(mu, n, sens_factor) * math.sqrt(steps) / x
 
@@ -158,7 +138,7 @@ def partial_participation_sigma(sigma_full: float, participation: float, scaling
     about 1/p). ``sqrt_p`` keeps E[T_j]/sigma^2 constant; ``one`` keeps sigma.
     Always log the realised epsilon from the realised T_j.
     """
-    sigma_full = _non_negative("sigma_full", sigma_full)
+    sigma_full = non_negative("sigma_full", sigma_full)
     p = float(participation)
     if not 0.0 < p <= 1.0:
         raise ValueError(f"participation ratio must be in (0, 1], got {participation}")

@@ -37,25 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedrepro.privacy import accountant
-
-
-def _positive(name: str, value: float) -> float:
-    value = float(value)
-    if not value > 0.0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return value
-
-
-def _check_eps(eps: float) -> float:
-    return _positive("eps", eps)
-
-
-def _log_inv_delta(delta: float) -> float:
-    delta = float(delta)
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    return -math.log(delta)
+from fedrepro.privacy import accountant, checks
+from fedrepro.privacy.checks import positive
 
 
 def is_private(eps) -> bool:
@@ -67,7 +50,7 @@ def is_private(eps) -> bool:
 
 def delta_for_n(num_samples: int) -> float:
     """delta = 1/n^2 with n the total number of training samples (all silos)."""
-    return 1.0 / _positive("num_samples n", num_samples) ** 2
+    return 1.0 / positive("num_samples n", num_samples) ** 2
 
 
 def rho_from_counts(counts) -> float:
@@ -99,17 +82,17 @@ def rho_from_attribute(sensitive, num_groups: int) -> float:
 
 def num_iterations(epochs: int, local_size: int, batch_size: int) -> int:
     """T = epochs * ceil(n~/m): one epoch is one pass over a silo's local data."""
-    _positive("epochs", epochs)
-    return int(epochs) * math.ceil(_positive("local_size n~", local_size) / _positive("batch_size m", batch_size))
+    positive("epochs", epochs)
+    return int(epochs) * math.ceil(positive("local_size n~", local_size) / positive("batch_size m", batch_size))
 
 
 def sigma_w(eps: float, delta: float, iterations: int, local_size: int, rho: float) -> float:
     """Std of the noise on the batch-mean W-gradient: sqrt(16 T ln(1/delta)/(eps^2 n~^2 rho))."""
-    eps = _check_eps(eps)
-    log_inv_delta = _log_inv_delta(delta)
-    t = _positive("iterations T", iterations)
-    n_local = _positive("local_size n~", local_size)
-    rho = _positive("rho", rho)
+    eps = positive("eps", eps)
+    log_inv_delta = checks.log_inv_delta(delta)
+    t = positive("iterations T", iterations)
+    n_local = positive("local_size n~", local_size)
+    rho = positive("rho", rho)
     if math.isinf(eps):
         return 0.0
     return math.sqrt(16.0 * t * log_inv_delta / (eps**2 * n_local**2 * rho))
@@ -119,16 +102,14 @@ def sigma_theta(
     eps: float, delta: float, iterations: int, local_size: int, rho: float, lipschitz: float, radius: float
 ) -> float:
     """Std of the noise on the batch-mean theta-gradient: L * D * sigma_w."""
-    scale = _positive("lipschitz L", lipschitz) * _positive("radius D", radius)
+    scale = positive("lipschitz L", lipschitz) * positive("radius D", radius)
     return scale * sigma_w(eps, delta, iterations, local_size, rho)
 
 
 def min_iterations(eps: float, local_size: int, batch_size: int) -> float:
     """Smallest T allowed by Theorem 3.3: (n~ sqrt(eps) / (2 m))^2."""
-    eps = _check_eps(eps)
-    return (
-        _positive("local_size n~", local_size) * math.sqrt(eps) / (2.0 * _positive("batch_size m", batch_size))
-    ) ** 2
+    eps = positive("eps", eps)
+    return (positive("local_size n~", local_size) * math.sqrt(eps) / (2.0 * positive("batch_size m", batch_size))) ** 2
 
 
 @dataclass(frozen=True)
@@ -147,8 +128,8 @@ class Preconditions:
 
 def check_preconditions(eps: float, delta: float, iterations: int, local_size: int, batch_size: int) -> Preconditions:
     """Evaluate Theorem 3.3's hypotheses without raising."""
-    eps = _check_eps(eps)
-    log_inv_delta = _log_inv_delta(delta)
+    eps = positive("eps", eps)
+    log_inv_delta = checks.log_inv_delta(delta)
     if math.isinf(eps):
         return Preconditions(False, True, True, ("eps = inf: non-private, Theorem 3.3 not used",))
     messages = []
