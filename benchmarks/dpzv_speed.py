@@ -62,7 +62,7 @@ def load_config(datasets: tuple[str, ...]) -> dict:
 
 def vfl_data(config: dict, dataset: str, folder: Path, device: torch.device):
     """The pipeline's data path: prepare, vertical partition, build_vfl_data; first n samples."""
-    from fedrepro.algorithms.dpzv.base import build_vfl_data
+    from fedrepro.algorithms.dpzv.jobs import vfl_data_from
     from fedrepro.algorithms.dpzv.memory import _subset
     from fedrepro.data.arrays import load_prepared
     from fedrepro.data.partition import make_partition
@@ -73,20 +73,7 @@ def vfl_data(config: dict, dataset: str, folder: Path, device: torch.device):
     )
     split = config["dpzv"]["datasets"][dataset]["partition"]
     part = make_partition("vertical", {"x_train": prepared.x_train}, split=split["split"], clients=split["clients"])
-    shared = config["dpzv"]["shared"]
-    data = build_vfl_data(
-        prepared.x_train,
-        prepared.y_train,
-        prepared.x_test,
-        prepared.y_test,
-        part.features,
-        part.feature_shapes,
-        int(prepared.meta["num_classes"]),
-        prepared.meta["kind"],
-        val=shared["val"],
-        val_fraction=shared["val_fraction"],
-        device=device,
-    )
+    data = vfl_data_from(prepared, part, config["dpzv"]["shared"], device)
     return _subset(data, CASES[dataset][0])
 
 

@@ -64,7 +64,11 @@ def load_job_data(job: Job, device: torch.device) -> VFLData:
     part = load_partition(job.input["partition"])
     if part.kind != "vertical":
         raise ValueError(f"dpzv needs a vertical partition, got a {part.kind} one ({job.input['partition']})")
-    spec = job.spec
+    return vfl_data_from(prepared, part, job.spec, device)
+
+
+def vfl_data_from(prepared, part, spec: dict, device: torch.device) -> VFLData:
+    """Prepared arrays split by a vertical partition, with the spec's validation split (DATA_KEYS)."""
     return build_vfl_data(
         prepared.x_train,
         prepared.y_train,
