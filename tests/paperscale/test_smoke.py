@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -76,7 +77,8 @@ def _snakemake(results: Path, data_root: Path, *args: str, env: dict | None = No
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """Stage the data, run rule all at paper scale (keep going past failures); returns the run folder."""
+    """Stage the data, run rule all at paper scale (keep going past failures); yields the run folder,
+    removed afterwards unless PAPERSCALE_KEEP is set."""
     root = tmp_path_factory.mktemp("paperscale")
     data_root, results = root / "raw", root / "results"
     overrides = root / "checksums.json"
@@ -93,7 +95,9 @@ def smoke(tmp_path_factory):
     minutes = (time.monotonic() - start) / 60
     (root / "snakemake.log").write_text(run.stdout + run.stderr)
     print(f"paper-scale smoke run: exit {run.returncode} in {minutes:.1f} min; log {root / 'snakemake.log'}")
-    return {"results": results, "data_root": data_root, "env": env, "log": run.stdout + run.stderr, "targets": targets}
+    yield {"results": results, "data_root": data_root, "env": env, "log": run.stdout + run.stderr, "targets": targets}
+    if not os.environ.get("PAPERSCALE_KEEP"):  # GBs of paper-size checkpoints; pytest keeps 3 basetemps
+        shutil.rmtree(results, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
