@@ -9,21 +9,18 @@ The generated archives get their checksums through the explicit test hook
 
 Checks per paper: every output of the paper's target exists (a dry run afterwards has nothing to do),
 every loss in every run's metrics is finite, and every table has the rows of the paper's table
-(`fedrepro/report/published/<paper>_<table>.csv`). Marked `paperscale` (deselect locally with
-`-m "not paperscale"`); `make smoke` runs it. Known
-crashes in code owned elsewhere are xfail with the reason until fixed (KNOWN below).
+(`fedrepro/report/published/<paper>_<table>.csv`). Marked `paperscale`: `make test` runs it (first, on
+one of its two xdist workers; tests/conftest.py), `-m "not paperscale"` leaves it out locally and `make
+smoke` runs it alone. The run's results (GBs of paper-size checkpoints) are removed after the checks
+unless PAPERSCALE_KEEP is set. Known crashes in code owned elsewhere are xfail with the reason until
+fixed (KNOWN below).
 
-Cost (issue 16; CPU seconds of every process, user + sys). tests/paperscale/smoke.yaml plans 208 jobs
-(every paper-scale rule at least once). Measured on a loaded 2-core machine (`/usr/bin/time -v` around
-pytest): about 1000 CPU-s (17 CPU-min; 969 s, and 30 s for 3 jobs rerun after the disk filled); per
-process at exit: the job processes 691 s, Snakemake's own process 158 s (0.76 s a job on this DAG), 115 s
-in the other processes Snakemake starts, the dry run 2 s. By rule (CPU-s, jobs): fedsc_pretrain 197 (22;
-CIFAR-10 full participation and the eps = 3 levels 10-22 s each), fedal_train 164 (27; the ResNet-18/34
-pool 7-15 s), dpzv_train 84 (16), fedsc_probe 75 (22), steffle_train 71 (33), fedsc_table3 + table5 32
-(the realised PLD epsilon), every other job 0.1-9 s (Python with torch: about 1.5 s). The first version
-(257 jobs) cost 25-30 CPU-min, the 218-job one about 19. Still more than the ~12 CPU-min CI leaves on 2
-cores (20 min less the install and the rest of the suite), so `make test` deselects it (pyproject's
-addopts).
+Cost (issue 16). tests/paperscale/smoke.yaml plans 210 jobs (every paper-scale rule at least once),
+about 1100 CPU-s. An estimated 40 % is fixed cost per job (Snakemake's scheduler about 0.8 CPU-s, a
+Python process importing torch 2 CPU-s); the rest is mostly fedsc_pretrain (22 jobs; CIFAR-10 at full participation and the eps = 3
+levels the largest), fedal_train (27; the ResNet-18/34 pool), dpzv_train (16; ModelNet40's 12
+ResNet-18 clients), fedsc_probe (22), steffle_train (33). Alone on 2 idle cores it took 9.7 min; `make test`
+(the smoke test beside the rest of the suite) took 12.9 min on a fresh clone, `.ci/run` 14.8 min in all.
 """
 
 from __future__ import annotations
