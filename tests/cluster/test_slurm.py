@@ -20,6 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.rules import rule_bodies
+
 from .conftest import ROOT, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.pipeline
@@ -27,15 +29,6 @@ pytestmark = pytest.mark.pipeline
 SCRIPT = ROOT / ".ci/slurm.sh"
 PROFILES = ["--profile", ROOT / "profiles/slurm", "--profile", ROOT / "profiles/slurm-ci"]
 RUN_LIMIT = 420  # seconds; the slice took 185-217 s on a 2-core machine under load 12
-
-
-def rule_bodies() -> dict[str, str]:
-    """Rule name -> its text, over every rule file."""
-    bodies = {}
-    for path in sorted((ROOT / "workflow/rules").glob("*.smk")):
-        parts = re.split(r"^rule (\w+):$", path.read_text(), flags=re.MULTILINE)
-        bodies.update(zip(parts[1::2], parts[2::2]))
-    return bodies
 
 
 def test_profile_groups_name_existing_short_rules():

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from tests.paperscale import test_smoke as smoke
+from tests.rules import rule_bodies
 
 
 @pytest.fixture(autouse=True)
@@ -77,3 +79,21 @@ def test_a_job_left_to_run_fails_its_papers_output_check(monkeypatch, pending, f
                 smoke.test_every_output_of_the_paper_target_exists({"log": ""}, pending, paper)
         else:
             smoke.test_every_output_of_the_paper_target_exists({"log": ""}, pending, paper)
+
+
+# Rules that run package code and that the smoke run leaves out, each with the reason.
+NOT_IN_SMOKE = {
+    "audit_full": "a fixed-size privacy audit (make audit), no paper-scale setting; `audit` runs its code at small n",
+}
+
+
+def test_the_smoke_run_schedules_every_rule_that_runs_package_code(tmp_path):
+    """A rule added to the workflow (or left out of smoke.yaml's settings) must show up here."""
+    dry = smoke._snakemake(
+        tmp_path / "results", tmp_path / "raw", *smoke.smoke_targets(smoke.PAPERS), "-n", "--quiet", "rules"
+    )
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
+    scheduled = set(re.findall(r"^(\w+)\s+\d+$", dry.stdout, re.M))
+    running_code = {rule for rule, body in rule_bodies().items() if "entry=" in body}
+    assert NOT_IN_SMOKE.keys() <= running_code, "NOT_IN_SMOKE names a rule that no longer runs package code"
+    assert running_code - NOT_IN_SMOKE.keys() - scheduled == set()
