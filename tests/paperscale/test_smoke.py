@@ -15,12 +15,14 @@ smoke` runs it alone. The run's results (GBs of paper-size checkpoints) are remo
 unless PAPERSCALE_KEEP is set. Known crashes in code owned elsewhere are xfail with the reason until
 fixed (KNOWN below).
 
-Cost (issue 16). tests/paperscale/smoke.yaml plans 210 jobs (every paper-scale rule at least once),
-about 1100 CPU-s. An estimated 40 % is fixed cost per job (Snakemake's scheduler about 0.8 CPU-s, a
-Python process importing torch 2 CPU-s); the rest is mostly fedsc_pretrain (22 jobs; CIFAR-10 at full participation and the eps = 3
-levels the largest), fedal_train (27; the ResNet-18/34 pool), dpzv_train (16; ModelNet40's 12
-ResNet-18 clients), fedsc_probe (22), steffle_train (33). Alone on 2 idle cores it took 9.7 min; `make test`
-(the smoke test beside the rest of the suite) took 12.9 min on a fresh clone, `.ci/run` 14.8 min in all.
+Cost (issue 16). tests/paperscale/smoke.yaml plans 215 jobs (every rule that runs package code at
+least once; test_smoke_checks.py says which is left out and why), about 1100 CPU-s. An estimated 40 %
+is fixed cost per job: Snakemake's scheduler (about 0.8 CPU-s) and a Python process importing torch
+(2 CPU-s). Most of the rest is fedsc_pretrain (22 jobs; CIFAR-10 at full participation and the eps = 3
+levels are the largest), fedal_train (27; the ResNet-18/34 pool), dpzv_train (16; ModelNet40's 12
+ResNet-18 clients), fedsc_probe (22) and steffle_train (35). Alone on 2 idle cores it took 9.7 min;
+`make test` (the smoke test beside the rest of the suite) took 12.4 min on a fresh clone, and
+`.ci/run` 14.0 min in all.
 """
 
 from __future__ import annotations
