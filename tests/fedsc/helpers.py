@@ -43,3 +43,21 @@ def write_prepared_digits(root: Path) -> Path:
     np.savez(folder / "arrays.npz", x_train=xt, y_train=yt, x_test=xe, y_test=ye)
     (folder / "meta.json").write_text(json.dumps({"num_classes": 10, "kind": "image"}))
     return folder / "arrays.npz"
+
+
+def method_classes() -> dict:
+    """Method name -> the class that trains it (the method table names run functions, not classes)."""
+    from fedrepro.algorithms.fedsc.byol import FedBYOL, FedEMA, FedU
+    from fedrepro.algorithms.fedsc.fedca import FedCA
+    from fedrepro.algorithms.fedsc.fedsc import FedSC
+    from fedrepro.algorithms.fedsc.fedx import FedX
+
+    return {
+        "fedavg_sc": FedSC,
+        "fedsc": FedSC,
+        "fedavg_byol": FedBYOL,
+        "fedu": FedU,
+        "fedema": FedEMA,
+        "fedx": FedX,
+        "fedca": FedCA,
+    }

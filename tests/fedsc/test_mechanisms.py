@@ -23,19 +23,11 @@ from fedrepro.algorithms.fedsc.fedsc import FedSC
 from fedrepro.algorithms.fedsc.fedx import FedX
 from fedrepro.algorithms.fedsc.loss import alpha_schedule
 from fedrepro.privacy.fedsc import clipped_correlation
-from tests.fedsc.helpers import tiny_spec
+from tests.fedsc.helpers import method_classes, tiny_spec
 
 torch.set_num_threads(1)
 
-CLASSES = {
-    "fedavg_sc": FedSC,
-    "fedsc": FedSC,
-    "fedavg_byol": FedBYOL,
-    "fedu": FedU,
-    "fedema": FedEMA,
-    "fedx": FedX,
-    "fedca": FedCA,
-}
+CLASSES = method_classes()
 
 
 def _spec(method, **over):

@@ -5,23 +5,12 @@ import math
 import pytest
 import torch
 
-from fedrepro.algorithms.fedsc.byol import FedBYOL, FedEMA, FedU
-from fedrepro.algorithms.fedsc.fedca import FedCA
 from fedrepro.algorithms.fedsc.fedsc import FedSC, noise_sigma, planned_shares, shares_at
-from fedrepro.algorithms.fedsc.fedx import FedX
-from tests.fedsc.helpers import tiny_spec
+from tests.fedsc.helpers import method_classes, tiny_spec
 
 torch.set_num_threads(1)
 
-CLASSES = {
-    "fedavg_sc": FedSC,
-    "fedsc": FedSC,
-    "fedavg_byol": FedBYOL,
-    "fedu": FedU,
-    "fedema": FedEMA,
-    "fedx": FedX,
-    "fedca": FedCA,
-}
+CLASSES = method_classes()
 SERVER_RECEIVES = {
     "fedsc": {"weights", "corr_matrix"},
     "fedavg_sc": {"weights"},

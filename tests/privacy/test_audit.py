@@ -81,25 +81,13 @@ def test_fedsc_release_scores_measure_the_noise_and_the_clipped_sensitivity():
 def dpzv_audit():
     import torch
 
-    from fedrepro.algorithms.dpzv.base import VFLSettings
+    from tests.dpzv.conftest import tiny_settings
 
     torch.set_num_threads(1)
     data = audit.tiny_vfl_data(32)
     results = {}
     for name, lr_server in (("paper", 1.0), ("frozen", 0.0)):
-        settings = VFLSettings(
-            batch_size=8,
-            epochs=1,
-            client_model="vfl_mnist_cnn",
-            client_kwargs={"pool": [2, 2], "width": 4},
-            embed_dim=4,
-            server_hidden=8,
-            lr_client=1e-3,
-            lr_server=lr_server,
-            eps=1.0,
-            delta=1e-3,
-            extra={"clip": 0.05},
-        )
+        settings = tiny_settings(lr_server=lr_server, eps=1.0, delta=1e-3, record_wire=False, extra={"clip": 0.05})
         results[name] = audit.dpzv_label_scores(4, settings, data, canary=0, canary_scale=30.0)
     return results
 
