@@ -152,3 +152,26 @@ def test_no_overflow_at_huge_mu():
     assert math.isinf(dpzv.clt_epsilon(0.5, 1000, 0.05, 1e-3))
     # mu = 1e3 is still answered, close to the closed-form large-mu limit mu^2/2 + mu * z(delta)
     assert dpzv.eps_from_mu(1e3, 1e-3) == pytest.approx(0.5e6 + 1e3 * 3.09, rel=1e-3)
+
+
+def test_dp_head_joint_multiplier_is_s_over_sqrt5_closed_form():
+    """dp_head: Delta (multiplier s) and the head's DP-SGD (noise s C_h on a sum of replace-one
+    sensitivity 2 C_h, multiplier s/2) on the same batch. Without subsampling (q = 1) the T rounds are
+    exact GDP with mu = sqrt(T (1/s^2 + 4/s^2)) = sqrt(5 T)/s; the PLD epsilon must match that closed
+    form (the old s/sqrt(2) gives sqrt(2 T)/s, far below)."""
+    s, t, delta = 8.0, 30, 1e-3
+    noise = {"sigma": 1.0, "noise_multiplier": s, "releases": t, "sampling_rate": 1.0}
+    record = dpzv.label_privacy_record(noise, "dp_head", delta)
+    assert record["head_noise_multiplier"] == pytest.approx(s / 2)
+    assert record["joint_noise_multiplier"] == pytest.approx(s / math.sqrt(5))
+    closed_form = dpzv.eps_from_mu(math.sqrt(5 * t) / s, delta)
+    assert record["eps_pld_sound"] == pytest.approx(closed_form, rel=2e-3)
+    assert record["eps_pld_sound"] > 1.3 * dpzv.eps_from_mu(math.sqrt(2 * t) / s, delta)
+
+
+def test_dp_head_digits_label_1_is_2_83():
+    """Quick digits (D = 1212 after the holdout, B = 64, M = 4, 20 epochs, T = 1440) at eps = 1:
+    the joint PLD epsilon is 2.83 (the s/sqrt(2) accounting printed 1.56)."""
+    t = dpzv.total_rounds(20, 4, 1212, 64, drop_last=True)
+    noise = dpzv.dpzv_noise(1.0, 1e-3, 10.0, t, 1212, 64)
+    assert dpzv.label_privacy_record(noise, "dp_head", 1e-3)["eps_pld_sound"] == pytest.approx(2.83, abs=0.01)

@@ -344,21 +344,38 @@ def embedding_noise(
     return _record(eps, delta, mu, sigma, multiplier, releases, rate, library_method)
 
 
+def dp_head_multipliers(noise_multiplier: float) -> tuple[float, float]:
+    """(head, joint) noise multipliers of `label_privacy: dp_head`, both against replace-one.
+
+    Delta's multiplier is s (noise sigma_dp over its sensitivity 2C/B). The head's DP-SGD adds
+    N(0, (s C_h)^2) per coordinate to the sum of per-sample gradients clipped to C_h; replacing one
+    sample moves that sum by up to 2 C_h, so the head alone has multiplier s C_h / (2 C_h) = s/2.
+    Both releases use the same batch, so one round is one Gaussian of the stacked vector:
+    1/z^2 = 1/s^2 + 1/(s/2)^2 = 5/s^2, i.e. z = s/sqrt(5).
+    """
+    s = float(noise_multiplier)
+    head = s / 2.0
+    return head, 1.0 / math.sqrt(1.0 / s**2 + 1.0 / head**2)
+
+
 def label_privacy_record(noise: dict, label_privacy: str, delta: float) -> dict:
     """eps of the label channel under both readings (issue: the head is trained on raw labels).
 
     `eps_pld_sound`: with `label_privacy: none` it is inf (the unnoised head enters every Delta, so no
-    finite bound holds); with `dp_head` the head's DP-SGD release and Delta use the same batch with the
-    same noise multiplier s, i.e. one Gaussian of multiplier s / sqrt(2) per round, composed by PLD.
+    finite bound holds); with `dp_head` the head's DP-SGD release and Delta use the same batch, one
+    Gaussian of the joint multiplier of `dp_head_multipliers` (s/sqrt(5)) per round, composed by PLD.
     """
     if noise["sigma"] == 0:
         return {"eps_pld_sound": math.inf, "label_leak": label_privacy == "none"}
     if label_privacy == "none":
         return {"eps_pld_sound": math.inf, "label_leak": True}
-    joint = accountant.GaussianComposition(
-        noise["noise_multiplier"] / math.sqrt(2.0),
-        int(noise["releases"]),
-        noise["sampling_rate"],
-        "DPZV Delta + DP-SGD head, same batch",
+    head, joint = dp_head_multipliers(noise["noise_multiplier"])
+    composition = accountant.GaussianComposition(
+        joint, int(noise["releases"]), noise["sampling_rate"], "DPZV Delta + DP-SGD head, same batch"
     )
-    return {"eps_pld_sound": accountant.tight_epsilon(joint, delta), "label_leak": False}
+    return {
+        "eps_pld_sound": accountant.tight_epsilon(composition, delta),
+        "label_leak": False,
+        "head_noise_multiplier": head,
+        "joint_noise_multiplier": joint,
+    }

@@ -13,9 +13,10 @@ One server round with client m (Algorithm 1 with eqs. 7-9):
 Label privacy (`label_privacy`): `none` (Algorithm 1 as printed) trains the head on the raw labels
 without noise; the head enters every later Delta, so the eps of the Delta messages does not bound what
 the clients learn about a label. `dp_head` (our sound variant) trains the head by DP-SGD (SGD server
-only): per-sample head gradients clipped to `head_clip`, Gaussian noise with the same noise multiplier
-as Delta; both releases use the same batch, so the accountant composes them jointly (one Gaussian of
-multiplier s / sqrt(2) per round: `eps_pld_sound` in the privacy record).
+only): per-sample head gradients clipped to `head_clip`, N(0, (s head_clip)^2) on their sum, whose
+replace-one sensitivity is 2 head_clip (so the head's own multiplier is s/2); both releases use the same
+batch, so the accountant composes them jointly (one Gaussian of multiplier s / sqrt(5) per round:
+`eps_pld_sound` in the privacy record, `privacy.dp_head_multipliers`).
 
 Where the paper is silent or contradicts itself, a config key holds the choice:
 `fd_denominator` lambda (eq. 7, default) | 2lambda (eqs. 3, 12 and the proofs);
