@@ -20,11 +20,11 @@ from fedrepro.algorithms.fedal import feddf as feddf_module
 from fedrepro.algorithms.fedal.cfd import CFD
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fd import FD
-from fedrepro.algorithms.fedal.fedal import AdversarialConfig, FedAL
+from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.feddf import FedDF
 from fedrepro.algorithms.fedal.fedproto import FedProto
 from fedrepro.algorithms.fedal.kd import cross_correlation_loss
-from fedrepro.algorithms.fedal.server import AdversarialHelper, LogitServer
+from fedrepro.algorithms.fedal.server import AdversarialConfig, AdversarialHelper, LogitServer
 
 from .helpers import POOL, config, make_data
 

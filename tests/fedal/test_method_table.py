@@ -60,3 +60,13 @@ def test_traits_decide_the_discriminator_and_the_pool_checks(monkeypatch):
     changed = dict(TABLE, fd=dataclasses.replace(TABLE["fd"], traits=TABLE["fd"].traits | {"adversarial"}))
     monkeypatch.setattr(plan, "method_table", lambda paper: changed)
     assert "discriminator" in plan.run_spec(config, exp, "fd", point)
+
+
+def test_only_the_fedal_family_depends_on_fedals_own_module():
+    """An edit to FedAL's loss re-runs only FedAL's jobs: no baseline's code inputs hold fedal.py (issue 32)."""
+    from fedrepro.codedeps import closure
+
+    own = "fedrepro.algorithms.fedal.fedal"
+    for name, row in TABLE.items():
+        depends = own in closure(row.entry)
+        assert depends == row.entry.startswith(own + ":"), name

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.fedal import cfd, fccl, fd, fedal, fedavg, feddf, fedproto, jobs
+from fedrepro.algorithms.fedal import cfd, fccl, fd, fedal, fedavg, feddf, fedproto, jobs, server
 from fedrepro.algorithms.fedal.base import TrainConfig
 from fedrepro.algorithms.fedal.client import arch_key
 
@@ -48,10 +48,10 @@ def test_train_config_reads_every_key_and_defaults_the_optional_ones():
 
 
 def test_adversarial_config_reads_the_discriminator_and_defaults_form_and_order():
-    cfg = jobs.adversarial_config({"discriminator": DISC})
+    cfg = server.adversarial_config({"discriminator": DISC})
     assert (cfg.hidden, cfg.lr, cfg.optimizer, cfg.temperature) == ((8, 6), 0.25, "sgd", 3.5)
     assert (cfg.form, cfg.update) == ("saturating", "before_grad")
-    chosen = jobs.adversarial_config({"discriminator": {**DISC, "form": "non_saturating", "update": "after_grad"}})
+    chosen = server.adversarial_config({"discriminator": {**DISC, "form": "non_saturating", "update": "after_grad"}})
     assert (chosen.form, chosen.update) == ("non_saturating", "after_grad")
 
 

@@ -27,24 +27,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.kd import kl_to_logits, leave_one_out, less_forgetting, surrogate_from_grad
-from fedrepro.algorithms.fedal.server import AdversarialHelper, LogitServer
-
-
-@dataclass
-class AdversarialConfig:
-    """The discriminator's settings (Sec. VI-A; `server` for what the paper leaves open)."""
-
-    hidden: tuple[int, ...] = (32, 256)
-    lr: float = 1e-4
-    optimizer: str = "adam"
-    temperature: float = 2.0
-    form: str = "saturating"  # (7) as written
-    update: str = "before_grad"  # Algorithm 1 lines 17-22
+from fedrepro.algorithms.fedal.server import AdversarialConfig, AdversarialHelper, LogitServer, adversarial_config
 
 
 def local_loss(client: Client, anchor, cfg: TrainConfig) -> tuple:
@@ -218,8 +205,6 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
         use_al, use_lf = bool(spec.get("use_al", True)), bool(spec.get("use_lf", True))
     adversarial = None
     if use_al:
-        from fedrepro.algorithms.fedal.jobs import adversarial_config
-
         adversarial = adversarial_config(spec)
     algo = FedAL(data, pool, cfg, seed, use_al=use_al, use_lf=use_lf, adversarial=adversarial)
     diag = spec.get("diagnostics")

@@ -34,10 +34,9 @@ import torch
 
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.client import build_client_model, frozen_logits
-from fedrepro.algorithms.fedal.fedal import AdversarialConfig
 from fedrepro.algorithms.fedal.fedavg import local_update, state_of
 from fedrepro.algorithms.fedal.kd import kl_to_probs, less_forgetting, surrogate_from_grad, tempered_softmax
-from fedrepro.algorithms.fedal.server import AdversarialHelper
+from fedrepro.algorithms.fedal.server import AdversarialConfig, AdversarialHelper, adversarial_config
 from fedrepro.fl.aggregate import weighted_average
 from fedrepro.fl.optim import Adam
 
@@ -171,8 +170,6 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
     use_al = spec["method"] == "feddf_al"
     adversarial = None
     if use_al:
-        from fedrepro.algorithms.fedal.jobs import adversarial_config
-
         adversarial = adversarial_config(spec)
     return FedDF(
         data,

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig
-from fedrepro.algorithms.fedal.fedal import AdversarialConfig
 
 Builder = Callable[[FedData, list, TrainConfig, int, dict], Federation]
 
@@ -56,18 +55,6 @@ def train_config(spec: dict) -> TrainConfig:
         adam_state=spec.get("adam_state", "persistent"),
         pretrain_iters=int(spec.get("pretrain_iters", 0)),
         assignment=spec.get("assignment", "random"),
-    )
-
-
-def adversarial_config(spec: dict) -> AdversarialConfig:
-    d = spec["discriminator"]
-    return AdversarialConfig(
-        hidden=tuple(d["hidden"]),
-        lr=float(d["lr"]),
-        optimizer=d["optimizer"],
-        temperature=float(d["temperature"]),
-        form=d.get("form", "saturating"),
-        update=d.get("update", "before_grad"),
     )
 
 

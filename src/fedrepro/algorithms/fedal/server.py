@@ -20,6 +20,7 @@ Choices:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -29,6 +30,31 @@ from fedrepro.fl.optim import SGD, Adam
 
 OPTIMIZERS = ("adam", "sgd")
 UPDATES = ("before_grad", "after_grad")
+
+
+@dataclass
+class AdversarialConfig:
+    """The discriminator's settings (Sec. VI-A; the module docstring for what the paper leaves open)."""
+
+    hidden: tuple[int, ...] = (32, 256)
+    lr: float = 1e-4
+    optimizer: str = "adam"
+    temperature: float = 2.0
+    form: str = "saturating"  # (7) as written
+    update: str = "before_grad"  # Algorithm 1 lines 17-22
+
+
+def adversarial_config(spec: dict) -> AdversarialConfig:
+    """The `discriminator` block of an adversarial method's job spec."""
+    d = spec["discriminator"]
+    return AdversarialConfig(
+        hidden=tuple(d["hidden"]),
+        lr=float(d["lr"]),
+        optimizer=d["optimizer"],
+        temperature=float(d["temperature"]),
+        form=d.get("form", "saturating"),
+        update=d.get("update", "before_grad"),
+    )
 
 
 def make_optimizer(name: str, params, lr: float):
