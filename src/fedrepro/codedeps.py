@@ -29,6 +29,8 @@ import re
 import sys
 from pathlib import Path
 
+from fedrepro.atomic import atomic_write_text
+
 PACKAGE = "fedrepro"
 SRC = Path(__file__).resolve().parent
 ALWAYS = ("fedrepro.pipeline", "fedrepro.registry")
@@ -197,8 +199,6 @@ def write_fingerprint(folder: str | Path, name: str, src: Path = SRC) -> Path:
     """Write module `name`'s fingerprint file unless it already holds the current hash
     (a file rewritten with equal content would still look new to Snakemake). Once per
     process: Snakemake reads the code once, when it parses the workflow."""
-    from fedrepro.pipeline import atomic_write_text
-
     path = fingerprint_path(folder, name)
     text = code_hash(name, src) + "\n"
     try:

@@ -1,7 +1,7 @@
 """Prepared arrays as model-ready tensors, kept whole on the device.
 
 Small in-memory data sets are indexed directly on the device each step, which
-avoids DataLoader overhead (see DESIGN.md, costs measured).
+avoids a DataLoader's per-batch worker and collation overhead.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fedrepro.fl.options import TRAINING_DEFAULTS
 from fedrepro.pipeline import seed_batches, seed_tag
 
 
@@ -43,10 +44,6 @@ def index(runs: list[Run]) -> dict[tuple[str, str, str], Run]:
             raise ValueError(f"two runs share the key {run.key}")
         table[run.key] = run
     return table
-
-
-# Config keys of fedrepro.fl.precision and their defaults (the papers' own setting).
-TRAINING_DEFAULTS = {"precision": "fp32", "channels_last": False, "compile": False}
 
 
 def training_options(config: dict) -> dict:
