@@ -23,7 +23,7 @@ from fedrepro.algorithms.fedal.fd import FD
 from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.feddf import FedDF
 from fedrepro.algorithms.fedal.fedproto import FedProto
-from fedrepro.algorithms.fedal.kd import cross_correlation_loss
+from fedrepro.algorithms.fedal.kd import cross_correlation_loss, non_target_kl
 from fedrepro.algorithms.fedal.server import AdversarialConfig, AdversarialHelper, LogitServer
 
 from .helpers import POOL, config, make_data
@@ -471,11 +471,22 @@ def test_fccl_cross_correlation_is_fcclss_one_plus_m_squared():
 
 
 def _nt_kl_reference(teacher, student, y, t):
-    """KL over the non-target classes, each distribution renormalised over them (FNTD)."""
+    """FNTD as the FCCL+ authors' code computes it: softmax over all classes, the target entry
+    dropped without renormalising, then KLDivLoss(log q_nt, p_nt, batchmean)."""
     keep = ~F.one_hot(y, teacher.shape[-1]).bool()
-    tt = teacher.detach()[keep].reshape(len(y), -1)
-    ss = student[keep].reshape(len(y), -1)
-    return kl(tt, ss, t)
+    p = torch.softmax(teacher.detach() / t, -1)[keep].reshape(len(y), -1)
+    q = torch.softmax(student / t, -1)[keep].reshape(len(y), -1)
+    return F.kl_div(q.log(), p, reduction="batchmean")
+
+
+def test_non_target_kl_is_the_authors_unrenormalised_form():
+    gen = torch.Generator().manual_seed(6)
+    t, s = torch.randn(8, 5, generator=gen) * 2, torch.randn(8, 5, generator=gen) * 2
+    y = torch.randint(0, 5, (8,), generator=gen)
+    torch.testing.assert_close(non_target_kl(t, s, y, 3.0), _nt_kl_reference(t, s, y, 3.0))
+    keep = ~F.one_hot(y, 5).bool()
+    renormalised = kl(t[keep].reshape(8, -1), s[keep].reshape(8, -1), 3.0)
+    assert abs(float(non_target_kl(t, s, y, 3.0) - renormalised)) > 1e-3
 
 
 @pytest.mark.parametrize("plus", [False, True], ids=["fccl", "fccl_plus"])
@@ -484,8 +495,12 @@ def test_fccl_steps_match_the_collaborative_and_local_losses(plus):
     algo = FCCL(make_data(), POOL, config(tau=2, kd_temperature=2.0), 0, plus=plus, pretrain_iters=4)
     rec = Recorder(algo)
     intra = [copy.deepcopy(m) for m in algo.intra] if not plus else None
-    log = []
-    collab, local = algo._collaborative_iteration, algo._local_updates
+    log, round_start = [], []
+    collab, local, run_round = algo._collaborative_iteration, algo._local_updates, algo.round
+
+    def round_rec(t):
+        round_start[:] = [copy.deepcopy(c.model) for c in algo.clients]
+        return run_round(t)
 
     def collab_rec():
         models, start = [copy.deepcopy(c.model) for c in algo.clients], len(rec.steps)
@@ -493,15 +508,16 @@ def test_fccl_steps_match_the_collaborative_and_local_losses(plus):
         log.append(("collab", models, range(start, len(rec.steps))))
         return out
 
-    def local_rec(n):
-        inter, start = copy.deepcopy(algo.clients[n].model), len(rec.steps)
-        out = local(n)
-        log.append(("local", inter, range(start, len(rec.steps))))
+    def local_rec(n, teacher):
+        start = len(rec.steps)
+        out = local(n, teacher)
+        # the inter-domain teacher: the model from the end of the previous round (= this round's start)
+        log.append(("local", round_start[n], range(start, len(rec.steps))))
         return out
 
     algo._collaborative_iteration, algo._local_updates = collab_rec, local_rec
     for t in (1, 2):
-        algo.round(t)
+        round_rec(t)
     checked = 0
     for kind, saved, steps in log:
         for i in steps:

@@ -6,12 +6,13 @@ FCCL (Huang et al., CVPR 2022), per round:
   minimises FCCL's cross-correlation loss (eq. (3)) between its batch-standardised
   logits and the average: sum_u (1 - M_uu)^2 + 0.0051 sum_{u != v} (1 + M_uv)^2;
 * local updating, tau steps: CE + dual-domain distillation on private batches,
-  KL(p_inter || p_n) toward the model right after collaborative updating
-  (inter-domain knowledge) + KL(p_intra || p_n) toward the "optimal" local model
-  pretrained once on the client's own data (intra-domain knowledge).
+  KL(p_inter || p_n) toward the client's model from the end of the previous round
+  (inter-domain knowledge; the authors' `progressive_net_list`, refreshed after every
+  round's local updating; the initial model in round 1) + KL(p_intra || p_n) toward the
+  "optimal" local model pretrained once on the client's own data (intra-domain knowledge).
   The pretraining costs `pretrain_iters` CE steps per client BEFORE the iteration
-  budget starts; they are not counted in `iteration` and every run's summary
-  reports them (`pretrain_steps`) beside the budget.
+  budget starts; they are not counted in `iteration`, every run's summary reports
+  them (`pretrain_steps`) and the tables name them in FCCL's row.
 
 FCCL+ (Huang et al., TPAMI 2023), per round:
 * collaborative updating as above plus federated instance-similarity learning:
@@ -20,10 +21,10 @@ FCCL+ (Huang et al., TPAMI 2023), per round:
   server averages them, and the client adds
   `similarity_weight` * KL(softmax(avg) || softmax(own)) (weight 3, the authors'
   `dis_power` for digits);
-* local updating: CE + non-target distillation toward the post-collaboration
-  model (FNTD: KL over the non-target classes at temperature
-  `nt_temperature` = 3, scaled by its square, the authors' `local_dis_power`);
-  no pretrained model.
+* local updating: CE + non-target distillation toward the model from the end of the
+  previous round (the authors' `prev_nets_list`; FNTD: KL over the non-target classes of the
+  temperature-`nt_temperature` softmax, not renormalised, as in the authors' code; scaled by
+  T^2 with T = 3, the authors' `local_dis_power`); no pretrained model.
 
 Why FCCL+ sits near chance at quick scale (measured on digits, 30 iterations, 2 seeds): from a
 random initialisation its collaborative terms (cross-correlation, instance similarity) undo
@@ -105,8 +106,10 @@ class FCCL(Federation):
 
     def round(self, t: int) -> dict:
         self.wire.round = t
+        # the inter-domain teacher: each model as the previous round left it (both authors' codebases)
+        inter = [c.snapshot("inter") for c in self.clients]
         col = [self._collaborative_iteration() for _ in range(self.cfg.tau)]
-        local = [self._local_updates(n) for n in range(self.num_clients)]
+        local = [self._local_updates(n, inter[n]) for n in range(self.num_clients)]
         return {"collab": mean_of(col), "local": mean_of(local)}
 
     def _collaborative_iteration(self) -> torch.Tensor:
@@ -134,9 +137,8 @@ class FCCL(Federation):
         self.iteration += 1
         return mean_of(losses)
 
-    def _local_updates(self, n: int) -> torch.Tensor:
+    def _local_updates(self, n: int, inter) -> torch.Tensor:
         client = self.clients[n]
-        inter = client.snapshot("inter")  # the model right after collaborative updating
         losses = []
         for _ in range(self.local_steps):
             x, y = client.local_batch()

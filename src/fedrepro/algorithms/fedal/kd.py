@@ -59,15 +59,13 @@ def less_forgetting(
 def non_target_kl(
     teacher_logits: torch.Tensor, student_logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
-    """KL over the non-target classes only (renormalised), FCCL+'s non-target distillation."""
-    mask = F.one_hot(labels, teacher_logits.shape[-1]).bool()
-    fill = torch.finfo(teacher_logits.dtype).min
-    teacher = teacher_logits.detach().masked_fill(mask, fill)
-    student = student_logits.masked_fill(mask, fill)
-    log_student = torch.log_softmax(student / temperature, dim=-1)
-    probs = torch.softmax(teacher / temperature, dim=-1)
-    # the masked entries have probability 0; mask them out to avoid 0 * (-inf)
-    terms = torch.where(mask, torch.zeros_like(probs), probs * (torch.log(probs.clamp_min(1e-30)) - log_student))
+    """FCCL+'s non-target distillation as its authors' code computes it (`_train_net` of FCCL+):
+    the softmax at `temperature` over ALL classes, then the target class dropped WITHOUT
+    renormalising the rest, sum_{c != y} p_c (log p_c - log q_c), batch mean."""
+    keep = ~F.one_hot(labels, teacher_logits.shape[-1]).bool()
+    log_p = torch.log_softmax(teacher_logits.detach() / temperature, dim=-1)
+    log_q = torch.log_softmax(student_logits / temperature, dim=-1)
+    terms = torch.where(keep, log_p.exp() * (log_p - log_q), torch.zeros_like(log_p))
     return terms.sum(dim=-1).mean()
 
 
