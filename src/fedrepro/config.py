@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 
 from fedrepro.algorithms import PAPERS
+from fedrepro.experiments import number_tag
 
 PAPER_SECTIONS = tuple(PAPERS)  # the paper keys: config sections, `papers:` values, method tables
 
@@ -74,7 +75,7 @@ def _allowed(error: jsonschema.ValidationError) -> str:
 
 # Checks of every value, whatever its schema (the per-paper schemas leave some open).
 GRID_KEY = re.compile(
-    r"^(papers|seeds|alphas|lambdas|epsilons|eps|eps_grid|clips|methods|datasets|run_datasets"
+    r"^(papers|seeds|alphas|lambdas|epsilons|eps|eps_grid|clips|methods|datasets|run_datasets|h|num_silos"
     r"|\w+_grid|grid)$"
 )  # lists that define a grid of runs: no value twice
 ITERATION_KEY = re.compile(r"^(\w+_)?(rounds|epochs|steps|iters|iterations)$")  # how long a job runs
@@ -103,12 +104,16 @@ def value_errors(value, key: str = "") -> list[str]:
         if GRID_KEY.match(name) and all(isinstance(v, (str, int, float)) for v in value):
             seen, twice = set(), []
             for v in value:
-                canonical = float(v) if isinstance(v, (int, float)) or v == "inf" else v
+                # numbers compare by the folder name their runs get: 1 and 1.0000001 would share one
+                canonical = number_tag(v) if isinstance(v, (int, float)) or v == "inf" else v
                 if canonical in seen:
                     twice.append(v)
                 seen.add(canonical)
             if twice:
-                errors.append(f"{here}: {twice} given twice; a grid lists each value once")
+                errors.append(
+                    f"{here}: {twice} given twice (values equal to 6 significant digits share one results"
+                    " folder); a grid lists each value once"
+                )
     elif isinstance(value, float) and not math.isfinite(value) and not (value == math.inf and PRIVACY_KEY.search(key)):
         errors.append(
             f"{here}: {_number_text(value)} is not a finite number"

@@ -143,6 +143,8 @@ def test_every_error_is_reported_at_once(config):
         (lambda c: c["fedavg"].__setitem__("seeds", [0, 1, 0]), "fedavg.seeds", "twice"),
         (lambda c: c["fedavg"]["partition"].__setitem__("alphas", [0.3, 100, 0.3]), "fedavg.partition.alphas", "twice"),
         (lambda c: c["fedavg"]["partition"].__setitem__("alphas", [1, 1.0]), "fedavg.partition.alphas", "twice"),
+        (lambda c: c["dpzv"].__setitem__("eps_grid", [1, 1.0000001]), "dpzv.eps_grid", "share one results folder"),
+        (lambda c: c["steffle"]["figures"]["fig1"].__setitem__("h", [0.75, 0.75]), "steffle.figures.fig1.h", "twice"),
         (
             lambda c: c["datasets"]["synthetic_text"].__setitem__("n_train", 0),
             "datasets.synthetic_text.n_train",
