@@ -19,8 +19,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
     or none, never half a file. Use it for every file a later job or a resume reads."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # the temporary name keeps the suffix: np.savez would append ".npz" to any other name
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    handle, tmp = tempfile.mkstemp(prefix=_prefix(path), suffix=_suffix(path), dir=path.parent)
     os.close(handle)
     try:
         write(Path(tmp))
@@ -40,3 +39,22 @@ def _umask() -> int:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def remove_stray_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files that writers of `path` killed mid-write left beside it (call it
+    only where no other process is writing `path`, e.g. when a job resumes); returns what it deleted."""
+    path = Path(path)
+    stray = sorted(path.parent.glob(f"{_prefix(path)}*{_suffix(path)}"))
+    for tmp in stray:
+        tmp.unlink(missing_ok=True)
+    return stray
+
+
+def _prefix(path: Path) -> str:
+    return f".{path.stem}."
+
+
+def _suffix(path: Path) -> str:
+    # the temporary name keeps the suffix: np.savez would append ".npz" to any other name
+    return f".tmp{path.suffix}"

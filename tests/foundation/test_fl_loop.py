@@ -232,3 +232,14 @@ def test_a_wall_time_checkpoint_is_fsynced_file_and_folder_and_a_per_round_one_i
     assert synced == []
     Checkpoint(tmp_path / "paper.pt", minutes=10).save(algo, 1, [])
     assert sorted(synced) == [False, True], "one fsync of the file, one of the folder"
+
+
+def test_a_resume_deletes_the_temporary_files_of_a_save_killed_mid_write(tmp_path, blobs, clients):
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1)
+    run_rounds(build(blobs, clients, 2), 2, checkpoint)
+    stray = tmp_path / ".ckpt.k3j9x_a.tmp.pt"  # the name atomic_write's killed writer leaves
+    stray.write_bytes(b"half a checkpoint")
+    other = tmp_path / ".metrics.abc.tmp.parquet"  # another file's temporary is not ours to delete
+    other.write_bytes(b"x")
+    checkpoint.restore(build(blobs, clients, 2))
+    assert not stray.exists() and other.exists() and checkpoint.path.exists()

@@ -35,8 +35,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from fedrepro.atomic import atomic_write, remove_stray_temporaries
 from fedrepro.fl import seeding
-from fedrepro.pipeline import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,10 @@ class Checkpoint:
         self._last = self.clock()
 
     def restore(self, algorithm: FederatedAlgorithm) -> tuple[int, list[dict]]:
-        """Load the checkpoint if there is one; returns (rounds done, metric rows)."""
+        """Load the checkpoint if there is one; returns (rounds done, metric rows). Temporary files of
+        a save that was killed mid-write are deleted (this job is the checkpoint's only writer)."""
+        for stray in remove_stray_temporaries(self.path):
+            log.info("removed %s, left by a save that was interrupted", stray)
         if not self.path.exists():
             return 0, []
         try:
