@@ -40,6 +40,7 @@ class Data:
         self.name, self.kind = dataset, DATASETS[dataset].kind
         self.shape, self.classes = sample_shape(dataset, options), num_classes(dataset, options)
         self.vocab = options.get("vocab_size")
+        self.options = options
 
     def describe(self) -> str:
         return f"data set {self.name!r} (one sample {self.shape}, {self.classes} classes)"
@@ -63,6 +64,25 @@ def _run_model(model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
     return {"out": list(out.shape), "feature_dim": int(width) if width is not None else None}
 
 
+def _build_model(model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
+    """Like `_run_model` without the forward pass: build `model(**kwargs)` on the meta device and read
+    its output width off the final layer. For a pre-trained BERT: transformers' attention-mask code
+    reads tensor values (`padding_mask.all()`), which meta tensors do not have; what a forward pass
+    would check (positions, vocabulary, padding) `pretrained_errors` checks from the checkpoint's files."""
+    import torch
+
+    from fedrepro.models import build_model
+
+    try:
+        with torch.device("meta"):
+            net = build_model(model, **kwargs)
+    except Exception as error:  # noqa: BLE001 (any failure to build it is the message)
+        text = str(error).strip().splitlines()
+        return {"error": f"{type(error).__name__}: {text[0] if text else ''}"}
+    last = [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1]
+    return {"out": [1, int(last.out_features)], "feature_dim": None}
+
+
 class Results:
     """Results of `_run_model`, optionally kept in a JSON file between Snakemake parses (importing
     torch costs seconds). A key holds the model's arguments, the sample shape and the hash of the
@@ -84,10 +104,10 @@ class Results:
         names = [f"fedrepro.models.{m}" if m != "__init__" else "fedrepro.models" for m in models]
         return hashlib.sha256("".join(code_hash(n) for n in names).encode()).hexdigest()[:16]
 
-    def run(self, model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
-        key = json.dumps([self.code, model, kwargs, list(shape), tokens], sort_keys=True)
+    def run(self, model: str, kwargs: dict, shape: tuple, tokens: bool, forward: bool = True) -> dict:
+        key = json.dumps([self.code, model, kwargs, list(shape), tokens, forward], sort_keys=True)
         if key not in self.saved:
-            self.saved[key] = _run_model(model, kwargs, tuple(shape), tokens)
+            self.saved[key] = (_run_model if forward else _build_model)(model, kwargs, tuple(shape), tokens)
             self.changed = True
         return self.saved[key]
 
@@ -102,12 +122,20 @@ RESULTS = Results()
 
 
 def forward_errors(
-    key: str, model: str, kwargs: dict, shape: tuple, want: int | None, data: Data, what: str, tokens: bool = False
+    key: str,
+    model: str,
+    kwargs: dict,
+    shape: tuple,
+    want: int | None,
+    data: Data,
+    what: str,
+    tokens: bool = False,
+    forward: bool = True,
 ) -> list[str]:
     """[] when `model(**kwargs)` maps one sample of `shape` to `want` outputs (None: the
-    model's own feature_dim), else why not."""
+    model's own feature_dim), else why not. `forward=False`: built only (`_build_model`)."""
     where = f"config key '{key}': model {model!r} does not fit {data.describe()}"
-    result = RESULTS.run(model, kwargs, shape, tokens)
+    result = RESULTS.run(model, kwargs, shape, tokens, forward)
     if "error" in result:
         return [f"{where}: {result['error']}"]
     want = result["feature_dim"] if want is None else want
@@ -144,7 +172,8 @@ def fedavg_errors(config: dict) -> list[str]:
 def fedsc_errors(config: dict) -> list[str]:
     section = config["fedsc"]
     errors = []
-    for dataset in section["run_datasets"]:
+    standin = [section["standin"]["dataset"]] if section.get("standin") else []  # target fedsc_standin
+    for dataset in [*section["run_datasets"], *standin]:
         key, ds, data = f"fedsc.datasets.{dataset}", section["datasets"][dataset], Data(config, dataset)
         if data.kind != "image":
             errors.append(f"config key '{key}': FedSC trains image encoders; {data.describe()} is {data.kind}")
@@ -172,14 +201,16 @@ def _client_shapes(key: str, data: Data, partition: dict) -> tuple[list[tuple], 
     return [(s[0] * s[1], *s[2:]) if len(s) == 4 else tuple(s) for s in part.feature_shapes], []
 
 
-def vfl_client_errors(key: str, model: dict, data: Data, shapes: list[tuple]) -> list[str]:
-    """DPZV clients: each maps its slice to `embed_dim` outputs (fedrepro.algorithms.dpzv.base)."""
+def vfl_client_errors(key: str, model: dict, data: Data, shapes: list[tuple], source: str = "pinned") -> list[str]:
+    """DPZV clients: each maps its slice to `embed_dim` outputs (fedrepro.algorithms.dpzv.base).
+    `source`: the top-level `pretrained_source` (a pre-trained encoder's checkpoint)."""
     tokens = data.kind == "text"
     errors = []
     for shape in dict.fromkeys(shapes):
         kwargs = {**model.get("options", {}), "embed_dim": model["embed_dim"]}
         if kwargs.get("pretrained_dir"):
-            continue  # a pre-trained encoder's files are read by the job, not here
+            errors += pretrained_errors(f"{key}.options", kwargs, data, shape, source)
+            continue
         if tokens:
             errors += _token_errors(f"{key}.options", kwargs, data, shape)
         else:
@@ -195,6 +226,67 @@ def vfl_client_errors(key: str, model: dict, data: Data, shapes: list[tuple]) ->
             tokens,
         )
     return errors
+
+
+def pretrained_errors(key: str, kwargs: dict, data: Data, shape: tuple, source: str) -> list[str]:
+    """A pre-trained BERT client (`key`.pretrained_dir) against the data it reads: the data's token ids
+    come from the checkpoint's own WordPiece vocabulary (`tokenizer: bert`, the same vocab.txt), the
+    padding id the encoder masks is the vocabulary's [PAD] (and a prepended [CLS] its [CLS]), a
+    client's tokens fit the checkpoint's position table and the tokenizer's length limit, and the
+    embedding table covers the vocabulary. The checkpoint's facts come from
+    fedrepro.data.pretrained.checkpoint_facts (the pinned revision's, or the staged folder's)."""
+    from fedrepro.data.pretrained import StagingError, checkpoint_facts, same_vocabulary
+
+    folder = kwargs["pretrained_dir"]
+    where = f"config key '{key}.pretrained_dir' ({folder})"
+    try:
+        facts = checkpoint_facts(folder, source)
+    except StagingError as error:
+        return [f"{where}: {error}"]
+    config, vocab, data_key = facts["config"], facts["vocab"], f"datasets.{data.name}"
+    errors = []
+    tokenizer = data.options.get("tokenizer")
+    if tokenizer != "bert":
+        errors.append(
+            f"config key '{data_key}.tokenizer': {tokenizer!r}, but {where} is a pre-trained BERT, which reads "
+            f"the ids of its own WordPiece vocabulary: set tokenizer: bert and tokenizer_dir: {folder}"
+        )
+    elif not same_vocabulary(data.options.get("tokenizer_dir") or "", folder, source):
+        errors.append(
+            f"config key '{data_key}.tokenizer_dir': {data.options.get('tokenizer_dir')!r} does not hold the "
+            f"vocab.txt of {where}; the encoder would read the ids of another vocabulary"
+        )
+    pad, cls = kwargs.get("pad_id", 0), kwargs.get("cls_token_id")
+    if pad != vocab["pad_id"]:
+        errors.append(f"config key '{key}.pad_id': {pad}, but the checkpoint's [PAD] is id {vocab['pad_id']}")
+    if cls is not None and cls != vocab["cls_id"]:
+        errors.append(f"config key '{key}.cls_token_id': {cls}, but the checkpoint's [CLS] is id {vocab['cls_id']}")
+    length = shape[0] + (cls is not None)
+    for limit, what in (
+        (config["max_position_embeddings"], "max_position_embeddings (config.json)"),
+        (facts["model_max_length"], "tokenizer model_max_length (tokenizer_config.json)"),
+    ):
+        if limit is not None and length > limit:
+            errors.append(
+                f"config key '{data_key}.length': a client holds {length} tokens (length / chunks"
+                f"{' + [CLS]' if cls is not None else ''}), more than the checkpoint's {what} {limit} ({where})"
+            )
+    if vocab["size"] > config["vocab_size"]:
+        errors.append(
+            f"{where}: vocab.txt has {vocab['size']} tokens, config.json's vocab_size is {config['vocab_size']}"
+        )
+    built = {k: v for k, v in kwargs.items() if k != "pretrained_dir"}
+    return errors + forward_errors(
+        key,
+        "vfl_text_encoder",
+        {**built, "bert_config": config},
+        shape,
+        kwargs["embed_dim"],
+        data,
+        "embed_dim",
+        tokens=True,
+        forward=False,
+    )
 
 
 def _token_errors(key: str, kwargs: dict, data: Data, shape: tuple) -> list[str]:
@@ -215,6 +307,7 @@ def dpzv_errors(config: dict) -> list[str]:
     section = config["dpzv"]
     errors = []
     memory = memory_settings(config)
+    source = config.get("pretrained_source", "pinned")
     for dataset in dict.fromkeys([*training_datasets(config), *memory]):
         key, data_cfg, data = f"dpzv.datasets.{dataset}", section["datasets"][dataset], Data(config, dataset)
         shapes, problems = _client_shapes(f"{key}.partition", data, data_cfg["partition"])
@@ -222,13 +315,14 @@ def dpzv_errors(config: dict) -> list[str]:
         if problems:
             continue
         if dataset in training_datasets(config) or "model" not in memory.get(dataset, {}):
-            errors += vfl_client_errors(f"{key}.model", data_cfg["model"], data, shapes)
+            errors += vfl_client_errors(f"{key}.model", data_cfg["model"], data, shapes, source)
         if "model" in memory.get(dataset, {}):
             errors += vfl_client_errors(
                 f"dpzv.figures.fig6.datasets[{list(memory).index(dataset)}].model",
                 memory[dataset]["model"],
                 data,
                 shapes,
+                source,
             )
     return errors
 

@@ -142,31 +142,45 @@ class TinyBertEncoder(nn.Module):
 
 
 class PretrainedBert(nn.Module):
-    """Pre-trained BERT (transformers) from a pre-staged directory; Linear(hidden, e) on the first token.
+    """Pre-trained BERT (transformers) from a staged directory; Linear(hidden, e) on the first token.
 
-    Dropout is switched off (per-sample outputs, see the module docstring). The data set's chunks are expected to
-    start with [CLS] when `cls_token_id` is None; otherwise it is prepended.
+    `pretrained_dir` is a folder written by `save_pretrained` (staged by the rule `stage_pretrained`,
+    fedrepro.data.pretrained); `bert_config` instead builds that architecture randomly initialised
+    from a config.json dict without reading any file (the model/data fit check builds it on the meta
+    device). Dropout is switched off (per-sample outputs, see the module docstring). The data set's
+    chunks are expected to start with [CLS] when `cls_token_id` is None; otherwise it is prepended.
     """
 
-    def __init__(self, pretrained_dir: str, embed_dim: int, pad_id: int, cls_token_id: int | None):
+    def __init__(
+        self,
+        pretrained_dir: str | None,
+        embed_dim: int,
+        pad_id: int,
+        cls_token_id: int | None,
+        bert_config: dict | None = None,
+    ):
         super().__init__()
         try:
-            from transformers import BertModel
+            from transformers import BertConfig, BertModel
         except ImportError as err:
             raise ImportError(
-                "vfl_text_encoder with pretrained_dir needs the `transformers` package "
-                "(pip install transformers); or set pretrained_dir: null for the offline "
-                "randomly initialised encoder"
+                "vfl_text_encoder with pretrained_dir needs the `transformers` package, the extra `bert` "
+                "(pip install -e '.[bert]'; make install installs it); or set pretrained_dir: null for the "
+                "offline randomly initialised encoder"
             ) from err
-        if not Path(pretrained_dir, "config.json").exists():
-            raise FileNotFoundError(
-                f"vfl_text_encoder pretrained_dir {pretrained_dir!r} holds no config.json; "
-                "stage a BERT checkpoint there (e.g. bert-base-uncased saved with "
-                "save_pretrained) or set pretrained_dir: null"
+        no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+        if bert_config is not None:
+            self.bert = BertModel(BertConfig.from_dict({**bert_config, **no_dropout}), add_pooling_layer=False)
+        else:
+            if not Path(pretrained_dir, "config.json").exists():
+                raise FileNotFoundError(
+                    f"vfl_text_encoder pretrained_dir {pretrained_dir!r} holds no config.json; "
+                    "stage a BERT checkpoint there (snakemake's rule stage_pretrained downloads the pinned "
+                    "bert-base-uncased; or save your own with save_pretrained) or set pretrained_dir: null"
+                )
+            self.bert = BertModel.from_pretrained(
+                pretrained_dir, add_pooling_layer=False, local_files_only=True, **no_dropout
             )
-        self.bert = BertModel.from_pretrained(
-            pretrained_dir, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, add_pooling_layer=False
-        )
         self.pad_id = pad_id
         self.cls_token_id = cls_token_id
         self.project = nn.Linear(self.bert.config.hidden_size, embed_dim)
@@ -190,10 +204,12 @@ def text_client_encoder(
     pad_id: int = 0,
     pretrained_dir: str | None = None,
     cls_token_id: int | None = None,
+    bert_config: dict | None = None,
 ) -> nn.Module:
-    """Client text encoder: pre-trained BERT from `pretrained_dir` (paper scale) or a tiny random one."""
-    if pretrained_dir:
-        net = PretrainedBert(pretrained_dir, embed_dim, pad_id, cls_token_id)
+    """Client text encoder: pre-trained BERT from `pretrained_dir` (paper scale; `bert_config`: its
+    architecture without weights, for the fit check) or a tiny random one (the other options)."""
+    if pretrained_dir or bert_config is not None:
+        net = PretrainedBert(pretrained_dir, embed_dim, pad_id, cls_token_id, bert_config)
     else:
         net = TinyBertEncoder(vocab_size, embed_dim, hidden, layers, heads, intermediate, max_len, pad_id)
     return _Client(net, embed_dim)
