@@ -75,6 +75,10 @@ _ALL = [
                 "ModelNet40 stand-in: 12 views = 12 fixed random projections of class prototypes + noise"),
     DatasetInfo("synthetic_text", "text", 2, 2000, 500, (96,), True,
                 "Amazon stand-in: binary sentiment token sequences with polarity token sets and label noise"),
+    DatasetInfo("shapes", "image", 10, 2000, 1000, (3, 16, 16), True,
+                "FedSC stand-in: 10 mirror-symmetric shapes at random position and size, random grey levels "
+                "with a small tint, gradient background, pixel noise (fedrepro.data.shapes); options set the "
+                "per-class counts, image size and nuisances"),
     DatasetInfo("synthetic_tabular", "tabular", 2, 3000, 1000, (17,), True,
                 "fair-tabular stand-in: binary sensitive s with minority fraction, age column, "
                 "label correlated with s, one-hot columns"),

@@ -37,3 +37,15 @@ SYNTHETIC_TABULAR = TabularSpec(
 def synthetic_tabular(data_root, opts) -> Built:
     df = synthetic.synthetic_tabular(opts["n"], opts["minority_fraction"], opts["s_effect"], opts["seed"])
     return Built(*tabular_arrays(df, SYNTHETIC_TABULAR, opts["train_fraction"], opts["seed"]))
+
+
+def shapes(data_root, opts) -> Built:
+    from fedrepro.data import shapes as generator
+
+    kwargs = _generator_kwargs(opts)
+    kwargs["size_range"] = tuple(kwargs["size_range"])
+    return Built(xy(*generator.shapes(**kwargs)), {"class_names": list(generator.CLASS_NAMES)})
+
+
+def shapes_shape(opts) -> tuple[int, ...]:
+    return (3, opts["size"], opts["size"])

@@ -48,6 +48,7 @@ BUILDERS: dict[str, str] = {
     "synthetic_multiview": "fedrepro.data.generated:synthetic_multiview",
     "synthetic_text": "fedrepro.data.generated:synthetic_text",
     "synthetic_tabular": "fedrepro.data.generated:synthetic_tabular",
+    "shapes": "fedrepro.data.generated:shapes",
 }
 
 # The shape of one prepared sample where the data set's options change it: a function of the
@@ -57,6 +58,7 @@ SAMPLE_SHAPES: dict[str, str] = {
     "amazon_polarity": "fedrepro.data.text:amazon_shape",
     "synthetic_multiview": "fedrepro.data.generated:synthetic_multiview_shape",
     "synthetic_text": "fedrepro.data.generated:synthetic_text_shape",
+    "shapes": "fedrepro.data.generated:shapes_shape",
 }
 
 
