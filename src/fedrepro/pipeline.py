@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrepro.atomic import atomic_write, atomic_write_text  # noqa: F401 (re-exported: jobs write through the pipeline)
+from fedrepro.fl.options import DETERMINISTIC_ENV
 from fedrepro.registry import resolve
 
 CHECKPOINT_DIR = ".checkpoint"
@@ -233,12 +234,21 @@ def run_job(job: Job, entry: str) -> None:
             raise
 
 
+def hand_over_process_settings(config: dict) -> None:
+    """Top-level keys that change no job's numbers reach the job's process as environment variables,
+    not through its params.spec, so changing them re-runs nothing: `checkpoint_minutes` (wall-time
+    checkpoints, fedrepro.fl.loop) and `deterministic` (deterministic GPU kernels, fedrepro.fl.device)."""
+    if config.get("checkpoint_minutes") is not None:
+        os.environ["FEDREPRO_CHECKPOINT_MINUTES"] = str(config["checkpoint_minutes"])
+    if config.get("deterministic"):
+        os.environ[DETERMINISTIC_ENV] = "1"
+
+
 def run_snakemake_job(smk) -> None:
     """Entry point of workflow/scripts/entry.py."""
     job = job_from_snakemake(smk)
     threads = max(1, int(job.threads))
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    if smk.config.get("checkpoint_minutes") is not None:  # wall-time checkpoints (fedrepro.fl.loop)
-        os.environ["FEDREPRO_CHECKPOINT_MINUTES"] = str(smk.config["checkpoint_minutes"])
+    hand_over_process_settings(smk.config)
     run_job(job, smk.params.entry)
     sys.stdout.flush()
