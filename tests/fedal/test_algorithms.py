@@ -183,7 +183,7 @@ def test_fedal_learns_the_synthetic_task():
         lambda d: FCCL(d, POOL, config(), 0, pretrain_iters=3),
         lambda d: CFD(d, POOL, config(), 0),
         lambda d: FD(d, POOL, config(), 0),
-        lambda d: FedProto(d, POOL, config(), 0),
+        lambda d: FedProto(d, POOL, config(), 0, variant="prototypes"),
         lambda d: FedProto(d, POOL, config(), 0, variant="public_features"),
         lambda d: FCCL(d, POOL, config(), 0, plus=True),
         lambda d: FedAvg(d, POOL[:1], config(), 0),
@@ -223,7 +223,10 @@ def test_inapplicable_settings_raise_clear_errors():
 def test_every_baseline_runs_and_sends_what_its_paper_says():
     data = make_data()
     expected = {
-        "fedproto": (lambda: FedProto(data, POOL, config(record_messages=True), 0), {"prototypes"}),
+        "fedproto": (
+            lambda: FedProto(data, POOL, config(record_messages=True), 0, variant="prototypes"),
+            {"prototypes"},
+        ),
         "fedproto_public": (
             lambda: FedProto(data, POOL, config(record_messages=True), 0, variant="public_features"),
             {"features"},

@@ -23,6 +23,7 @@ from fedrepro.algorithms.fedal.fd import FD
 from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.feddf import FedDF
 from fedrepro.algorithms.fedal.fedproto import FedProto
+from fedrepro.algorithms.fedal.fedproto import PrototypeServer as FedProtoServer
 from fedrepro.algorithms.fedal.kd import cross_correlation_loss, non_target_kl
 from fedrepro.algorithms.fedal.server import AdversarialConfig, AdversarialHelper, LogitServer
 
@@ -66,7 +67,7 @@ class Recorder:
             before = copy.deepcopy(c.model)
             c.opt.zero_grad(set_to_none=True)
             loss.backward()
-            grads = [p.grad.detach().clone() for p in c.model.parameters()]
+            grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in c.model.parameters()]
             self.steps.append((c.cid, before, self.last_local.get(c.cid), self.last_public.get(c.cid), grads))
             c.opt.step()
 
@@ -74,7 +75,9 @@ class Recorder:
 
 
 def grads_of(loss, model):
-    return [g.detach() for g in torch.autograd.grad(loss, list(model.parameters()))]
+    params = list(model.parameters())
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, grads)]
 
 
 def assert_grads(actual, expected, **tol):
@@ -653,35 +656,74 @@ def per_client_targets(per_client, n):
 
 
 # ---------------------------------------------------------------------- FedProto
-def test_fedproto_exchanges_count_weighted_class_prototypes():
-    """FedProto (Tan et al. 2022): the global prototype of label j is the count-weighted average
-    of the clients' mean features of j (eq. (3)); the next round's loss is
-    CE + lambda * MSE(h(x), C_bar^(y)) (eq. (4))."""
+@pytest.mark.parametrize("average", ["unweighted", "count"])
+def test_fedproto_exchanges_class_prototypes(average):
+    """FedProto (Tan et al. 2022): client n's local prototype of label j is its mean feature of j
+    (eq. (2)); the global one averages the local prototypes of the clients holding j, unweighted
+    (the authors' `proto_aggregation`) or weighted by their counts (eq. (3)); the next round's loss
+    is CE + lambda * MSE(h(x), C_bar^(y)) (eq. (4))."""
     torch.manual_seed(0)
-    algo = FedProto(make_data(), POOL, config(tau=3), 0, proto_weight=0.5)
+    algo = FedProto(
+        make_data(), POOL, config(tau=3), 0, proto_weight=0.5, variant="prototypes", prototype_average=average
+    )
     rec = Recorder(algo)
     algo.round(1)
     k, d = algo.prototypes.shape
-    sums, counts = torch.zeros(k, d), torch.zeros(k)
-    for _, before, (x, y), _, _ in rec.steps:
+    sums, counts = torch.zeros(algo.num_clients, k, d), torch.zeros(algo.num_clients, k)
+    for n, before, (x, y), _, _ in rec.steps:
         with torch.no_grad():
             h = before.features(x)
         for row, label in zip(h, y):
-            sums[label] += row
-            counts[label] += 1
-    seen = counts > 0
+            sums[n, label] += row
+            counts[n, label] += 1
+    weights = counts if average == "count" else (counts > 0).double()
+    local = sums / counts.clamp_min(1)[:, :, None]
+    seen = counts.sum(0) > 0
+    protos = (weights[:, :, None] * local).sum(0) / weights.sum(0).clamp_min(1)[:, None]
     assert torch.equal(algo.known, seen)
-    torch.testing.assert_close(algo.prototypes[seen], sums[seen] / counts[seen, None])
+    torch.testing.assert_close(algo.prototypes[seen], protos[seen])
     start = len(rec.steps)
     algo.round(2)
     for _, before, (x, y), _, grads in rec.steps[start : start + 1]:
         model = live(before)
         h = model.features(x)
-        protos = sums / counts.clamp_min(1)[:, None]
         mask = seen[y]
         reg = ((h[mask] - protos[y[mask]]) ** 2).sum() / (len(y) * d)
         loss = F.cross_entropy(model.head(h), y) + 0.5 * reg
         assert_grads(grads, grads_of(loss, model))
+
+
+def test_fedproto_unweighted_and_count_averages_differ_on_unequal_counts():
+    server = lambda average: FedProtoServer(average)  # noqa: E731
+    uploads = [
+        {"prototypes": torch.tensor([[1.0, 0.0]]), "counts": torch.tensor([3.0])},
+        {"prototypes": torch.tensor([[0.0, 1.0]]), "counts": torch.tensor([1.0])},
+    ]
+    torch.testing.assert_close(server("unweighted").respond(uploads)["prototypes"], torch.tensor([[0.5, 0.5]]))
+    torch.testing.assert_close(server("count").respond(uploads)["prototypes"], torch.tensor([[0.75, 0.25]]))
+
+
+def test_fedproto_public_features_distils_features_toward_the_leave_one_out_average():
+    """The FedAL paper's adaptation: tau CE steps, then tau global iterations in which each client
+    minimises lambda * MSE(h_n(x), mean_{m != n} h_m(x)) on the shared public batch."""
+    torch.manual_seed(0)
+    algo = FedProto(make_data(), POOL, config(tau=2), 0, proto_weight=0.5)
+    assert algo.variant == "public_features"
+    rec = Recorder(algo)
+    algo.round(1)
+    n_clients, tau = algo.num_clients, 2
+    assert len(rec.steps) == n_clients * tau * 2
+    for it in range(tau):
+        block = rec.steps[n_clients * tau + it * n_clients :][:n_clients]
+        xb = block[0][3][1]
+        with torch.no_grad():
+            feats = [before.features(xb) for _, before, _, _, _ in block]
+        for n, before, _, public, grads in block:
+            assert torch.equal(public[1], xb)  # one public batch shared by every client
+            model = live(before)
+            target = sum(f for m, f in enumerate(feats) if m != n) / (n_clients - 1)
+            loss = 0.5 * F.mse_loss(model.features(xb), target)
+            assert_grads(grads, grads_of(loss, model))
 
 
 def test_fccl_local_steps_sets_the_local_updating_length():

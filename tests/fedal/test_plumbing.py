@@ -142,14 +142,17 @@ def test_fccl_build_defaults_are_the_authors_digits_settings():
 
 def test_fedproto_fd_fedavg_builds_read_their_keys():
     data = make_data()
-    proto = fedproto.build(data, POOL, config(), 0, {"method": "fedproto"})
-    assert (proto.proto_weight, proto.variant, proto.uses_public) == (1.0, "prototypes", False)
-    assert proto.clients[0].public_x is None
-    public = fedproto.build(
-        data, POOL, config(), 0, {"method": "fedproto", "proto_weight": 0.5, "variant": "public_features"}
+    default = fedproto.build(data, POOL, config(), 0, {"method": "fedproto"})
+    assert (default.proto_weight, default.variant, default.uses_public) == (1.0, "public_features", True)
+    assert default.clients[0].public_x is data.public_x
+    proto = fedproto.build(
+        data, POOL, config(), 0, {"method": "fedproto", "proto_weight": 0.5, "variant": "prototypes"}
     )
-    assert (public.proto_weight, public.variant, public.uses_public) == (0.5, "public_features", True)
-    assert public.clients[0].public_x is data.public_x
+    assert (proto.proto_weight, proto.variant, proto.uses_public) == (0.5, "prototypes", False)
+    assert proto.clients[0].public_x is None
+    assert proto.server.average == "unweighted"
+    spec = {"method": "fedproto", "variant": "prototypes", "prototype_average": "count"}
+    assert fedproto.build(data, POOL, config(), 0, spec).server.average == "count"
     assert fd.build(data, POOL, config(), 0, {"method": "fd"}).fd_weight == 1.0
     assert fd.build(data, POOL, config(), 0, {"method": "fd", "fd_weight": 0.3}).fd_weight == 0.3
     avg = fedavg.build(data, POOL[:1], config(), 0, {"method": "fedavg"})

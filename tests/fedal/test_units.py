@@ -159,7 +159,7 @@ def test_evaluate_reports_mean_client_accuracy_spread_and_megabytes_per_client()
 
 METHODS = {  # name: (make, kinds sent up, kinds sent down)
     "fedal": (lambda d, c: FedAL(d, POOL, c, 0), {"logits"}, {"reply"}),
-    "fedproto": (lambda d, c: FedProto(d, POOL, c, 0), {"prototypes"}, {"global_prototypes"}),
+    "fedproto": (lambda d, c: FedProto(d, POOL, c, 0, variant="prototypes"), {"prototypes"}, {"global_prototypes"}),
     "fedproto_public": (
         lambda d, c: FedProto(d, POOL, c, 0, variant="public_features"),
         {"features"},
@@ -207,7 +207,7 @@ def test_every_message_goes_between_the_server_and_one_client_and_every_metric_i
     "cls, kwargs, assignment",
     [  # seed 0 alone would draw [1, 1, 0]
         (FedAL, {}, [0, 1, 1]),
-        (FedProto, {}, [0, 1, 1]),
+        (FedProto, {"variant": "prototypes"}, [0, 1, 1]),
         (FedProto, {"variant": "public_features"}, [0, 1, 1]),
         (CFD, {}, [0, 1, 1]),
         (FCCL, {"pretrain_iters": 1}, [0, 1, 1]),
@@ -229,7 +229,7 @@ def test_fccl_pretrains_its_intra_domain_teacher_100_steps_by_default():
 
 def test_fedproto_downlink_is_k_prototypes_and_k_flags_in_the_prototype_dtype():
     torch.manual_seed(0)
-    algo = FedProto(make_data(), POOL, config(record_messages=True), 0)
+    algo = FedProto(make_data(), POOL, config(record_messages=True), 0, variant="prototypes")
     algo.round(1)
     k, d = algo.prototypes.shape
     size = algo.prototypes.element_size()

@@ -27,7 +27,7 @@ METHODS = {
     "fedal": _row("fedal", "FedAL", {"adversarial"}, ("use_al", "use_lf")),
     "fedmd_lf": _row("fedal", "FedMD-LF", {"ablation"}, ()),
     "fedmd": _row("fedal", "FedMD", {"ablation", "baseline"}, ()),
-    "fedproto": _row("fedproto", "FedProto", {"baseline"}, ("proto_weight", "variant")),
+    "fedproto": _row("fedproto", "FedProto", {"baseline"}, ("proto_weight", "variant", "prototype_average")),
     "cfd": _row("cfd", "CFD", {"baseline"}, ("server_model", "server_lr")),
     "fccl": _row("fccl", "FCCL", {"baseline"}, ("pretrain_iters", "local_steps")),
     "fccl_plus": _row(

@@ -1,20 +1,23 @@
-"""FedProto (Tan et al., AAAI 2022; the FedAL paper's ref. [12]) and the public-feature variant.
+"""FedProto (Tan et al., AAAI 2022; the FedAL paper's ref. [12]) as the FedAL paper adapts it,
+and FedProto's own algorithm.
 
-`variant: prototypes` (default) is FedProto's own algorithm (its Algorithm 1):
+`variant: public_features` (default; what the FedAL tables run) is the FedAL paper's adaptation
+(Sec. VI-A, baselines: "we adapt FedProto to incorporate unlabeled public data"; "KD using the
+intermediate features before the fully-connected layer instead of model outputs in FedMD"), whose
+details the paper does not give: FedMD with features in place of logits. Local stage: tau CE
+steps; global stage: tau iterations in which each client uploads its features h_n(x) on the
+shared public batch (d*B floats), the server replies with the average, and the client minimises
+`proto_weight` * MSE(h_n(x), h_bar_{-n}(x)) (leave-one-out average, as FedAL's eq. (5)).
+
+`variant: prototypes` is FedProto's own algorithm (its Algorithm 1):
 * each client takes tau steps of CE + `proto_weight` * MSE(h_n(x), C_bar^(y)) on private
   batches (eq. (4); the regulariser only for labels with a global prototype so far), and
-  accumulates its features per label over those batches (its local prototypes C_n^(j), eq. (2));
-* it uploads the per-label feature sums and counts (K*d + K floats); the server's global
-  prototype is the count-weighted average C_bar^(j) = sum_n |D_n,j| C_n^(j) / sum_n |D_n,j|
-  (eq. (3)), sent back to every client. No public data.
-
-`variant: public_features` is one reading of the FedAL paper's adaptation ("we adapt FedProto
-to incorporate unlabeled public data"; "KD using the intermediate features before the
-fully-connected layer instead of model outputs in FedMD"), whose details the paper does not
-give: FedMD with features in place of logits. Local stage: tau CE steps; global stage: tau
-iterations in which each client uploads its features h_n(x) on the shared public batch (d*B
-floats), the server replies with the average, and the client minimises
-`proto_weight` * MSE(h_n(x), h_bar_{-n}(x)) (leave-one-out average).
+  averages its features per label over those batches (its local prototypes C_n^(j), eq. (2));
+* it uploads its local prototypes and per-label counts (K*d + K floats); the server's global
+  prototype C_bar^(j) averages the local prototypes of the clients that hold label j, either
+  unweighted (`prototype_average: unweighted`, default: the authors' code, `proto_aggregation`)
+  or weighted by |D_n,j| (`count`: FedProto's eq. (3)), and is sent back to every client. No
+  public data.
 
 Both need one feature dimension across the pool (the paper's reason for leaving FedProto out
 on SVHN); a mixed pool raises a clear error.
@@ -41,16 +44,27 @@ class FeatureAverager:
 VARIANTS = ("prototypes", "public_features")
 
 
+AVERAGES = ("unweighted", "count")
+
+
 class PrototypeServer:
-    """FedProto's server: global prototype per label = all clients' feature sums / counts (eq. (3))."""
+    """FedProto's server: per label, the average of the local prototypes of the clients holding it,
+    unweighted (the authors' code) or weighted by the clients' label counts (FedProto's eq. (3))."""
+
+    def __init__(self, average: str = "unweighted"):
+        if average not in AVERAGES:
+            raise ValueError(f"fedproto.prototype_average {average!r} is not one of {', '.join(AVERAGES)}")
+        self.average = average
 
     def respond(self, uploads: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-        sums = torch.stack([u["sums"] for u in uploads]).sum(0)
-        counts = torch.stack([u["counts"] for u in uploads]).sum(0)
-        known = counts > 0
-        protos = torch.zeros_like(sums)
-        protos[known] = sums[known] / counts[known, None]
-        return {"prototypes": protos, "known": known.to(sums.dtype)}
+        protos = torch.stack([u["prototypes"] for u in uploads])  # (N, K, d)
+        counts = torch.stack([u["counts"] for u in uploads])  # (N, K)
+        weights = counts if self.average == "count" else (counts > 0).to(counts.dtype)
+        total = weights.sum(0)
+        known = total > 0
+        merged = torch.zeros_like(protos[0])
+        merged[known] = (weights[:, :, None] * protos).sum(0)[known] / total[known, None]
+        return {"prototypes": merged, "known": known.to(protos.dtype)}
 
 
 class FedProto(Federation):
@@ -61,7 +75,8 @@ class FedProto(Federation):
         cfg: TrainConfig,
         seed: int,
         proto_weight: float = 1.0,
-        variant: str = "prototypes",
+        variant: str = "public_features",
+        prototype_average: str = "unweighted",
         assignment: Sequence[int] | None = None,
     ):
         if variant not in VARIANTS:
@@ -76,7 +91,7 @@ class FedProto(Federation):
                 f"fedproto needs one feature dimension across client models; the pool {archs} gives {sorted(dims)}"
             )
         self.proto_weight = proto_weight
-        self.server = FeatureAverager() if variant == "public_features" else PrototypeServer()
+        self.server = FeatureAverager() if variant == "public_features" else PrototypeServer(prototype_average)
         k, d = data.num_classes, dims.pop()
         self.prototypes = torch.zeros(k, d, device=data.test_x.device)
         self.known = torch.zeros(k, dtype=torch.bool, device=data.test_x.device)
@@ -129,7 +144,8 @@ class FedProto(Federation):
                 ce_losses.append(ce.detach())
                 sums.index_add_(0, y, h.detach())
                 counts += torch.bincount(y, minlength=k).to(counts.dtype)
-            uploads.append(self.wire.send(client.name, "server", "prototypes", {"sums": sums, "counts": counts}))
+            local = sums / counts.clamp_min(1)[:, None]  # C_n^(j), eq. (2); zero for labels it has not seen
+            uploads.append(self.wire.send(client.name, "server", "prototypes", {"prototypes": local, "counts": counts}))
         reply = self.server.respond(uploads)
         for client in self.clients:
             got = self.wire.send("server", client.name, "global_prototypes", reply)
@@ -138,7 +154,8 @@ class FedProto(Federation):
         return {"ce": mean_of(ce_losses), "proto_mse": mean_of(proto_losses)}
 
     def summary(self) -> dict:
-        return {**super().summary(), "fedproto_variant": self.variant}
+        variant = self.variant if self.uses_public else f"{self.variant} ({self.server.average})"
+        return {**super().summary(), "fedproto_variant": variant}
 
     def extra_state(self) -> dict:
         return {"prototypes": self.prototypes, "known": self.known}
@@ -154,7 +171,8 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
         cfg,
         seed,
         proto_weight=float(spec.get("proto_weight", 1.0)),
-        variant=spec.get("variant", "prototypes"),
+        variant=spec.get("variant", "public_features"),
+        prototype_average=spec.get("prototype_average", "unweighted"),
     )
 
 
