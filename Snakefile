@@ -1,4 +1,6 @@
 # fedrepro: one pipeline for FedSC, DPZV, FedAL and SteFFLe (see README.md).
+import os
+
 from snakemake.utils import min_version
 
 # the major version pyproject.toml pins; `workflow.config_settings` below is Snakemake's 8+ API
@@ -6,10 +8,21 @@ min_version("9.0")
 
 from fedrepro.config import check_config, check_config_files, coerce_overrides, enabled_papers
 
-check_config_files(["config.yaml", *workflow.config_settings.configfiles])
+# config.yaml beside this file is the base; a working folder of its own (`-d .test`, the workflow
+# catalog's test configuration) may hold a config.yaml of overrides, read after it
+BASE_CONFIG = f"{workflow.basedir}/config.yaml"
+LOCAL_CONFIG = (
+    ["config.yaml"] if os.path.exists("config.yaml") and not os.path.samefile("config.yaml", BASE_CONFIG) else []
+)
+check_config_files([BASE_CONFIG, *LOCAL_CONFIG, *workflow.config_settings.configfiles])
 
 
-configfile: "config.yaml"
+configfile: BASE_CONFIG
+
+
+if LOCAL_CONFIG:
+
+    configfile: "config.yaml"
 
 
 coerce_overrides(config, workflow.config_settings.config)

@@ -110,3 +110,12 @@ def test_html_report_builds_with_captions(tiny_run):
     work, override, _ = tiny_run
     snakemake("--configfile", str(override), "--report", str(work / "report.html"), cwd=work)
     assert (work / "report.html").stat().st_size > 10_000
+
+
+def test_the_catalog_test_configuration_builds_the_fedavg_chain_from_its_own_folder():
+    """`snakemake -d .test` (the workflow catalog's convention) reads the root config.yaml and then
+    .test/config.yaml's overrides, and plans the FedAvg chain only."""
+    rules = set(snakemake("--rulegraph", "-d", str(ROOT / ".test")).stdout.split('label = "')[1:])
+    rules = {rule.split('"')[0] for rule in rules}
+    assert {"prepare", "partition", "fedavg_train", "fedavg_accuracy_table"} <= rules
+    assert not [rule for rule in rules if rule.startswith(("fedsc", "dpzv", "fedal", "steffle"))]
