@@ -23,7 +23,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 COSTS = REPO / "benchmarks" / "unit_costs.csv"
-PAPERS = ("fedavg", "fedsc", "dpzv", "fedal", "steffle")
 
 # Where no row was measured (documented assumptions, printed as "estimated"):
 # - FedSC rounds scale with the training samples per round (SVHN 73,257 / CIFAR 50,000) and the
