@@ -1,18 +1,25 @@
-"""The empirical audit: its statistics against closed forms, and what the audited mechanisms did."""
+"""The empirical audit: its statistics and power against closed forms, its verdicts, and the mechanisms it ran."""
 
 import math
 
 import numpy as np
 import pytest
-from scipy.stats import binom, norm
+from scipy.optimize import brentq
+from scipy.stats import beta, binom, norm
 
 from fedrepro.privacy import accountant, audit, fedsc
 
 
 def _gdp_epsilon(mu, delta):
-    from scipy.optimize import brentq
-
+    """eps at delta of a mu-GDP mechanism (Dong, Roth and Su, Corollary 2.13), solved here with brentq."""
     return brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta, 0, 200)
+
+
+def _gdp_mu(eps, delta):
+    return brentq(lambda mu: _gdp_epsilon(mu, delta) - eps, 0.1, 10)
+
+
+# ------------------------------------------------------------------------------ statistics
 
 
 @pytest.mark.parametrize("k,n", [(0, 10), (3, 50), (49, 50), (120, 1000)])
@@ -25,6 +32,26 @@ def test_clopper_pearson_upper_is_the_exact_binomial_limit(k, n):
     assert audit.clopper_pearson_upper(n, n, alpha) == 1.0
     with pytest.raises(ValueError):
         audit.clopper_pearson_upper(n + 1, n, alpha)
+
+
+def test_the_bound_takes_each_clopper_pearson_limit_at_alpha_over_two():
+    # Issue 27 item 7: two limits (FPR and FNR) at 95 % overall need 1 - 0.05/2 each (union bound).
+    # Recompute both limits with scipy's beta quantile from the counts at the reported threshold.
+    rng = np.random.default_rng(5)
+    delta, confidence, n = 1e-3, 0.95, 600
+    out, inn = rng.normal(0, 1, n), rng.normal(1.5, 1, n)
+    bound = audit.epsilon_lower_bound(out, inn, delta, confidence)
+    ev_out, ev_in = out[n // 2 :], inn[n // 2 :]
+    fp, fn = int(np.sum(ev_out > bound.threshold)), int(np.sum(ev_in <= bound.threshold))
+    m = n - n // 2
+    q = 1 - (1 - confidence) / 2
+    fpr, fnr = beta.ppf(q, fp + 1, m - fp), beta.ppf(q, fn + 1, m - fn)
+    assert bound.fpr_upper == pytest.approx(fpr, rel=1e-9)
+    assert bound.fnr_upper == pytest.approx(fnr, rel=1e-9)
+    expected = max(math.log((1 - delta - fnr) / fpr), math.log((1 - delta - fpr) / fnr), 0.0)
+    assert bound.eps_lower == pytest.approx(expected, rel=1e-9)
+    # at alpha instead of alpha/2 both limits would be lower and the bound higher (and not valid at 95 %)
+    assert beta.ppf(confidence, fp + 1, m - fp) < fpr
 
 
 def test_lower_bound_of_a_gaussian_mechanism_is_below_and_near_its_true_epsilon():
@@ -42,8 +69,8 @@ def test_lower_bound_of_a_gaussian_mechanism_is_below_and_near_its_true_epsilon(
 
 
 def test_lower_bound_without_a_difference_is_zero_at_the_stated_confidence():
-    # identical worlds: eps = 0 is the truth, so a bound > 0 is a false claim; at 95 %
-    # confidence at most ~5 % of audits may make one (empirical rates alone make many)
+    # identical worlds: eps = 0 is the truth, so a bound > 0 is a false claim; at 95 % confidence at most
+    # ~5 % of audits may make one (empirical rates alone make many)
     rng = np.random.default_rng(1)
     false_claims = sum(
         audit.epsilon_lower_bound(rng.normal(size=40), rng.normal(size=40), 0.0).eps_lower > 0 for _ in range(200)
@@ -58,6 +85,86 @@ def test_lower_bound_rejects_bad_input():
         audit.epsilon_lower_bound(np.zeros(2), np.ones(2), 1e-5)
     with pytest.raises(ValueError, match="finite"):
         audit.epsilon_lower_bound(np.array([0, 1, 2, np.nan]), np.ones(4), 1e-5)
+
+
+# ------------------------------------------------------------------------------ power
+
+
+def test_detection_rate_is_the_false_claim_rate_at_no_signal_and_one_far_above_the_target():
+    assert audit.detection_rate(0.0, 0.0, 1e-2, 100, 0.95, trials=100) <= 0.1
+    assert audit.detection_rate(8.0, 1.0, 1e-2, 400, 0.95, trials=20) == 1.0
+    # a canary at exactly the target's mu can never refute it (the test is valid): rate ~ 0
+    mu = _gdp_mu(1.5, 1e-2)
+    assert audit.detection_rate(mu, 1.5, 1e-2, 400, 0.95, trials=50) <= 0.1
+
+
+def test_largest_detected_scaling_is_below_the_noise_that_meets_the_target():
+    delta, eps = 1e-2, 1.72
+    mu = _gdp_mu(eps, delta)  # a canary that attains the claim exactly
+    k = audit.largest_detected_scaling(mu, eps, delta, 1000, 0.95, power=0.8, trials=60)
+    # sigma x k is detected 80 % of the time, so it must be a real under-scaling (mu / k above the target's
+    # mu) and, at 1000 runs per world, at least a halving of the noise
+    assert 0.5 <= k < 1.0
+    assert _gdp_epsilon(mu / k, delta) > eps
+    assert audit.detection_rate(mu / k, eps, delta, 1000, 0.95, trials=60) >= 0.8
+    # fewer runs detect only a larger under-scaling; no canary detects none
+    assert audit.largest_detected_scaling(mu, eps, delta, 100, 0.95, trials=60) < k
+    assert audit.largest_detected_scaling(0.0, eps, delta, 1000, 0.95) == 0.0
+
+
+# ------------------------------------------------------------------------------ verdicts
+
+
+def test_verdict_compares_the_bound_with_the_attackers_epsilon_only():
+    from fedrepro.report.audit import verdict
+
+    # issue 27 item 6: DPZV's paper head at quick scale, a bound of 1.02 against a Poisson label of 1: the attacker
+    # knows the batch, no finite eps holds against it (the head leaks), and the leak-free head reaches 3.53
+    assert verdict(1.02, math.inf, 3.53, 0.0).startswith("no evidence of the leak")
+    assert verdict(4.1, math.inf, 3.53, 0.0).startswith("leak shown")
+    # a finite epsilon for the attacker's adversary: refuted only above it, whatever the label says
+    assert verdict(2.0, 3.53, math.nan, 0.5).startswith("not refuted") and "sigma x 0.5" in verdict(
+        2.0, 3.53, math.nan, 0.5
+    )
+    assert verdict(3.6, 3.53, math.nan, 0.5).startswith("refuted")
+    assert "no power" in verdict(0.0, 3.53, math.nan, 0.0)
+
+
+def test_audit_table_names_each_rows_adversary_and_never_tests_another(tmp_path):
+    from fedrepro.experiments.audit import Audited
+    from fedrepro.report import audit as report
+
+    rng = np.random.default_rng(2)
+    mu = 3.0  # well above the adversary's epsilon, below the claimed label's? no: the label is for another adversary
+    result = Audited(
+        mechanism="m",
+        variant="v",
+        adversary="the clients pooled",
+        out=rng.normal(0, 1, 400),
+        inn=rng.normal(mu, 1, 400),
+        delta=1e-2,
+        eps_claimed=0.5,
+        claimed_for="one who does not know the batch",
+        eps_adversary=1.0,
+        eps_reference=math.nan,
+        mu_attained=mu,
+        sigma=0.1,
+        note="n",
+    )
+    spec = {"confidence": 0.95, "level": "quick", "power": {"probability": 0.8, "trials": 20}}
+    table = report.write(
+        [result], spec, str(tmp_path / "privacy" / "audit.csv"), str(tmp_path / "privacy" / "audit.md")
+    )
+    row = table.iloc[0]
+    assert row["eps_lower_bound"] > row["eps_adversary"] > row["eps_claimed"]
+    assert row["verdict"].startswith("refuted") and "> 1.00 against this adversary" in row["verdict"]
+    assert row["runs_per_world"] == 400 and row["runs_in_bound"] == 200
+    assert 0 < row["detects_scaling"] < 1
+    text = (tmp_path / "privacy" / "audit.md").read_text()
+    assert "attacker = the clients pooled" in text and "is for one who does not know the batch" in text
+
+
+# ------------------------------------------------------------------------------ DP-CalR alone
 
 
 def test_fedsc_release_scores_measure_the_noise_and_the_clipped_sensitivity():
@@ -77,25 +184,88 @@ def test_fedsc_release_scores_measure_the_noise_and_the_clipped_sensitivity():
     assert audit.epsilon_lower_bound(out, inn, 1e-2).eps_lower <= truth
 
 
+# ------------------------------------------------------------------------------ FedSC's class
+
+
+FEDSC_WORLD = {
+    "delta": 1e-2,
+    "clients": 3,
+    "local_size": 4,
+    "participation": 0.67,
+    "rounds": 3,
+    "mu": 1e-3,
+    "hidden": 8,
+}
+
+
+@pytest.fixture(scope="module")
+def fedsc_audit():
+    import torch
+
+    torch.set_num_threads(1)
+    from fedrepro.experiments.audit import fedsc_scores
+
+    # eps = 1e4: little noise, so a replay that misses the real run's augmentations shows at once (2x the noise)
+    return {eps: fedsc_scores({**FEDSC_WORLD, "eps": eps}, 2, seed=0) for eps in (1e4, 2.0)}
+
+
+def test_fedsc_audit_replays_the_class_and_is_compared_at_its_realised_shares(fedsc_audit):
+    from fedrepro.algorithms.fedsc.fedsc import noise_sigma
+
+    sens = math.sqrt(2) * 1e-3 / 4
+    for eps, result in fedsc_audit.items():
+        # the class's own sigma: Prop. 6.6 for 3 planned shares at |D_j| = 4, times p = 2/3 (2 of 3 clients a round)
+        spec = {"rounds": 3, "mu": 1e-3, "sharing": {"after": 0.0, "every": 1}, "privacy": {"eps": eps, "delta": 1e-2}}
+        assert result.sigma == pytest.approx(noise_sigma(spec, [4, 4, 4], 2))
+        assert result.sigma == pytest.approx(fedsc.sigma_for_epsilon(eps, 3, 1e-3, 4, 1e-2) * 2 / 3)
+        # every upload of the canary's client is scored: the first sharing round has every client upload
+        shares = result.extra["shares"]
+        assert 1 <= shares <= 3
+        # the server's crafted weights make the canary attain the sqrt(2) mu/|D_j| sensitivity in every share
+        assert result.mu_attained == pytest.approx(math.sqrt(shares) * sens / result.sigma, rel=0.1)
+    replay = fedsc_audit[1e4]
+    # the replay reproduces the release up to its noise: observed minus noiseless has the noise's std
+    assert replay.extra["noise_std"] == pytest.approx(replay.sigma, rel=0.1)
+    assert (replay.out < 0).all() and (replay.inn > 0).all()
+    # eps against the server: `shares` unamplified Gaussians, exact GDP (closed form here)
+    result = fedsc_audit[2.0]
+    mu = math.sqrt(result.extra["shares"]) * sens / result.sigma
+    assert result.eps_adversary == pytest.approx(_gdp_epsilon(mu, 1e-2), rel=1e-2)
+    assert result.eps_adversary > 2.0  # sigma x p with p T shares: above the label (Section 7.1's scaling)
+
+
+# ------------------------------------------------------------------------------ DPZV's class
+
+
 @pytest.fixture(scope="module")
 def dpzv_audit():
     import torch
 
-    from tests.dpzv.conftest import tiny_settings
+    from fedrepro.experiments.audit import dpzv_label_scores, dpzv_settings, tiny_vfl_data
 
     torch.set_num_threads(1)
-    data = audit.tiny_vfl_data(32)
-    results = {}
-    for name, lr_server in (("paper", 1.0), ("frozen", 0.0)):
-        settings = tiny_settings(lr_server=lr_server, eps=1.0, delta=1e-3, record_wire=False, extra={"clip": 0.05})
-        results[name] = audit.dpzv_label_scores(4, settings, data, canary=0, canary_scale=30.0)
-    return results
+    data = tiny_vfl_data(32)
+    cfg = {
+        "batch_size": 8,
+        "epochs": 1,
+        "clip": 0.05,
+        "lr_server": 1.0,
+        "lr_client": 1e-3,
+        "head_clip": 1.0,
+        "eps": 1.0,
+        "delta": 1e-3,
+    }
+    return {
+        variant: dpzv_label_scores(4, dpzv_settings(cfg, variant), data, canary=0, canary_scale=30.0)
+        for variant in ("paper", "frozen_head", "dp_head")
+    }
 
 
 # One test reads the shared fixture: mutation testing reruns only the test that first called a function.
-def test_dpzv_audit_measures_the_scalar_noise_and_exposes_the_server_head_leak(dpzv_audit):
+def test_dpzv_audit_measures_the_noise_the_head_leak_and_the_dp_head(dpzv_audit):
     _check_rounds_and_scalar_noise(dpzv_audit)
     _check_server_head_leak(dpzv_audit)
+    _check_dp_head(dpzv_audit)
 
 
 def _check_rounds_and_scalar_noise(dpzv_audit):
@@ -114,45 +284,29 @@ def _check_rounds_and_scalar_noise(dpzv_audit):
 
 def _check_server_head_leak(dpzv_audit):
     _, _, paper = dpzv_audit["paper"]
-    out, inn, frozen = dpzv_audit["frozen"]
+    out, inn, frozen = dpzv_audit["frozen_head"]
     two_c_over_b = 2 * 0.05 / 8
     assert 0 < paper["canary_rounds"] < paper["rounds"]
     # trained head: rounds without the canary move by more than the 2C/B a round may move at all
     assert paper["leak_max"] > two_c_over_b
     # frozen head: rounds without the canary do not move at all
     assert frozen["leak_max"] == 0.0
+    # the canary's own K = 2 rounds each move by exactly 2C/B: its clipped difference is +C in one world, -C in
+    # the other (broken clipping would move them further, a head leak would add the other rounds)
+    assert frozen["mu_canary"] == pytest.approx([math.sqrt(2) * two_c_over_b / frozen["sigma"]] * 4 * 2, rel=1e-5)
     # the mean log-likelihood-ratio gap between the worlds (mu^2 for a mu-GDP Gaussian) grows with the leak
     paper_out, paper_in, _ = dpzv_audit["paper"]
     assert paper_in.mean() - paper_out.mean() > 3 * (inn.mean() - out.mean()) > 0
 
 
-def test_audit_table_says_n_claim_bound_confidence_and_what_follows(tmp_path):
-    import pandas as pd
-
-    from fedrepro.report import audit as report
-
-    assert report._finding(1.4, 1.0, math.nan).startswith("claim refuted")
-    assert report._finding(0.8, 1.0, 0.5).startswith("sound bound refuted")
-    assert report._finding(0.3, 1.0, 0.5).startswith("no violation detected")
-    row = {c: math.nan for c in report.COLUMNS}
-    row.update(
-        mechanism="m",
-        variant="v",
-        runs_per_world=1000,
-        runs_in_bound=500,
-        delta=1e-3,
-        eps_claimed=1.0,
-        eps_lower_bound=2.5,
-        confidence=0.95,
-        note="n",
-        finding=report._finding(2.5, 1.0, math.nan),
-    )
-    path = tmp_path / "audit.md"
-    report.write_markdown(pd.DataFrame([row], columns=report.COLUMNS), path, "full")
-    text = path.read_text()
-    assert "confidence 0.95" in text and "| m | v | 1000 | 500 | 0.001 | 1 |" in text
-    assert "| 2.5 |" in text and "claim refuted" in text
-    # both levels audit both mechanisms, the full one with more runs
-    quick, full = report.SETTINGS["quick"], report.SETTINGS["full"]
-    assert set(full["dpzv"]["variants"]) == {"paper", "frozen_head"}
-    assert full["dpzv"]["runs"] >= 1000 and full["fedsc"]["runs"] > quick["fedsc"]["runs"]
+def _check_dp_head(dpzv_audit):
+    out, inn, info = dpzv_audit["dp_head"]
+    frozen = dpzv_audit["frozen_head"][2]
+    # the replicas take the real head before each round: rounds without the canary are the same in both worlds
+    assert info["leak_max"] == 0.0
+    # the head's noisy gradient adds to what the attacker sees of the canary's rounds, within the joint
+    # multiplier s/sqrt(5): K = 2 rounds of sensitivity 2C/B (Delta) and 2 C_h (head, noise s C_h)
+    s = info["privacy"]["noise_multiplier"]
+    bound = math.sqrt(2) * math.sqrt(5) / s
+    assert min(info["mu_canary"]) > max(frozen["mu_canary"]) and max(info["mu_canary"]) <= bound * (1 + 1e-5)
+    assert np.isfinite(out).all() and len(set(inn)) == len(inn)

@@ -1,9 +1,12 @@
-# Empirical privacy audit (fedrepro.report.audit): canary-based lower bounds on epsilon for
-# FedSC's DP-CalR release and DPZV's label channel, against the claimed epsilons.
-# `audit` (small n) is part of the default run; `audit_full` (make audit) is the tight version.
-from fedrepro.report.audit import SETTINGS as AUDIT_SETTINGS
-
-AUDIT_ENTRY = "fedrepro.report.audit:write_audit"
+# Empirical privacy audit (fedrepro.experiments.audit): canary runs of FedSC's and DPZV's classes, a
+# Clopper-Pearson lower bound on epsilon against the epsilon of the attacker's adversary, and power.
+# `audit` (config audit.runs.quick) is part of the default run; `audit_full` (make audit) uses audit.runs.full.
+AUDIT_ENTRY = "fedrepro.experiments.audit:write_audit"
+# each level's spec: the audit block with that level's runs per world only
+AUDIT_SPECS = {
+    level: {**{k: v for k, v in config["audit"].items() if k != "runs"}, "level": level, "runs": runs}
+    for level, runs in config["audit"]["runs"].items()
+}
 
 
 rule audit:
@@ -20,7 +23,7 @@ rule audit:
         **cpu_resources(),
     params:
         entry=AUDIT_ENTRY,
-        spec={"level": "quick", "settings": AUDIT_SETTINGS["quick"]},
+        spec=AUDIT_SPECS["quick"],
     script:
         ENTRY
 
@@ -36,10 +39,10 @@ rule audit_full:
     conda:
         CONDA_ENV
     resources:
-        **{**cpu_resources(), "runtime": 180},  # minutes: the full audit takes tens of CPU-minutes
+        **{**cpu_resources(), "runtime": 240},  # minutes: the full audit takes tens of CPU-minutes
     params:
         entry=AUDIT_ENTRY,
-        spec={"level": "full", "settings": AUDIT_SETTINGS["full"]},
+        spec=AUDIT_SPECS["full"],
     script:
         ENTRY
 

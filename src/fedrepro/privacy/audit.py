@@ -19,27 +19,21 @@ runs (largest bound there) and the bound is computed on the second half only, so
 threshold costs no confidence; the two upper limits are each taken at
 (1 - confidence)/2 (union bound).
 
-Two audited mechanisms:
+Power (``detection_rate``, ``largest_detected_scaling``): the same test run on
+simulated Gaussian canaries, to say how large a noise under-scaling an audit of
+this size detects; a lower bound that stays below a claim says little without it.
 
-* ``fedsc_release_scores``: FedSC's DP-CalR (Algorithm 2), through the real
-  release function ``dp_calr`` on a small local data set whose canary sample is
-  replaced by an orthogonal one (the worst case of the sqrt(2) mu/|D_j|
-  replace-one sensitivity), ``shares`` releases per run with fresh noise.
-* ``dpzv_label_scores``: a tiny DPZV run (``fedrepro.algorithms.dpzv``) with
-  and without one flipped training label, observing the scalars the clients
-  receive over the wire. The attacker replays the run under both labels
-  (same seeds, the observed scalars fed to the clients) to get the noiseless
-  answer of every round in each world; the score is the Gaussian log
-  likelihood ratio of the observed scalars. With the server head trained on
-  the raw labels, rounds that never saw the canary also move, which the
-  paper's 2C/B sensitivity does not cover.
+``fedsc_release_scores`` is DP-CalR alone (Algorithm 2 on an identity encoder),
+the one mechanism whose scores have a closed form, which the tests use to check
+the statistics end to end. The papers' mechanisms run through their classes in
+``fedrepro.experiments.audit``; nothing here imports an algorithm.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.stats import beta as beta_dist
@@ -79,9 +73,19 @@ def epsilon_at_threshold(
     return eps, fpr, fnr
 
 
+@lru_cache(maxsize=64)
+def _upper_table(n: int, alpha: float) -> np.ndarray:
+    """``clopper_pearson_upper(k, n, alpha)`` for every k = 0..n (one scipy call per run size)."""
+    k = np.arange(n + 1)
+    table = beta_dist.ppf(1 - alpha, np.minimum(k, n - 1) + 1, np.maximum(n - k, 1))
+    table[n] = 1.0
+    table.setflags(write=False)
+    return table
+
+
 def _upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
     """``clopper_pearson_upper`` for an array of counts."""
-    return np.where(k >= n, 1.0, beta_dist.ppf(1 - alpha, np.minimum(k, n - 1) + 1, np.maximum(n - k, 1)))
+    return _upper_table(int(n), float(alpha))[np.asarray(k)]
 
 
 def _best_threshold(out_scores: np.ndarray, in_scores: np.ndarray, delta: float, alpha: float) -> tuple[float, float]:
@@ -149,6 +153,54 @@ def epsilon_lower_bound(out_scores, in_scores, delta: float, confidence: float =
     return AuditBound(eps, confidence, delta, len(ev_out), len(ev_in), float(sign * best), fpr, fnr, point)
 
 
+# ------------------------------------------------------------------------------ power
+
+SCALINGS = tuple(round(0.95 - 0.05 * i, 2) for i in range(19))  # noise sigma * k tried, k = 0.95 ... 0.05
+
+
+def gaussian_canary_mu(mean_gap: float, std: float) -> float:
+    """GDP mu of a canary from its scores' mean gap between the worlds and their std (mu = gap / std)."""
+    return float(mean_gap / std) if std > 0 else math.inf
+
+
+def detection_rate(
+    mu: float, eps_target: float, delta: float, runs: int, confidence: float, trials: int = 200, seed: int = 0
+) -> float:
+    """Fraction of ``trials`` simulated audits whose lower bound exceeds ``eps_target``.
+
+    Each simulated audit is this module's test on ``runs`` scores per world of a
+    mu-GDP canary: N(0, 1) without it, N(mu, 1) with it (the likelihood-ratio
+    score of a Gaussian mechanism, up to a monotone map).
+    """
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(trials):
+        out, inn = rng.standard_normal(runs), rng.standard_normal(runs) + mu
+        hits += epsilon_lower_bound(out, inn, delta, confidence).eps_lower > eps_target
+    return hits / trials
+
+
+def largest_detected_scaling(
+    mu: float,
+    eps_target: float,
+    delta: float,
+    runs: int,
+    confidence: float,
+    power: float = 0.8,
+    trials: int = 200,
+    seed: int = 0,
+) -> float:
+    """Largest k in ``SCALINGS`` such that an audit of this size refutes ``eps_target`` with probability
+    >= ``power`` when the noise is sigma * k instead of sigma (a canary of GDP ``mu`` at sigma has mu / k
+    at sigma * k); 0 when none is. The test is one-sided in k: less noise is easier to detect."""
+    if not mu > 0 or math.isinf(eps_target):
+        return 0.0
+    for k in SCALINGS:
+        if detection_rate(mu / k, eps_target, delta, runs, confidence, trials, seed) >= power:
+            return k
+    return 0.0
+
+
 # ------------------------------------------------------------------------------ FedSC DP-CalR
 
 
@@ -197,129 +249,3 @@ def fedsc_release_scores(
             out[r] = total
         scores[w] = out
     return scores["out"], scores["in"]
-
-
-# ------------------------------------------------------------------------------ DPZV label channel
-
-
-def tiny_vfl_data(num_train: int = 64, num_test: int = 16, num_classes: int = 3, clients: int = 2, seed: int = 0):
-    """Class-dependent 1 x 8 x 8 images split into row strips over ``clients`` (a learnable stand-in)."""
-    from fedrepro.algorithms.dpzv.base import build_vfl_data
-    from fedrepro.data.partition import vertical_partition
-
-    rng = np.random.default_rng(seed)
-    proto = rng.integers(0, 256, size=(num_classes, 1, 8, 8))
-    y = rng.integers(0, num_classes, size=num_train + num_test)
-    x = np.clip(proto[y] + rng.normal(0, 40, size=(len(y), 1, 8, 8)), 0, 255).astype(np.uint8)
-    part = vertical_partition((1, 8, 8), "rows", clients)
-    return build_vfl_data(
-        x[:num_train],
-        y[:num_train],
-        x[num_train:],
-        y[num_train:],
-        part.features,
-        part.feature_shapes,
-        num_classes,
-        "image",
-        val="test",
-    )
-
-
-class _ScalarTap:
-    """Stands in for the run's wire: passes messages on and keeps the scalars the clients receive."""
-
-    def __init__(self, wire):
-        self.wire = wire
-        self.received: list[float] = []
-
-    def send(self, sender, receiver, kind, payload):
-        out = self.wire.send(sender, receiver, kind, payload)
-        if receiver != "server":
-            self.received.append(float(out))
-        return out
-
-    def __getattr__(self, name):
-        return getattr(self.wire, name)
-
-
-def dpzv_label_scores(
-    runs: int, settings, data=None, canary: int = 0, canary_scale: float = 1.0, seed: int = 0, noise_seed: int = 1000
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Scores of ``runs`` tiny DPZV runs per world: canary label as is ("out") or flipped ("in").
-
-    Everything but the server's noise is seeded by ``seed`` (model initialisation,
-    schedule, batches, ZO directions), as the attacker is assumed to know it;
-    run r of world w draws its noise from ``noise_seed + 2r + [w = in]``. Per round the attacker
-    replays both worlds (DPZV's own client_query / server_answer / client_apply
-    with the noise switched off, clients fed the observed scalars) and adds
-    [(D - a_out)^2 - (D - a_in)^2] / (2 sigma^2). Also returns the run's
-    sigma, rounds, the rounds that held the canary, the largest noiseless
-    difference between the worlds in rounds without it (the server-head leak)
-    and the measured std of observed minus noiseless scalar (the noise that
-    crossed the wire). ``canary_scale`` multiplies the canary's features at
-    every client (an outlier sample: DP must hold for every pair of neighbouring
-    data sets, and a large input lets one label move the head far).
-    """
-    from fedrepro.algorithms.dpzv.base import VFLData
-    from fedrepro.algorithms.dpzv.dpzv import DPZV
-
-    data = data if data is not None else tiny_vfl_data()
-    train = [x.clone() for x in data.train]
-    for x in train:
-        x[canary] *= canary_scale
-    data = VFLData(train, data.y_train, data.val, data.y_val, data.test, data.y_test, data.num_classes)
-    flipped = data.y_train.clone()
-    flipped[canary] = (flipped[canary] + 1) % data.num_classes
-    worlds = {
-        "out": data,
-        "in": VFLData(data.train, flipped, data.val, data.y_val, data.test, data.y_test, data.num_classes),
-    }
-    base = {w: DPZV(d, settings, seed) for w, d in worlds.items()}
-    sigma = float(base["out"].noise["sigma"])
-    if not sigma > 0:
-        raise ValueError("the DPZV audit needs a private run (finite eps, sigma > 0)")
-    replicas = {}
-    for w, algo in base.items():
-        replicas[w] = copy.deepcopy(algo)
-        replicas[w].noise = dict(replicas[w].noise, sigma=0.0)
-    scores = {w: np.empty(runs) for w in worlds}
-    info = {
-        "sigma": sigma,
-        "rounds": base["out"].total_rounds,
-        "canary_rounds": 0,
-        "leak_max": 0.0,
-        "privacy": base["out"].privacy(),
-    }
-    residuals = []
-    for w in worlds:
-        for r in range(runs):
-            real = copy.deepcopy(base[w])
-            real.server.noise.manual_seed(noise_seed + 2 * r + (w == "in"))
-            tap = _ScalarTap(real.wire)
-            real.wire = tap
-            shadow = {v: copy.deepcopy(replicas[v]) for v in worlds}
-            llr, canary_rounds = 0.0, 0
-            for _ in range(real.total_rounds):
-                m = real.next_client()
-                ids = real.clients[m].next_batch()
-                real.exchange(m, ids)
-                observed = tap.received[-1]
-                clean = {}
-                for v, algo in shadow.items():
-                    assert algo.next_client() == m
-                    assert np.array_equal(algo.clients[m].next_batch(), ids)
-                    payload, u = algo.client_query(algo.clients[m], ids)
-                    answer, _ = algo.server_answer(m, payload)
-                    algo.client_apply(algo.clients[m], u, observed)
-                    clean[v] = float(answer)
-                llr += ((observed - clean["out"]) ** 2 - (observed - clean["in"]) ** 2) / (2 * sigma**2)
-                residuals.append(observed - clean[w])
-                if canary in ids:
-                    canary_rounds += 1
-                else:
-                    info["leak_max"] = max(info["leak_max"], abs(clean["in"] - clean["out"]))
-            scores[w][r] = llr
-            info["canary_rounds"] = max(info["canary_rounds"], canary_rounds)
-    info["noise_std"] = float(np.std(residuals))
-    info["noise_distinct"] = len(set(residuals)) / len(residuals)  # 1: a fresh draw every round
-    return scores["out"], scores["in"], info

@@ -1,179 +1,101 @@
-"""results/privacy/audit.{csv,md}: empirical lower bounds on epsilon against the claimed ones.
+"""results/privacy/audit.{csv,md}: empirical lower bounds on epsilon, each against the epsilon of its adversary.
 
-Runs the canary audits of `fedrepro.privacy.audit` (FedSC's DP-CalR release,
-DPZV's label channel with and without the server-head leak) and writes one
-row per audited mechanism: runs per world (and how many the bound uses), the
-claimed epsilon, the accountant's tight (PLD) epsilon, the lower bound with
-its confidence, and what the comparison says. A lower bound above a claimed
-epsilon refutes the claim; a lower bound below it only fails to refute it.
+One row per audited mechanism (`fedrepro.experiments.audit` runs them): runs per world (and how many
+the bound uses), the label the run carries and the adversary that label assumes, the epsilon against
+the audit's own adversary, the lower bound with its confidence, the audit's power and the verdict.
 
-`SETTINGS["quick"]` runs in the default pipeline (small n: weak bounds, tens
-of seconds); `SETTINGS["full"]` is `make audit` (n = 1000 per world for
-DPZV, 2000 for FedSC; tens of CPU-minutes).
+Like with like: the lower bound is only ever compared with the epsilon of the adversary the attacker
+models (`eps_adversary`). A label computed for another adversary (a Poisson-amplified epsilon, when the
+attacker knows the batch) is printed, never refuted or confirmed by this attacker. Where no finite
+epsilon holds against the attacker (a leak), the bound is compared with what the leak-free variant
+reaches against the same attacker (`eps_reference`): only a bound above it shows the leak.
+
+Power: the largest noise under-scaling sigma * k that an audit of this size refutes with the configured
+probability, for a Gaussian canary of the GDP mu this canary attained (`privacy.audit.largest_detected_scaling`);
+k = 0 means it detects no under-scaling in the tried range.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import pandas as pd
 
-FEDSC = {"eps": 3.0, "delta": 1e-2, "shares": 100, "mu": 2.0, "local_size": 32, "hidden": 8}
-DPZV = {
-    "eps": 1.0,
-    "delta": 1e-3,
-    "num_train": 64,
-    "clients": 2,
-    "batch_size": 8,
-    "epochs": 1,
-    "clip": 0.05,
-    "lr_server": 1.0,
-    "lr_client": 1e-3,
-    "canary_scale": 30.0,
-    "variants": {"paper": {}, "frozen_head": {"lr_server": 0.0}},
-}
-SETTINGS = {
-    "quick": {"confidence": 0.95, "seed": 0, "fedsc": {**FEDSC, "runs": 150}, "dpzv": {**DPZV, "runs": 24}},
-    "full": {"confidence": 0.95, "seed": 0, "fedsc": {**FEDSC, "runs": 2000}, "dpzv": {**DPZV, "runs": 1000}},
-}
+from fedrepro.privacy import audit as stats
+
 COLUMNS = [
     "mechanism",
     "variant",
+    "adversary",
     "runs_per_world",
     "runs_in_bound",
     "delta",
     "eps_claimed",
-    "eps_accountant_pld",
-    "eps_sound",
+    "claimed_for",
+    "eps_adversary",
+    "eps_reference",
     "eps_lower_bound",
     "confidence",
     "eps_point",
-    "noise_std_measured",
+    "mu_attained",
+    "detects_scaling",
     "sigma",
+    "verdict",
     "note",
-    "finding",
     "seconds",
 ]
 
 
-def _finding(lower: float, claimed: float, sound: float) -> str:
-    if lower > claimed:
-        return f"claim refuted: lower bound {lower:.2f} > claimed eps {claimed:g}"
-    if not math.isnan(sound) and lower > sound:
-        return f"sound bound refuted: lower bound {lower:.2f} > {sound:.2f}"
-    return "no violation detected at this n (a lower bound cannot confirm a guarantee)"
+def verdict(lower: float, eps_adversary: float, eps_reference: float, scaling: float) -> str:
+    """What the lower bound says about the epsilon of the attacker's adversary (never about another's)."""
+    if math.isfinite(eps_adversary):
+        if lower > eps_adversary:
+            return f"refuted: lower bound {lower:.2f} > {eps_adversary:.2f} against this adversary"
+        power = f"detects sigma x {scaling:g} with the set power" if scaling > 0 else "no power at this n"
+        return f"not refuted at this n: {lower:.2f} <= {eps_adversary:.2f} ({power})"
+    if math.isfinite(eps_reference):
+        if lower > eps_reference:
+            return (
+                f"leak shown: lower bound {lower:.2f} > {eps_reference:.2f}, the leak-free bound against this adversary"
+            )
+        return f"no evidence of the leak at this n: {lower:.2f} <= {eps_reference:.2f}, the leak-free bound"
+    return f"no finite epsilon holds against this adversary; lower bound {lower:.2f}"
 
 
-def fedsc_row(cfg: dict, confidence: float, seed: int) -> dict:
-    from fedrepro.privacy import accountant, audit
-    from fedrepro.privacy import fedsc as fedsc_privacy
-
-    start = time.time()
-    sigma = fedsc_privacy.sigma_for_epsilon(cfg["eps"], cfg["shares"], cfg["mu"], cfg["local_size"], cfg["delta"])
-    out, inn = audit.fedsc_release_scores(
-        cfg["runs"], sigma, cfg["mu"], cfg["local_size"], cfg["shares"], cfg["hidden"], seed
-    )
-    bound = audit.epsilon_lower_bound(out, inn, cfg["delta"], confidence)
-    tight = accountant.tight_epsilon(
-        fedsc_privacy.fedsc_mechanism(sigma, cfg["mu"], cfg["local_size"], cfg["shares"]), cfg["delta"]
+def audit_row(result, confidence: float, power: dict) -> dict:
+    bound = stats.epsilon_lower_bound(result.out, result.inn, result.delta, confidence)
+    target = result.eps_adversary if math.isfinite(result.eps_adversary) else result.eps_reference
+    scaling = stats.largest_detected_scaling(
+        result.mu_attained,
+        target,
+        result.delta,
+        len(result.out),
+        confidence,
+        float(power["probability"]),
+        int(power["trials"]),
     )
     return {
-        "mechanism": "FedSC DP-CalR (real dp_calr)",
-        "variant": f"{cfg['shares']} shares, replace-one canary",
-        "runs_per_world": cfg["runs"],
+        "mechanism": result.mechanism,
+        "variant": result.variant,
+        "adversary": result.adversary,
+        "runs_per_world": len(result.out),
         "runs_in_bound": bound.n_out,
-        "delta": cfg["delta"],
-        "eps_claimed": cfg["eps"],
-        "eps_accountant_pld": tight,
-        "eps_sound": tight,
+        "delta": result.delta,
+        "eps_claimed": result.eps_claimed,
+        "claimed_for": result.claimed_for,
+        "eps_adversary": result.eps_adversary,
+        "eps_reference": result.eps_reference,
         "eps_lower_bound": bound.eps_lower,
         "confidence": confidence,
         "eps_point": bound.eps_point,
-        "noise_std_measured": math.nan,
-        "sigma": sigma,
-        "note": "sigma from Prop. 6.6 with the sqrt(2) mu/|D_j| sensitivity; the release is exactly a "
-        "clipped mean plus Gaussian noise, so the PLD epsilon is the true one",
-        "finding": _finding(bound.eps_lower, cfg["eps"], tight),
-        "seconds": time.time() - start,
+        "mu_attained": result.mu_attained,
+        "detects_scaling": scaling,
+        "sigma": result.sigma,
+        "verdict": verdict(bound.eps_lower, result.eps_adversary, result.eps_reference, scaling),
+        "note": result.note,
+        "seconds": result.seconds,
     }
-
-
-def dpzv_rows(cfg: dict, confidence: float, seed: int) -> list[dict]:
-    from fedrepro.algorithms.dpzv.base import VFLSettings
-    from fedrepro.privacy import accountant, audit
-    from fedrepro.privacy import dpzv as dpzv_privacy
-
-    data = audit.tiny_vfl_data(cfg["num_train"], clients=cfg["clients"], seed=seed)
-    rows = []
-    for variant, overrides in cfg["variants"].items():
-        start = time.time()
-        # a variant overrides lr_server or adds DPZV options (e.g. a sound head, once DPZV has one);
-        # "head_leaks" says whether the server head sees the raw labels (default: it trains, lr_server > 0)
-        options = {"lr_server": cfg["lr_server"], **overrides}
-        extra = {"clip": cfg["clip"], **{k: v for k, v in options.items() if k not in ("lr_server", "head_leaks")}}
-        settings = VFLSettings(
-            batch_size=cfg["batch_size"],
-            epochs=cfg["epochs"],
-            client_model="vfl_mnist_cnn",
-            client_kwargs={"pool": [2, 2], "width": 4},
-            embed_dim=4,
-            server_hidden=8,
-            lr_client=cfg["lr_client"],
-            lr_server=options["lr_server"],
-            eps=cfg["eps"],
-            delta=cfg["delta"],
-            extra=extra,
-        )
-        out, inn, info = audit.dpzv_label_scores(
-            cfg["runs"], settings, data, canary=0, canary_scale=cfg["canary_scale"], seed=seed
-        )
-        bound = audit.epsilon_lower_bound(out, inn, cfg["delta"], confidence)
-        b, n, c = cfg["batch_size"], data.num_train, cfg["clip"]
-        mech = dpzv_privacy.dpzv_mechanism(info["sigma"], c, b, n, info["rounds"])
-        tight = accountant.tight_epsilon(mech, cfg["delta"])
-        # without the leak only the canary's own rounds depend on its label, each by <= 2C/B:
-        # k full-batch Gaussian releases (the schedule is seeded, so the attacker knows k)
-        canary_only = accountant.epsilon(mech.noise_multiplier, info["canary_rounds"], cfg["delta"], 1.0, "pld")
-        leaks = bool(options.get("head_leaks", options["lr_server"] > 0))
-        note = (
-            f"T = {info['rounds']} rounds, canary in {info['canary_rounds']}; largest change of a round "
-            f"without the canary {info['leak_max']:.3g} (2C/B = {2 * c / b:.3g})"
-        )
-        if leaks:
-            note += "; server head trained on the raw labels (the paper's Algorithm 1): no sound epsilon"
-        elif options["lr_server"] == 0:
-            note += "; head frozen: only the canary's rounds see its label"
-        else:
-            note += "; variant declared leak-free (head_leaks: false): eps_sound counts the canary's rounds only"
-        rows.append(
-            {
-                "mechanism": "DPZV label channel (tiny run, scalars the clients receive)",
-                "variant": variant,
-                "runs_per_world": cfg["runs"],
-                "runs_in_bound": bound.n_out,
-                "delta": cfg["delta"],
-                "eps_claimed": cfg["eps"],
-                "eps_accountant_pld": tight,
-                "eps_sound": math.nan if leaks else canary_only,
-                "eps_lower_bound": bound.eps_lower,
-                "confidence": confidence,
-                "eps_point": bound.eps_point,
-                "noise_std_measured": info["noise_std"],
-                "sigma": info["sigma"],
-                "note": note,
-                "finding": _finding(bound.eps_lower, cfg["eps"], math.nan if leaks else canary_only),
-                "seconds": time.time() - start,
-            }
-        )
-    return rows
-
-
-def audit_table(spec: dict) -> pd.DataFrame:
-    rows = [fedsc_row(spec["fedsc"], spec["confidence"], spec["seed"])]
-    rows += dpzv_rows(spec["dpzv"], spec["confidence"], spec["seed"])
-    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def _fmt(value) -> str:
@@ -182,36 +104,56 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def write_markdown(table: pd.DataFrame, path: Path, level: str) -> None:
-    shown = [c for c in COLUMNS if c not in ("confidence", "eps_point", "note", "seconds")]
+SHOWN = [
+    "mechanism",
+    "variant",
+    "runs_per_world",
+    "eps_claimed",
+    "eps_adversary",
+    "eps_reference",
+    "eps_lower_bound",
+    "mu_attained",
+    "detects_scaling",
+    "verdict",
+]
+
+
+def write_markdown(table: pd.DataFrame, path: Path, level: str, power: dict) -> None:
+    confidence = table["confidence"].iloc[0] if len(table) else math.nan
     lines = [
         f"# Empirical privacy audit ({level})",
         "",
-        "Canary audit: runs of each mechanism without and with one canary, a likelihood-ratio score per "
-        "run, the threshold chosen on half of the runs and a Clopper-Pearson bound on the other half "
-        f"(`runs_in_bound` per world; confidence {table['confidence'].iloc[0]:g}). `eps_lower_bound` holds "
-        "with that confidence (the csv also has `eps_point`, the same test at the empirical rates, which is no "
-        "bound). "
-        "`eps_claimed` is the label a run carries, `eps_accountant_pld` the tight accountant value for the "
-        "noise as configured (Poisson sampling for DPZV), `eps_sound` the true epsilon of what the run's "
-        "label-dependent releases are (none where the server head leaks).",
+        "Canary audit: runs of each mechanism without and with one canary, a likelihood-ratio score per run, "
+        "the threshold chosen on half of the runs and a Clopper-Pearson bound on the other half (confidence "
+        f"{confidence:g}). `eps_lower_bound` holds with that confidence. Every attacker knows the schedule, so "
+        "`eps_adversary` is the epsilon against that attacker (no subsampling amplification; inf: no finite "
+        "bound holds) and the verdict compares the bound with it only. `eps_claimed` is the label the run "
+        "carries, for the adversary named below; where that adversary is not the attacker's, it is printed, "
+        "not tested. `eps_reference`: for a leaking mechanism, what the leak-free variant reaches against the "
+        "same attacker. `mu_attained`: the canary's GDP mu, measured by the noiseless replay. `detects_scaling` "
+        f"k: the smallest noise under-scaling (sigma x k, largest k) this audit refutes with probability "
+        f"{power['probability']:g} (0: none down to sigma x 0.05).",
         "",
-        "| " + " | ".join(shown) + " |",
-        "|" + "---|" * len(shown),
+        "| " + " | ".join(SHOWN) + " |",
+        "|" + "---|" * len(SHOWN),
     ]
     for _, row in table.iterrows():
-        lines.append("| " + " | ".join(_fmt(row[c]) for c in shown) + " |")
-    lines += ["", "Notes:", ""]
-    lines += [f"- {row['mechanism']}, {row['variant']}: {row['note']}." for _, row in table.iterrows()]
+        lines.append("| " + " | ".join(_fmt(row[c]) for c in SHOWN) + " |")
+    lines += ["", "Adversaries and notes:", ""]
+    for _, row in table.iterrows():
+        lines.append(
+            f"- {row['mechanism']}, {row['variant']}: attacker = {row['adversary']}; eps_claimed "
+            f"{_fmt(row['eps_claimed'])} is for {row['claimed_for']}. {row['note']}. ({row['seconds']:.0f} s)"
+        )
     if level == "quick":
         lines += ["", "Quick run: few runs per world, so the bounds are weak; `make audit` runs the full audit."]
     path.write_text("\n".join(lines) + "\n")
 
 
-def write_audit(job) -> None:
-    """Pipeline entry (rules `audit` and `audit_full`): the audit table as csv and md."""
-    table = audit_table(job.spec["settings"])
-    csv = Path(job.output["csv"])
-    csv.parent.mkdir(parents=True, exist_ok=True)
+def write(results: list, spec: dict, csv: str, md: str) -> pd.DataFrame:
+    """The audit table of `results` (`experiments.audit.Audited`) as csv and markdown."""
+    table = pd.DataFrame([audit_row(r, spec["confidence"], spec["power"]) for r in results], columns=COLUMNS)
+    Path(csv).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv, index=False)
-    write_markdown(table, Path(job.output["md"]), job.spec["level"])
+    write_markdown(table, Path(md), spec["level"], spec["power"])
+    return table
