@@ -260,7 +260,13 @@ def test_fit_check_of_the_pinned_checkpoint_needs_no_folder():
 # ------------------------------------------------------------------------------------ a DPZV job
 
 
-def test_dpzv_amazon_job_trains_the_pretrained_encoder(amazon, bert_dir, tmp_path):
+def test_dpzv_amazon_job_trains_the_pretrained_encoder(amazon, bert_dir, tmp_path, monkeypatch):
+    from fedrepro.models import vfl
+
+    loaded, load = [], vfl.PretrainedBert.__init__
+    monkeypatch.setattr(
+        vfl.PretrainedBert, "__init__", lambda self, *a, **k: loaded.append(a[0]) or load(self, *a, **k)
+    )
     data = tmp_path / "data"
     data.mkdir()
     np.savez(
@@ -299,6 +305,7 @@ def test_dpzv_amazon_job_trains_the_pretrained_encoder(amazon, bert_dir, tmp_pat
         seeds=[0],
     )
     resolve(methods("dpzv")["dpzv"])(job)
+    assert loaded == [str(bert_dir)] * 3  # each of the 3 clients reads the checkpoint
     metrics = pd.read_parquet(out / "metrics.parquet")
     assert len(metrics) == 1 and metrics["server_round"].iloc[0] > 0
     assert np.isfinite(metrics["test_loss"]).all() and metrics["test_acc"].between(0, 1).all()
