@@ -155,7 +155,11 @@ def test_realised_epsilon_is_the_joint_subsampled_gaussian_of_what_runs():
     # joint accounting costs more than either release alone
     alone = accountant.epsilon(st * m / (2 * clip), T, delta, m / n_j, "pld")
     assert rec["realised_epsilon"] > alone
-    assert rec["sampling"] == "poisson" and "exactly" in rec["sampling_note"]
+    assert rec["sampling"] == "poisson" and "if the batch membership stays secret" in rec["sampling_note"]
+    # g reveals the batch (Algorithm 1 line 7): the bound for what is sent has no amplification
+    known = accounting.known_membership_epsilon([accountant.GaussianComposition(z, T, m / n_j, "")], delta)
+    assert rec["sound_epsilon"] == rec["known_membership_epsilon"] == pytest.approx(known, rel=1e-9)
+    assert rec["sound_epsilon"] > 2 * rec["realised_epsilon"]
     # compat_refcode: the same sigma against a batch SUM is (almost) no privacy, and lambda = 0 releases nothing
     compat = accounting.steffle_noise(2, delta, T, [n_j], rho, clip, radius, m, compat_refcode=True, lambdas=[0.0, 1.0])
     assert compat["realised_by_lambda"]["0.0"] == 0.0
@@ -216,3 +220,89 @@ def test_every_noise_draw_goes_through_the_mechanism(monkeypatch):
     drawn = trainer.standard_normal((3, 5))
     expected = torch.stack([torch.randn(3, 5, generator=base.seed_generator(s, "noise")) for s in (0, 1)])
     assert torch.equal(drawn, expected)
+
+
+def _unique_feature_data(n=240, silos=2):
+    """Synthetic data plus one one-hot column that is 1 for a single training row (row 0 of silo 0)."""
+    data = synthetic(n=n, d=4, silos=silos)
+    x = torch.cat([data.x, torch.zeros(len(data.x), 1)], dim=1)
+    x[data.silos[0][0], -1] = 1.0
+    x_test = torch.cat([data.x_test, torch.zeros(len(data.x_test), 1)], dim=1)
+    return FairData(x, data.y, data.s, data.silos, x_test, data.y_test, data.s_test, data.k, data.l), 0
+
+
+@pytest.mark.parametrize("loss_batch", ["same", "independent"])
+def test_the_clear_text_loss_gradient_reveals_the_sensitive_batch_unless_drawn_independently(loss_batch):
+    """Issue 27, item 2, on the wire: a row alone with a one-hot feature makes that coordinate of g
+    non-zero exactly in the rounds its row is in the sensitive batch (Algorithm 1 as written, every
+    round); with loss_batch="independent" g's rounds are another Poisson draw (about q T of them)
+    that does not follow the sensitive batch."""
+    data, local_row = _unique_feature_data()
+    cfg = _cfg(batch=12, epochs=8, loss_batch=loss_batch)
+    wire = ServerInbox()
+    tr = SteffleTrainer(data, cfg, [0, 1, 2], [1.0], np.full((1, 2), 0.3), np.full((1, 2), 0.3), wire=wire)
+    member = {}
+    own_step = tr.step
+
+    def step(t, local, weight, noise):
+        member[t] = ((local[:, 0] == local_row) & (weight[:, 0] > 0)).any(-1)  # (S,) in silo 0's batch
+        own_step(t, local, weight, noise)
+
+    tr.step = step
+    tr.run()
+    rounds = sorted(member)
+    in_batch = torch.stack([member[t] for t in rounds])  # (T, S)
+    in_g = torch.stack([wire.got[(t, "silo0", "loss_grad")][:, 0, -1] != 0 for t in rounds])  # (T, S)
+    q = cfg.batch / data.silo_sizes[0]
+    assert 0 < in_batch.float().mean().item() < 3 * q
+    if loss_batch == "same":
+        assert torch.equal(in_g, in_batch)
+    else:
+        assert q / 3 < in_g.float().mean().item() < 3 * q
+        assert (in_g != in_batch).float().mean().item() > q / 2  # other rounds than the sensitive batch's
+
+
+def test_independent_loss_batch_is_accounted_with_amplification_and_trains():
+    """The sound variant's record: its bound for what is sent is the paper's Poisson accounting;
+    its model learns like Algorithm 1's (same data, same noise)."""
+    data = synthetic(n=1200, d=6)
+    runs = {}
+    for loss_batch in ("same", "independent"):
+        cfg = _cfg(batch=32, epochs=4, loss_batch=loss_batch, clip=1.0)
+        tr = SteffleTrainer(data, cfg, [0, 1], [1.0], np.full((1, 3), 0.05), np.full((1, 3), 0.05))
+        runs[loss_batch] = tr.run().final["error"].mean()
+    assert abs(runs["same"] - runs["independent"]) < 0.05
+    with pytest.raises(ValueError, match="loss_batch"):
+        _cfg(loss_batch="shared")
+
+
+def test_equalized_odds_accounts_w_with_the_conditional_rho():
+    """eq. 6 divides W^(y)'s gradient by sqrt(P(S = s | Y = y)): a flipped attribute in a rare
+    (s, y) cell moves h_w by more than the marginal rho allows, and no more than rho_w allows;
+    the job's record accounts h_w with rho_w (recomputed here by hand)."""
+    from fedrepro.algorithms.steffle import jobs, sgda
+
+    rng = np.random.default_rng(3)
+    n = 600
+    y = (rng.random(n) < 0.5).astype(np.int64)
+    s = np.where(y == 1, rng.random(n) < 0.08, rng.random(n) < 0.6).astype(np.int64)  # rare (s=1, y=1)
+    x = rng.normal(size=(n, 3)).astype(np.float32) + 2.0 * y[:, None]
+    data = FairData.from_arrays(x, y, s, x[:50], y[:50], s[:50], np.array_split(np.arange(n), 2))
+    cfg = _cfg(batch=40, epochs=3, fairness="eo", clip=0.05)
+    ctx = jobs.privacy_context(data, cfg)
+    assert ctx["rho_w"] < 0.5 * ctx["rho"]
+    target = int(np.flatnonzero((y == 1) & (s == 0))[0])  # to the rare cell
+    base, flipped = _replay(data, _flip_one(data, target), cfg, 0.0, 0.0, (0.0, 0.0), seeds=range(3))
+    m = BatchSchedule(data.silo_sizes, cfg.batch).batch
+    moved = max(
+        (v - flipped[key]).flatten(-2).norm(dim=-1).max().item() for key, v in base.items() if key[2] == "sens_grad_w"
+    )
+    assert 2 * math.sqrt(2 / ctx["rho"]) / m < moved <= 2 * math.sqrt(2 / ctx["rho_w"]) / m
+    spec = {"method": "steffle", "fairness": "eo", "train": dict(batch=40, epochs=3, clip=0.05, radius=1.0)}
+    spec |= {"epsilons": [1], "lambdas": [1.0]}
+    _, privacy = sgda.build(spec, data, [0], [(1, 1.0)], [1])
+    rec = privacy["per_eps"]["1"]
+    st, sw = rec["sigma_theta"][0], rec["sigma_w"][0]
+    z = 1 / math.sqrt((2 * 0.05 / m / st) ** 2 + (2 * math.sqrt(2 / ctx["rho_w"]) / m / sw) ** 2)
+    q = m / min(data.silo_sizes)
+    assert rec["realised_epsilon"] == pytest.approx(accountant.epsilon(z, ctx["rounds"], ctx["delta"], q, "pld"))

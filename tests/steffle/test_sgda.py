@@ -274,3 +274,18 @@ def test_capped_w_step_keeps_the_ascent_stable_where_the_fixed_step_flips():
     assert fixed["w_flip_rate"][0, 1] > 0.9 and fixed["w_radius_share"][0, 1] == 1.0
     assert capped["w_norm"][0, 1] < 0.95 * 2.0
     assert torch.equal(runs["capped"].theta[:, 0], runs["fixed"].theta[:, 0])
+
+
+def test_independent_loss_batches_resume_exactly(tmp_path):
+    """loss_batch="independent" draws g's batches from their own per-seed stream, saved with the
+    checkpoint: a killed run resumes to the uninterrupted run's numbers, and the variant is not the
+    paper's algorithm (other batches for g, other model)."""
+    data = synthetic()
+    kw = dict(sigma=0.2, epochs=3, eval_every=1, loss_batch="independent")
+    full = _trainer(data, **kw).run()
+    ckpt = Checkpoint(tmp_path / "state.pt", every=1, minutes=None)
+    with pytest.raises(Killed):
+        killed_at(_trainer(data, **kw), 2).run(ckpt)
+    resumed = _trainer(data, **kw).run(Checkpoint(ckpt.path, every=1, minutes=None))
+    assert torch.equal(full.theta, resumed.theta)
+    assert not torch.equal(full.theta, _trainer(data, sigma=0.2, epochs=3, eval_every=1).run().theta)

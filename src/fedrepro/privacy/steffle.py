@@ -25,6 +25,19 @@ view of what the trainers release, and the calibration of the baselines' noise.
    multiplier is calibrated to the target eps with the accountant (`baseline_noise`, through
    `calibrate_multiplier` started at `rough_multiplier`).
 
+4. The threat model (`THREAT_MODELS`, one entry per private method): the privacy unit and the
+   adversary each epsilon holds against. Algorithm 1 line 9 sends the loss gradient g_{t,j} in
+   clear, computed on the SAME batch B_t as the noised sensitive gradients (line 7). x and y are
+   public in the paper's model, so whoever receives g learns B_t (a row with a rare one-hot
+   feature makes a coordinate of g non-zero exactly when it is in the batch): the Poisson
+   amplification the paper's accounting uses does not hold against the server. Every record
+   therefore carries two numbers: the paper's accounting (`realised_epsilon`, batch membership
+   secret) and `sound_epsilon`, the bound for what the code sends (`known_membership_epsilon`:
+   the batches revealed, the exact mixture over the rounds a row is in). loss_batch="independent"
+   draws g's batch independently of B_t, which keeps B_t secret, so there the two coincide.
+   Tran et al. (central) add the unclipped loss gradient inside the noisy primal release; the
+   same revealed-batch bound covers it (data processing: revealing B_t can only help the adversary).
+
 `SAMPLING_NOTES` says, per batch sampling, whether the accountant's Poisson subsampling covers
 what the trainers ran. The noise itself is drawn by the trainers (algorithms/steffle) with
 `fedrepro.privacy.mechanisms.gaussian_noise`: N(0, 1) per seed, scaled by each setting's sigma.
@@ -36,6 +49,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import optimize, special, stats
 
 from fedrepro.privacy import accountant, checks
 from fedrepro.privacy.checks import positive
@@ -78,6 +92,18 @@ def rho_from_attribute(sensitive, num_groups: int) -> float:
     if s.size and (s.min() < 0 or s.max() >= num_groups):
         raise ValueError(f"sensitive group ids must lie in [0, {num_groups - 1}]")
     return rho_from_counts(np.bincount(s, minlength=num_groups))
+
+
+def rho_for_fairness(sensitive, labels, num_groups: int, fairness: str) -> float:
+    """The smallest group frequency h_w divides by: the marginal rho (demographic parity) or, for
+    equalized odds (eq. 6: W^{(y)} is normalised by P(S | Y = y)), min over (s, y) of
+    (count(s, y) - 1) / count(y), the same "- 1" margin as `rho_from_counts`."""
+    if fairness == "dp":
+        return rho_from_attribute(sensitive, num_groups)
+    if fairness != "eo":
+        raise ValueError(f"fairness must be one of ('dp', 'eo'), got {fairness!r}")
+    s, y = np.asarray(sensitive), np.asarray(labels)
+    return min(rho_from_attribute(s[y == label], num_groups) for label in np.unique(y))
 
 
 def num_iterations(epochs: int, local_size: int, batch_size: int) -> int:
@@ -256,9 +282,121 @@ def realised_epsilon(compositions, delta: float) -> dict:
     }
 
 
+# -- 4. threat model and the bound for what is sent ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ThreatModel:
+    """Who an epsilon protects (unit) against whom (adversary), and what that adversary sees."""
+
+    unit: str  # the privacy unit and the neighbouring relation
+    adversary: str  # who receives the releases
+    sees: str  # what the adversary receives, in words
+    short: str  # a compact tag for figure titles
+
+
+THREAT_MODELS = {
+    "steffle": ThreatModel(
+        "sensitive attribute s_i of one row per silo (replace-one; x, y public), ISRL-DP (Def. 2.3)",
+        "the server and every other silo (silo j's whole transcript)",
+        "per round g (clear text, batch B_t), h_theta and h_w (noised, batch B_t): B_t is revealed",
+        "attribute, ISRL-DP vs server",
+    ),
+    "dp_fermi": ThreatModel(
+        "sensitive attribute s_i (replace-one; x, y public), central DP (one silo holds all rows)",
+        "whoever receives the curator's per-round releases",
+        "per round g (clear text), h_theta and h_w of one batch: the batch is revealed",
+        "attribute, central",
+    ),
+    "tran2021": ThreatModel(
+        "sensitive attribute s_i (replace-one; x, y public), central DP",
+        "whoever sees the model iterates and the dual releases",
+        "per round the primal step g + clipped Lagrangian gradient + noise (g unclipped, same batch); "
+        "per epoch the noisy group sums",
+        "attribute, central",
+    ),
+    "ling2024": ThreatModel(
+        "a whole record (x_i, y_i) of one client (add/remove), record-level DP per client",
+        "the server",
+        "per round the noised, clipped, reweighted gradient sum and the noised clipped loss sum of a "
+        "Poisson batch; the batch is not revealed",
+        "record, per client vs server",
+    ),
+    "ling2024_groupgap": ThreatModel(
+        "a whole record of one client (replace-one), record-level DP per client",
+        "the server",
+        "per round the noised clipped gradient and noised group sums of a Poisson batch; the batch is not revealed",
+        "record, per client vs server",
+    ),
+}
+
+PAPER_ACCOUNTING = (
+    "paper's accounting: Poisson subsampling at q = m/n_j with the batch membership secret "
+    "(the tight PLD of the subsampled Gaussian)"
+)
+KNOWN_BATCH_WHY = (
+    "the clear-text loss gradient g is computed on the same batch as the noised releases, so the "
+    "adversary learns the batch and subsampling amplification does not hold: bound with the batches revealed"
+)
+
+
+def _gdp_delta(mu: np.ndarray, eps: float) -> np.ndarray:
+    """delta(eps) of mu-GDP (Dong, Roth, Su 2022, Cor. 2.13), stable in log space for large eps."""
+    mu = np.asarray(mu, dtype=np.float64)
+    out = np.zeros_like(mu)
+    pos = mu > 0
+    m = mu[pos]
+    out[pos] = special.ndtr(-eps / m + m / 2) - np.exp(eps + special.log_ndtr(-eps / m - m / 2))
+    return np.clip(out, 0.0, 1.0)
+
+
+def _mu2_distribution(compositions, tail: float = 1e-16):
+    """Support and probabilities of mu^2 = sum_c K_c / z_c^2, K_c ~ Binomial(steps_c, q_c) independent
+    (a row's number of rounds in the batch), and the probability mass left out (< tail per composition)."""
+    values, probs, dropped = np.zeros(1), np.ones(1), 0.0
+    for comp in compositions:
+        if comp.noise_multiplier == 0:
+            return np.array([math.inf]), np.ones(1), 0.0
+        k = np.arange(comp.steps + 1)
+        pk = stats.binom.pmf(k, comp.steps, min(comp.sampling_rate, 1.0))
+        keep = pk > tail / (comp.steps + 1)
+        dropped += float(pk[~keep].sum())
+        values = (values[:, None] + k[keep][None, :] / comp.noise_multiplier**2).ravel()
+        probs = (probs[:, None] * pk[keep][None, :]).ravel()
+    return values, probs, dropped
+
+
+def known_membership_epsilon(compositions, delta: float) -> float:
+    """epsilon at delta when the adversary knows which rounds' batches hold each row.
+
+    Given the batches, the releases of a row's rounds are Gaussians of multiplier z (adaptive
+    composition: mu-GDP with mu^2 = K / z^2, K the rounds the row is in); the batches do not depend
+    on the private value, so the tight delta(eps) is the expectation over K ~ Binomial(T, q) of
+    mu-GDP's delta (the hockey-stick divergence of (batches, releases) averages over the batches).
+    Exact, no subsampling amplification; the mass left out of the binomial tails is added to delta.
+    """
+    checks.log_inv_delta(delta)
+    mu2, probs, dropped = _mu2_distribution(compositions)
+    if np.isinf(mu2).any():
+        return math.inf
+    mu = np.sqrt(mu2)
+
+    def excess(eps):
+        return float(probs @ _gdp_delta(mu, eps)) + dropped - delta
+
+    if excess(0.0) <= 0:
+        return 0.0
+    hi = 1.0
+    while excess(hi) > 0:
+        hi *= 2.0
+        if hi > 1e6:
+            return math.inf
+    return optimize.brentq(excess, 0.0, hi, xtol=1e-10, rtol=1e-10)
+
+
 SAMPLING_NOTES = {
-    "poisson": "Poisson subsampling at q = m/n_j, sums divided by the expected batch size m: "
-    "exactly the subsampled Gaussian the accountant composes",
+    "poisson": "Poisson subsampling at q = m/n_j, sums divided by the expected batch size m: the "
+    "subsampled Gaussian the accountant composes, if the batch membership stays secret",
     "shuffle": "shuffled fixed-size batches (remainder dropped); the accountant assumes Poisson "
     "subsampling at q = m/n_j, which does not cover shuffling",
     "replacement": "batches drawn with replacement; the accountant assumes Poisson subsampling at "
@@ -267,6 +405,17 @@ SAMPLING_NOTES = {
 
 
 NOISE_RULES = ("theorem", "calibrated")
+LOSS_BATCHES = ("same", "independent")
+
+
+def sound_note(loss_batch: str) -> str:
+    """One sentence: why `sound_epsilon` is what it is for SteFFLe's loss_batch option."""
+    if loss_batch == "same":
+        return KNOWN_BATCH_WHY
+    return (
+        "g is computed on a batch drawn independently of the sensitive batch, so g reveals nothing "
+        "about the sensitive batch and the paper's Poisson accounting holds"
+    )
 
 
 def steffle_noise(
@@ -282,8 +431,17 @@ def steffle_noise(
     sampling: str = "poisson",
     lambdas=(1.0,),
     noise: str = "theorem",
+    loss_batch: str = "same",
+    rho_w: float | None = None,
 ) -> dict:
     """Per-silo sigma_theta, sigma_w (Theorem 3.3), precondition flags and the realised epsilon.
+
+    rho_w (default rho) is the smallest p the W-gradient divides by: the marginal p_S for demographic
+    parity, min over (s, y) of P(S = s | Y = y) for equalized odds (eq. 6); it sets h_w's
+    sensitivity, while Theorem 3.3's sigmas keep the paper's marginal rho. `sound_epsilon` is the
+    bound for what the code sends (section 4): with loss_batch="same" (Algorithm 1) the batches are
+    revealed by g (`known_membership_epsilon`); with "independent" g's batch says nothing about
+    the sensitive batch and the paper's accounting holds.
 
     `realised_epsilon` is the accountant's (PLD, tight; RDP beside it) epsilon for the
     mechanism the trainer runs: theta and W released together from one Poisson batch
@@ -299,8 +457,18 @@ def steffle_noise(
     """
     if noise not in NOISE_RULES:
         raise ValueError(f"noise must be one of {NOISE_RULES}, got {noise!r}")
+    if loss_batch not in LOSS_BATCHES:
+        raise ValueError(f"loss_batch must be one of {LOSS_BATCHES}, got {loss_batch!r}")
+    rho_w = rho if rho_w is None else rho_w
     n = len(silo_sizes)
-    base = {"sampling": sampling, "sampling_note": SAMPLING_NOTES[sampling], "delta": delta}
+    base = {
+        "sampling": sampling,
+        "sampling_note": SAMPLING_NOTES[sampling],
+        "delta": delta,
+        "loss_batch": loss_batch,
+        "rho_w": rho_w,
+        "sound_note": sound_note(loss_batch),
+    }
     if not is_private(eps):
         return {
             **base,
@@ -312,6 +480,8 @@ def steffle_noise(
             "library_epsilon": math.inf,
             "realised_epsilon": math.inf,
             "realised_epsilon_rdp": math.inf,
+            "known_membership_epsilon": math.inf,
+            "sound_epsilon": math.inf,
         }
     eps = float(eps)
     sig_w = [sigma_w(eps, delta, rounds, n_j, rho) for n_j in silo_sizes]
@@ -327,7 +497,7 @@ def steffle_noise(
                 eps,
                 delta,
                 lambda k: [
-                    steffle_composition(k * st0, k * sw0, clip, rho, batch, n_j, rounds, compat_refcode, lams[-1])
+                    steffle_composition(k * st0, k * sw0, clip, rho_w, batch, n_j, rounds, compat_refcode, lams[-1])
                 ],
                 z0=1.0,
             )[0]
@@ -336,15 +506,15 @@ def steffle_noise(
         sig_t, sig_w = [scale * v for v in sig_t], [scale * v for v in sig_w]
     by_lambda = {}
     for lam in lams:
-        worst = {"pld": 0.0, "rdp": 0.0}
+        worst = {"pld": 0.0, "rdp": 0.0, "known": 0.0}
         for n_j in sorted(set(silo_sizes)):  # silos of equal size have equal noise and rate
             st, sw = sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)]
-            got = realised_epsilon(
-                [steffle_composition(st, sw, clip, rho, batch, n_j, rounds, compat_refcode, lam)], delta
-            )
+            comp = [steffle_composition(st, sw, clip, rho_w, batch, n_j, rounds, compat_refcode, lam)]
+            got = {**realised_epsilon(comp, delta), "known": known_membership_epsilon(comp, delta)}
             worst = {k: max(worst[k], got[k]) for k in worst}
         by_lambda[lam] = worst
     headline = max(v["pld"] for v in by_lambda.values())
+    known = max(v["known"] for v in by_lambda.values())
     record = {
         **base,
         "eps": eps,
@@ -357,9 +527,13 @@ def steffle_noise(
         "library_epsilon": max(v["rdp"] for v in by_lambda.values()),
         "realised_epsilon": headline,
         "realised_epsilon_rdp": max(v["rdp"] for v in by_lambda.values()),
+        "known_membership_epsilon": known,
+        "sound_epsilon": known if loss_batch == "same" else headline,
     }
     if compat_refcode:
         record["realised_by_lambda"] = {str(k): v["pld"] for k, v in by_lambda.items()}
+        pick = "known" if loss_batch == "same" else "pld"
+        record["sound_by_lambda"] = {str(k): v[pick] for k, v in by_lambda.items()}
     return record
 
 
@@ -401,14 +575,21 @@ def calibrate_multiplier(
     return math.exp(b), math.exp(fb + target)
 
 
-def baseline_noise(eps, ctx: dict, compositions, steps: int, rate: float) -> dict:
+def baseline_noise(eps, ctx: dict, compositions, steps: int, rate: float, sound_note: str | None = None) -> dict:
     """A baseline's privacy record at `eps`: its multiplier z calibrated (RDP) to eps for the
     `compositions(z)` it releases, and the realised (PLD) epsilon of the same compositions.
 
     ctx holds the job's delta and sampling (`jobs.privacy_context`); `steps` and `rate` give
-    the secant search its start (`rough_multiplier`).
+    the secant search its start (`rough_multiplier`). `sound_note` None: the batch stays secret and
+    `sound_epsilon` is the realised one; otherwise the sentence why the batch is not secret, and
+    `sound_epsilon` is `known_membership_epsilon` of the same compositions.
     """
-    base = {"sampling": ctx["sampling"], "sampling_note": ctx["sampling_note"], "delta": ctx["delta"]}
+    base = {
+        "sampling": ctx["sampling"],
+        "sampling_note": ctx["sampling_note"],
+        "delta": ctx["delta"],
+        "sound_note": sound_note or "the batch stays secret: the paper's accounting holds",
+    }
     if not is_private(eps):
         return {
             **base,
@@ -417,10 +598,13 @@ def baseline_noise(eps, ctx: dict, compositions, steps: int, rate: float) -> dic
             "library_epsilon": math.inf,
             "realised_epsilon": math.inf,
             "realised_epsilon_rdp": math.inf,
+            "known_membership_epsilon": math.inf,
+            "sound_epsilon": math.inf,
         }
     z0 = rough_multiplier(float(eps), ctx["delta"], steps, rate)
     z, library = calibrate_multiplier(float(eps), ctx["delta"], compositions, z0=z0)
     realised = realised_epsilon(compositions(z), ctx["delta"])
+    known = known_membership_epsilon(compositions(z), ctx["delta"])
     return {
         **base,
         "eps": float(eps),
@@ -428,4 +612,6 @@ def baseline_noise(eps, ctx: dict, compositions, steps: int, rate: float) -> dic
         "library_epsilon": library,
         "realised_epsilon": realised["pld"],
         "realised_epsilon_rdp": realised["rdp"],
+        "known_membership_epsilon": known,
+        "sound_epsilon": realised["pld"] if sound_note is None else known,
     }

@@ -31,6 +31,7 @@ _SGDA = (
     "eval_every",
     "sampling",
     "noise",
+    "loss_batch",
 )
 
 

@@ -19,7 +19,7 @@ from fedrepro.eval import fairness
 from fedrepro.fl.loop import Checkpoint, run_rounds
 from fedrepro.privacy.mechanisms import gaussian_noise
 
-_STREAMS = {"init": 0, "batches": 1, "noise": 2, "iterate": 3}
+_STREAMS = {"init": 0, "batches": 1, "noise": 2, "iterate": 3, "loss_batches": 4}
 
 
 def seed_generator(seed: int, stream: str) -> torch.Generator:

@@ -78,7 +78,8 @@ def grid(spec: dict) -> tuple[list, list[float]]:
 
 
 def privacy_context(data: FairData, cfg) -> dict:
-    """What the accountant needs, from the same BatchSchedule the trainer uses (rounds, m, q)."""
+    """What the accountant needs, from the same BatchSchedule the trainer uses (rounds, m, q);
+    rho (Theorem 3.3's, marginal) and rho_w (the smallest p that h_w divides by, per fairness notion)."""
     n = len(data.y)
     sizes = data.silo_sizes
     schedule = BatchSchedule(sizes, cfg.batch, cfg.sampling)
@@ -89,6 +90,7 @@ def privacy_context(data: FairData, cfg) -> dict:
         "rounds": cfg.epochs * schedule.rounds_per_epoch,
         "batch": schedule.batch,
         "rho": rho,
+        "rho_w": accounting.rho_for_fairness(data.s.numpy(), data.y.numpy(), data.k, cfg.fairness),
         "delta": accounting.delta_for_n(n),
         "sampling": cfg.sampling,
         "sampling_note": accounting.SAMPLING_NOTES[cfg.sampling],

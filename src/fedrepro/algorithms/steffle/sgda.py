@@ -33,8 +33,13 @@ Choices the paper leaves open (config keys in brackets):
 * [radius] D is a Frobenius-ball radius (the set W of Algorithm 1 line 11); the same D enters
   sigma_theta (Theorem 3.3).
 * [sampling="poisson"] Poisson batches with every sum divided by the expected size m
-  (base.BatchSchedule), so no batch is under-noised and the accountant's subsampled
-  Gaussian is what runs; shuffled fixed-size batches and Algorithm 2's replacement as options.
+  (base.BatchSchedule), so no batch is under-noised; shuffled fixed-size batches and Algorithm 2's
+  replacement as options. The clear-text g of line 7 is computed on the same batch B_t, so the
+  server learns B_t and the Poisson amplification of the paper's accounting does not hold against
+  it (privacy.steffle section 4: every record also carries the bound with the batches revealed).
+* [loss_batch="same"] Algorithm 1 as written. "independent" is our sound variant: g comes from a
+  second Poisson batch drawn independently of B_t (its own generator stream), so g reveals nothing
+  about B_t and the paper's accounting holds; g stays an unbiased estimate of the loss gradient.
 * [iterate] "final" (default: the paper's figures plot trained models, not a random draw),
   "random" (Algorithm 1 line 13, theta_t with t uniform in {1..T}) or "refcode_avg" (metrics
   averaged over the evaluations at epochs >= 20, the authors' protocol).
@@ -56,7 +61,7 @@ from fedrepro.fl.transport import Wire
 from fedrepro.privacy import steffle as accounting
 
 from . import fermi, jobs
-from .base import FairData, GridTrainer, ScheduleConfig, clip_coef, strata
+from .base import FairData, GridTrainer, ScheduleConfig, clip_coef, seed_generator, strata
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +93,7 @@ class SGDAConfig(ScheduleConfig):
     noise: str = (
         "theorem"  # theorem: Theorem 3.3's sigmas | calibrated: scaled to meet eps (privacy.steffle.steffle_noise)
     )
+    loss_batch: str = "same"  # same: Algorithm 1 line 7 | independent: g from its own batch (B_t stays secret)
 
     positive = ("eta_theta", "clip", "radius")
 
@@ -97,6 +103,8 @@ class SGDAConfig(ScheduleConfig):
             raise ValueError(f"eta_w must be >= 0, got {self.eta_w}")
         if self.noise not in ("theorem", "calibrated"):
             raise ValueError(f"noise must be one of ('theorem', 'calibrated'), got {self.noise!r}")
+        if self.loss_batch not in accounting.LOSS_BATCHES:
+            raise ValueError(f"loss_batch must be one of {accounting.LOSS_BATCHES}, got {self.loss_batch!r}")
         if self.w_step not in W_STEPS:
             raise ValueError(f"w_step must be one of {W_STEPS}, got {self.w_step!r}")
 
@@ -159,6 +167,29 @@ class SteffleTrainer(GridTrainer):
         self.eta_w = w_step_sizes(cfg.eta_w, self.lam, cfg.w_step)  # (G,)
         self.w_flips = torch.zeros(len(self.seeds), G)  # rounds where W changed sign
         self.w_rounds = 0
+        if cfg.loss_batch == "independent":
+            self.gens["loss_batches"] = [seed_generator(s, "loss_batches") for s in self.seeds]
+
+    def round(self, t: int) -> dict:
+        """One epoch; with loss_batch="independent" first the epoch's batches of g (own stream)."""
+        if self.cfg.loss_batch == "independent":
+            batches = [self.schedule.epoch(g) for g in self.gens["loss_batches"]]
+            width = max(b[0].shape[-1] for b in batches)
+            self.loss_batches = [
+                torch.stack([torch.nn.functional.pad(b[i], (0, width - b[i].shape[-1])) for b in batches])
+                for i in (0, 1)
+            ]  # local indices and weights, (S, N, R, width)
+        return super().round(t)
+
+    def _loss_grad(self, t, resid, xb):
+        """g of line 7: on the sensitive batch (paper) or on this round's independent batch."""
+        if self.cfg.loss_batch == "same":
+            return torch.einsum("sgnm,snmd->sgnd", resid, xb) / self.m
+        r = t - self.epoch * self.schedule.rounds_per_epoch
+        local, weight = (b[:, :, r] for b in self.loss_batches)
+        xl, yl, _, _ = self.batch(local)
+        p1 = torch.sigmoid(torch.einsum("snmd,sgd->sgnm", xl, self.theta))
+        return torch.einsum("sgnm,snmd->sgnd", (p1 - yl[:, None]) * weight[:, None], xl) / self.m
 
     def _sensitive(self, logits, p1, xb, xnorm, cell, weight, V, messages=None):
         """Line 8 without the theta-noise: clipped per-sample coefficients c (grad psi_i = c_i x_i;
@@ -209,7 +240,7 @@ class SteffleTrainer(GridTrainer):
         resid = (p1 - yb[:, None]) * weight[:, None]
         G = resid.shape[1]
         if not self.sensitive_needed:
-            g = torch.einsum("sgnm,snmd->sgnd", resid, xb) / self.m
+            g = self._loss_grad(t, resid, xb)
             h_theta, h_w = torch.zeros_like(g), torch.zeros(g.shape[:3] + self.W.shape[2:])
         elif self.protocol:
             msgs = [self._division_message(logits, xb, local, j) for j in range(N)]
@@ -223,12 +254,12 @@ class SteffleTrainer(GridTrainer):
                 noise["V"],
                 {"grad_F": torch.stack([m["grad_F"] for m in msgs], dim=2)},
             )
-            g = torch.einsum("sgnm,snmd->sgnd", resid, xb) / self.m
+            g = self._loss_grad(t, resid, xb)
             h_theta = self._finish_h_theta(c.sum(-2), noise["u"])
         else:  # one contraction against x for the loss residuals and the sensitive coefficients
             c, h_w = self._sensitive(logits, p1, xb, xnorm, cell, weight, noise["V"])
             both = torch.einsum("sgnm,snmd->sgnd", torch.cat([resid, c], dim=1), xb)
-            g = both[:, :G] / self.m
+            g = both[:, :G] / self.m if self.cfg.loss_batch == "same" else self._loss_grad(t, resid, xb)
             h_theta = self._finish_h_theta(both[:, G:], noise["u"])
         received = [
             (
@@ -310,6 +341,8 @@ def build(spec, data, seeds, settings, epsilons):
             cfg.sampling,
             lambdas,
             cfg.noise,
+            cfg.loss_batch,
+            ctx["rho_w"],
         )
         for e in epsilons
     }

@@ -64,12 +64,19 @@ class TranTrainer(CellMixin, GridTrainer):
         self.theta = self.theta - self.lr() * step[:, :, 0]
         self.remember_iterate(t)
 
-    def end_epoch(self):
-        """Dual step: noisy group sums of sigma over the training set -> violations -> multipliers."""
+    def dual_release(self):
+        """The dual step's release: group sums of sigma over the training set and their noisy copy.
+
+        Replacing one s_i moves sigma_i from one cell to another: the sum vector moves by
+        sqrt(2) sigma_i <= sqrt(2) in L2, so the noise is z sqrt(2) (multiplier z, as the primal's)."""
         p1 = torch.sigmoid(torch.einsum("nd,sgd->sgn", self.data.x, self.theta))
         sums = torch.einsum("sgn,nc->sgc", p1, fermi.onehot(self.cells_of, self.C))
         noise = self.standard_normal((self.C,))[:, None]
-        noisy = sums + (self.z_mult * math.sqrt(2.0))[None, :, None] * noise
+        return sums, sums + (self.z_mult * math.sqrt(2.0))[None, :, None] * noise
+
+    def end_epoch(self):
+        """Dual step: noisy group sums of sigma over the training set -> violations -> multipliers."""
+        sums, noisy = self.dual_release()
         Zk = self.p_cell.shape
         rate = (noisy / self.cell_counts).view(*noisy.shape[:2], *Zk)
         stratum_rate = sums.view(*sums.shape[:2], *Zk).sum(-1, keepdim=True) / self.cell_counts.view(Zk).sum(
@@ -101,7 +108,12 @@ def build(spec, data, seeds, settings, epsilons):
             accountant.GaussianComposition(z, cfg.epochs, 1.0, "PF-LD dual"),
         ]
 
-    noise = {str(e): accounting.baseline_noise(e, ctx, compositions, ctx["rounds"], q) for e in epsilons}
+    why = (
+        "the unclipped loss gradient of the same batch sits inside the noisy primal release, which the "
+        "subsampled Gaussian's dominating pair ignores: bound with the batches revealed (an upper bound "
+        "by data processing, whatever the loss gradients are)"
+    )
+    noise = {str(e): accounting.baseline_noise(e, ctx, compositions, ctx["rounds"], q, why) for e in epsilons}
     mult = [noise[str(e)]["noise_multiplier"] for e, _ in settings]
     trainer = TranTrainer(data, cfg, seeds, [lam for _, lam in settings], mult) if settings else None
     return trainer, {**ctx, "per_eps": noise}
