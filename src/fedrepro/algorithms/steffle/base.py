@@ -98,8 +98,9 @@ class BatchSchedule:
       independently with probability q_j = m / n_j, so the batch size is random with
       mean m. The trainers divide the batch sums by the EXPECTED size m, and the noise
       is sized for that m, so one sample moves a released mean by at most 2C/m in every
-      round: exactly the Poisson-subsampled Gaussian the accountant
-      (`fedrepro.privacy.accountant`, q = m/n_j, T = epochs x rounds per epoch) composes.
+      round: the Poisson-subsampled Gaussian the accountant (`fedrepro.privacy.accountant`,
+      q = m/n_j, T = epochs x rounds per epoch) composes, as long as the batch stays secret
+      (Algorithm 1's clear-text g reveals it: privacy.steffle, section 4).
     * "shuffle": a fresh permutation per epoch cut into floor(min_j n_j / m) batches of
       exactly m; the remainder is dropped (re-shuffled into the next epoch), so no batch
       is short and under-noised. The accountant's Poisson assumption does not cover
