@@ -7,10 +7,12 @@ Expected values come from independent float64 computations of the papers' formul
 """
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from fedrepro.algorithms.fedsc import byol as byol_mod
 from fedrepro.algorithms.fedsc import fedca as fedca_mod
@@ -269,26 +271,41 @@ def _fake_local(algo, j, online: dict):
     return target
 
 
-@pytest.mark.parametrize("far", [False, True])
-def test_fedu_dapu_replaces_the_encoder_and_takes_the_global_predictor_only_when_close(tiny_digits, far):
-    """FedU §3.3: online encoder <- global always; predictor <- global iff ||W_g^p - W_l^p|| < mu; own target."""
+def _layer_mean_distance(a: dict, b: dict) -> float:
+    """Mean over the backbone's conv layers of ||W_a - W_b||_2, in float64 (EasyFL `_calculate_divergence`)."""
+    keys = [k for k, v in a.items() if k.startswith("backbone.") and v.dim() == 4]
+    assert len(keys) >= 2
+    return float(np.mean([np.linalg.norm(_np(a[k]) - _np(b[k])) for k in keys]))
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_fedu_dapu_takes_the_global_predictor_iff_the_encoder_divergence_of_its_last_round_is_below_mu(
+    tiny_digits, close
+):
+    """FedU §3.3 as its authors' code measures it: after local training, d = mean over conv layers of
+    ||W_start - W_trained|| of the online encoder; at the next download the online encoder <- global always,
+    the predictor <- global iff d < mu, the target stays the client's own."""
     algo = FedU(_one_step_spec(fedu={"rule": "dapu", "threshold": 0.4}), tiny_digits, seed=0)
-    glob = algo.global_state()
-    local = _perturbed(_perturbed(glob, ("predictor.",), 0.02 if not far else 1.0, 0), ("backbone.",), 0.5, 1)
-    distance = math.sqrt(
-        sum(float(((local[k] - glob[k]) ** 2).sum()) for k in algo.param_names if k.startswith("predictor."))
-    )
-    assert (distance > 0.4) == far
-    target = _fake_local(algo, 2, local)
+    start = algo.global_state()
+    algo.client_update(2, start, 1, 0.1)  # first participation: starts from the global model
+    trained, target = algo.local[2]["online"], algo.local[2]["target"]
+    d = _layer_mean_distance(start, trained)
+    assert d > 0 and algo.local[2]["divergence"] == pytest.approx(d, rel=1e-9)
+    algo.threshold = 1.5 * d if close else 0.5 * d
+    # the predictors' own distance points the other way: far when the encoder is close, ~0 when it is far
+    glob = _perturbed(start, ("backbone.",), 0.1, 1)
+    predictor = _perturbed(trained, ("predictor.",), 1.0 if close else 1e-6, 2)
+    glob.update({k: v for k, v in predictor.items() if k.startswith("predictor.")})
+    algo.stats, algo.divergences = [], []
     algo.start_local(2, glob)
     now = algo.work.state_dict()
     for k in glob:
-        expected = local[k] if (far and k.startswith("predictor.")) else glob[k]
+        expected = trained[k] if (k.startswith("predictor.") and not close) else glob[k]
         assert torch.equal(now[k], expected), k
     for k, v in algo.target.state_dict().items():
         assert torch.equal(v, target[k])
-    assert algo.after_training(0, [2]) == {"fedu_global": float(not far), "fedu_global_returning": 1}
-    assert algo.divergences == [[0, 2, pytest.approx(distance), float(not far)]]
+    assert algo.after_training(0, [2]) == {"fedu_global": float(close), "fedu_global_returning": 1}
+    assert algo.divergences == [[0, 2, pytest.approx(d), float(close)]]
 
 
 def test_fedu_keep_or_replace_is_the_fedsc_codes_whole_model_rule(tiny_digits):
@@ -308,11 +325,11 @@ def test_fedu_keep_or_replace_is_the_fedsc_codes_whole_model_rule(tiny_digits):
 
 def test_fedema_mixes_local_and_global_with_the_divergence_scaled_weight(tiny_digits):
     """FedEMA Eq. 4: W <- mu W_local + (1 - mu) W_global, mu = min(lambda ||W_g - W_l||, 1), on the online
-    encoder and predictor; the autoscaler sets lambda = tau / divergence at the first update (mu = tau)."""
+    encoder and predictor, ||.|| the mean over conv layers of the per-layer distance (its authors' code);
+    the autoscaler sets lambda = tau / divergence at the first update (mu = tau)."""
     tau = 0.6
     algo = FedEMA(_one_step_spec(fedema={"convention": "paper", "lambda": None, "tau": tau}), tiny_digits, seed=0)
     glob = algo.global_state()
-    enc = [k for k in algo.param_names if not k.startswith("predictor.")]
 
     def mixed_with(local, mu):
         algo.start_local(3, glob)
@@ -322,12 +339,12 @@ def test_fedema_mixes_local_and_global_with_the_divergence_scaled_weight(tiny_di
             np.testing.assert_allclose(_np(now[k]), expected, atol=1e-6, err_msg=k)
 
     first = _perturbed(glob, ("backbone.", "projector.", "predictor."), 0.01, 0)
-    d1 = math.sqrt(sum(float(((first[k] - glob[k]) ** 2).sum()) for k in enc))
+    d1 = _layer_mean_distance(first, glob)
     _fake_local(algo, 3, first)
     mixed_with(first, tau)
     assert algo.lambdas[3] == pytest.approx(tau / d1)
     second = _perturbed(glob, ("backbone.", "projector.", "predictor."), 0.005, 1)  # closer: smaller mu
-    d2 = math.sqrt(sum(float(((second[k] - glob[k]) ** 2).sum()) for k in enc))
+    d2 = _layer_mean_distance(second, glob)
     _fake_local(algo, 3, second)
     mixed_with(second, min(1.0, tau / d1 * d2))
     stats = algo.after_training(0, [3])
@@ -400,6 +417,13 @@ def test_nt_xent_and_js_match_float64_references():
     assert float(fedx_mod.js_loss(a, b, anc, 0.5, 0.2)) == pytest.approx(
         js_reference(_np(a), _np(b), _np(anc), 0.5, 0.2), rel=1e-4
     )
+
+
+def test_fedx_relational_temperature_is_the_one_the_fedx_code_runs(tiny_digits):
+    """FEDX's main.py passes --tt = --ts = 0.1 to both relational terms (over js_loss's own default 0.01)."""
+    assert FedX(tiny_spec(), tiny_digits, seed=0).tau2 == 0.1
+    config = yaml.safe_load((Path(__file__).parents[2] / "config.yaml").read_text())
+    assert config["fedsc"]["methods"]["fedx"]["fedx"]["tau2"] == 0.1
 
 
 def test_fedx_loss_has_the_local_and_the_global_terms(tiny_digits, monkeypatch):

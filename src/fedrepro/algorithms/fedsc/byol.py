@@ -12,18 +12,26 @@ in how a client starts its local round from the downloaded global model:
   `fedu.rule: dapu` (default): the online encoder (backbone + projector) is
   always replaced by the global one, the target stays the client's own (EMA of
   its online encoder), and the predictor is replaced by the global predictor
-  only when the divergence d = ||W_g^p - W_l^p||_2 (L2 distance of the
-  predictor parameters) is below `fedu.threshold` (mu); otherwise the client
-  keeps its local predictor.
+  only when the divergence d of the online encoder is below `fedu.threshold`
+  (mu = 0.4). d is measured where the authors' code measures it (EasyFL
+  applications/fedssl/client.py, `_calculate_divergence`, which mu is calibrated to):
+  at the end of the client's local training, between the online encoder it
+  started the round from (the global one) and the one it trained, as the mean
+  over the backbone's conv layers of ||W_start - W_trained||_2 (`encoder_divergence`);
+  the client's next download uses it.
   `fedu.rule: keep_or_replace` is the FedSC authors' code instead: with
   d = sqrt(sum over conv weights ||W_g - W_l||^2) / #conv layers the whole local
   model (and its target) is replaced by the global one when 1 - min(1, d) >
   `fedu.threshold`, otherwise the local model is kept whole.
 * FedEMA (Zhuang et al., ICLR 2022, §4 Eq. 4-5), `fedema.convention: paper`
   (default): the online encoder and the predictor become
-  mu * local + (1 - mu) * global with mu = min(lambda_k ||W_g - W_k||, 1),
-  the divergence being the L2 distance of the online encoders' parameters
-  (backbone + projector); buffers and the target stay the client's own. lambda_k
+  mu * local + (1 - mu) * global with mu = min(lambda_k ||W_g - W_k||, 1), the
+  divergence taken at download between the new global online encoder and the
+  client's own, reduced as the authors' code reduces it: the mean over the
+  backbone's conv layers of the per-layer L2 distance (`encoder_divergence`; the
+  code takes it at the end of local training, between the encoder the round
+  started from and the trained one, which is the paper's pair only when that
+  start is the global model). Buffers and the target stay the client's own. lambda_k
   is the paper's autoscaler, lambda_k = tau / ||W_g - W_k|| at the client's first
   EMA update (so mu = tau then; `fedema.tau` = 0.7: the value of the FedEMA authors'
   published run command, "Run FedEMA with auto scaler tau = 0.7" in
@@ -35,6 +43,13 @@ in how a client starts its local round from the downloaded global model:
   number of conv layers, 1 - mu on the local model, lambda fixed (0.2 there).
   Each round's metrics carry the mean mu over participants ("fedema_mu", 0 for a first
   participation); the summary lists every divergence and mu.
+
+Every conv layer of the backbone counts in `encoder_divergence`; EasyFL selects its layers by
+the name "conv", which leaves out its ResNet's 1x1 shortcut convolutions.
+
+The published FedU and FedEMA rows of the FedSC paper come from the FedSC authors'
+implementations (`keep_or_replace`, `fedsc_code`); each run's summary names the rule that ran
+("rule"), and the tables say it.
 
 A client's first participation starts from the global model (it has no local
 model yet) in every method.
@@ -51,7 +66,12 @@ from fedrepro.algorithms.fedsc.jobs import pretrain
 
 FEDU_RULES = ("dapu", "keep_or_replace")
 FEDEMA_CONVENTIONS = ("paper", "fedsc_code")
-ENCODER = ("backbone.", "projector.")
+RULE_NOTES = {  # what a table says about the rule that produced a row
+    ("fedu", "dapu"): "FedU: its paper's divergence-aware predictor update (encoder divergence as its authors' code)",
+    ("fedu", "keep_or_replace"): "FedU: the FedSC authors' whole-model keep-or-replace rule",
+    ("fedema", "paper"): "FedEMA: its paper's EMA with the autoscaler (divergence reduced as its authors' code)",
+    ("fedema", "fedsc_code"): "FedEMA: the FedSC authors' convention (1 - mu on the local model, fixed lambda)",
+}
 PREDICTOR = ("predictor.",)
 
 
@@ -70,14 +90,23 @@ def param_distance(global_state: dict, local_state: dict, prefixes: tuple[str, .
     return sum(float(((global_state[k] - local_state[k]).double() ** 2).sum()) for k in keys) ** 0.5
 
 
+def conv_keys(state: dict) -> list[str]:
+    """The backbone's conv weights (4-D), or its weight matrices when it has no conv layer."""
+    keys = [k for k, v in state.items() if k.startswith("backbone.") and v.dim() == 4]
+    return keys or [k for k, v in state.items() if k.startswith("backbone.") and v.dim() == 2]
+
+
 def conv_divergence(global_state: dict, local_state: dict) -> float:
-    """sqrt(sum_conv ||W_g - W_l||^2) / #conv layers (the FedSC authors' code's d); all weight
-    matrices when the backbone has no conv layer."""
-    keys = [k for k, v in global_state.items() if k.startswith("backbone.") and v.dim() == 4]
-    if not keys:
-        keys = [k for k, v in global_state.items() if k.startswith("backbone.") and v.dim() == 2]
+    """sqrt(sum_conv ||W_g - W_l||^2) / #conv layers (the FedSC authors' code's d)."""
+    keys = conv_keys(global_state)
     total = sum(float(((global_state[k] - local_state[k]).float() ** 2).sum()) for k in keys)
     return total**0.5 / len(keys)
+
+
+def encoder_divergence(state_a: dict, state_b: dict) -> float:
+    """mean over conv layers of ||W_a - W_b||_2 (the FedU/FedEMA authors' `_calculate_divergence`)."""
+    keys = conv_keys(state_a)
+    return sum(float(torch.linalg.vector_norm(state_a[k].double() - state_b[k].double())) for k in keys) / len(keys)
 
 
 class FedBYOL(FedSSL):
@@ -206,8 +235,9 @@ class FedU(FedBYOL):
             self.work.load_state_dict(local["online"])
             self.target.load_state_dict(local["target"])
             return
-        # dapu: online encoder <- global; predictor <- global only if ||W_g^p - W_l^p|| < mu; own target
-        d = param_distance(weights, local["online"], PREDICTOR, self.param_names)
+        # dapu: online encoder <- global; predictor <- global only if the divergence its last round
+        # measured is below mu; own target
+        d = local["divergence"]
         take_global = d < self.threshold
         self.record(j, float(take_global), d)
         self.replaced += int(take_global)
@@ -216,6 +246,12 @@ class FedU(FedBYOL):
         }
         self.work.load_state_dict(state)
         self.target.load_state_dict(local["target"])
+
+    def client_update(self, j, weights, t, lr):
+        state, loss = super().client_update(j, weights, t, lr)
+        if self.rule == "dapu":  # the encoder it started from is the global one (start_local)
+            self.local[j]["divergence"] = encoder_divergence(weights, state)
+        return state, loss
 
     def extra_state(self):
         return {**super().extra_state(), "replaced": self.replaced}
@@ -228,6 +264,7 @@ class FedU(FedBYOL):
         return {
             **super().summary(),
             "fedu_rule": self.rule,
+            "rule": RULE_NOTES["fedu", self.rule],
             "fedu_replaced": self.replaced,
             "fedu_downloads": self.divergence_summary(),
         }
@@ -255,7 +292,7 @@ class FedEMA(FedBYOL):
     def divergence(self, weights: dict, local: dict) -> float:
         if self.convention == "fedsc_code":
             return conv_divergence(weights, local)
-        return param_distance(weights, local, ENCODER, self.param_names)
+        return encoder_divergence(weights, local)
 
     def local_weight(self, j: int, d: float) -> float:
         """mu: the weight on the client's local model (FedEMA Eq. 4; 1 - that in the FedSC code)."""
@@ -291,6 +328,7 @@ class FedEMA(FedBYOL):
         return {
             **super().summary(),
             "fedema_convention": self.convention,
+            "rule": RULE_NOTES["fedema", self.convention],
             "fedema_lambdas": dict(self.lambdas),
             "fedema_downloads": self.divergence_summary(),
         }
