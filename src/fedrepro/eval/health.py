@@ -2,9 +2,12 @@
 
 A run's health is one of `STATUSES`:
 - `diverged`: a loss (or any metric) became NaN or infinite; the reason names the first round;
-- `collapsed`: a self-supervised encoder's embeddings span (almost) one direction, measured by the
-  effective rank of their covariance (Roy & Vetterli, 2007: exp of the entropy of the normalised
-  eigenvalues; 1 for a rank-1 covariance, d for an isotropic one);
+- `collapsed`: a self-supervised encoder's embeddings no longer vary with the input: their spread
+  around their mean has (almost) vanished relative to an untrained encoder's (`relative_spread`,
+  `check_spread`: complete collapse, every input one vector), or it varies along (almost) one
+  direction (`effective_rank` of the centered covariance, `check_collapse`: dimensional collapse;
+  Roy & Vetterli, 2007: exp of the entropy of the normalised eigenvalues; 1 for a rank-1
+  covariance, d for an isotropic one);
 - `chance`: the accuracy is within sampling error of the chance level;
 - `ok`: none of these.
 
@@ -137,6 +140,31 @@ def effective_rank(embeddings: np.ndarray, center: bool = True) -> float:
     return float(np.exp(-(p * np.log(p)).sum()))
 
 
+def relative_spread(embeddings: np.ndarray) -> float:
+    """E||z - E z||^2 / E||z||^2 in [0, 1]: the share of the embeddings' second moment that varies with
+    the input; 0 when every embedding is the same vector, whatever their scale or rank."""
+    x = np.asarray(embeddings, dtype=np.float64)
+    total = float((x**2).sum(axis=1).mean())
+    if not math.isfinite(total):
+        return float("nan")
+    if total <= 0:
+        return 0.0
+    return float(((x - x.mean(axis=0, keepdims=True)) ** 2).sum(axis=1).mean() / total)
+
+
+def check_spread(ratio: float, threshold: float) -> Health:
+    """`collapsed` when the embeddings' relative spread, as a fraction of an untrained encoder's, is below
+    `threshold`: a healthy run whose embeddings share a large common offset (uncentered rank near 1) keeps a
+    spread comparable to its initialisation's; a collapsed one keeps none."""
+    if not math.isfinite(ratio):
+        return Health("diverged", f"embedding spread ratio = {ratio}")
+    if ratio < threshold:
+        return Health(
+            "collapsed", f"collapsed (embedding spread {ratio:.2g} of the untrained encoder's < {threshold:g})"
+        )
+    return OK
+
+
 def check_collapse(rank: float, threshold: float) -> Health:
     """`collapsed` when the embeddings' effective rank is below `threshold`."""
     if not math.isfinite(rank):
@@ -144,6 +172,23 @@ def check_collapse(rank: float, threshold: float) -> Health:
     if rank < threshold:
         return Health("collapsed", f"collapsed (embedding effective rank {rank:.2f} < {threshold:g})")
     return OK
+
+
+def embedding_collapse(z: np.ndarray, untrained: np.ndarray, min_spread: float, min_rank: float) -> tuple[Health, dict]:
+    """Is an encoder's embedding `z` collapsed? `untrained`: the same architecture's embedding of the same
+    inputs before training. Collapsed when the relative spread is below `min_spread` times the untrained
+    one's, or the centered effective rank below `min_rank`. Returns the health and the measures."""
+    spread, reference = relative_spread(z), relative_spread(untrained)
+    ratio = spread / reference if reference > 0 else float("nan")
+    centered = effective_rank(z)
+    measures = {
+        "effective_rank": effective_rank(z, center=False),
+        "embedding_rank_centered": centered,
+        "embedding_spread": spread,
+        "untrained_spread": reference,
+        "spread_ratio": ratio,
+    }
+    return worst(check_spread(ratio, min_spread), check_collapse(centered, min_rank)), measures
 
 
 # ------------------------------------------------------------------------------------ reports
