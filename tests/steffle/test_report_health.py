@@ -49,46 +49,84 @@ def _curve(method, h, errors, violations, realised=1.0, positive=0.3, seeds=6):
     return rows
 
 
-def _points():
+def _points(seeds=6):
     err = [0.20, 0.25, 0.30]
-    rows = _curve("tran2021", 0.0, err, [0.080, 0.081, 0.080])  # flat: degenerate everywhere
+    rows = _curve("tran2021", 0.0, err, [0.080, 0.081, 0.080], seeds=seeds)  # flat: degenerate everywhere
     for h in (0.0, 0.5, 0.75):
-        rows += _curve("steffle", h, err, [0.10, 0.05, 0.02])
-    rows += _curve("ling2024", 0.0, err, [0.15, 0.12, 0.10])  # usable, equal privacy
-    rows += _curve("ling2024", 0.5, err, [0.15, 0.12, 0.10], realised=0.5)  # usable, unequal privacy
-    rows += _curve("ling2024", 0.75, err, [0.0, 0.0, 0.0], positive=0.0)  # constant predictor
+        rows += _curve("steffle", h, err, [0.10, 0.05, 0.02], seeds=seeds)
+    rows += _curve("ling2024", 0.0, err, [0.15, 0.12, 0.10], seeds=seeds)  # usable, equal privacy
+    rows += _curve("ling2024", 0.5, err, [0.15, 0.12, 0.10], realised=0.5, seeds=seeds)  # unequal privacy
+    rows += _curve("ling2024", 0.75, err, [0.0, 0.0, 0.0], positive=0.0, seeds=seeds)  # constant predictor
     frame = pd.DataFrame(rows)
     frame.loc[frame["positive_rate"] == 0.0, "dp_violation"] = 0.0
     return frame
 
 
-def test_degenerate_panels_are_named_and_left_out_of_the_headline():
-    panels = report.comparison_panels(_points(), LAYOUT)
-    values = report.headline_values(panels, bootstrap=200)
+def _headline(points):
+    values = report.headline_values(report.comparison_panels(points, LAYOUT))
+    return values, report.headline_table(values, pd.DataFrame({"row": [], "mean": []}), resamples=200).set_index("row")
+
+
+def test_degenerate_and_unequal_privacy_panels_are_named_and_left_out_of_the_headline():
+    values, table = _headline(_points())
     status = {(r.h, r.baseline): r.status for r in values.itertuples()}
     assert all(status[(h, "tran2021")] == "collapsed" for h in (0.0, 0.5, 0.75))
     assert status[(0.0, "ling2024")] == status[(0.5, "ling2024")] == "ok"
     assert status[(0.75, "ling2024")] == "chance"
-    table = report.headline_table(values, pd.DataFrame({"row": [], "mean": []})).set_index("row")
     ling = table.loc["DP violation reduction vs Ling et al. 2024 (%)"]
-    assert ling["panels_used"] == 2 and ling["panels"] == 3
+    assert ling["panels_used"] == 1 and ling["panels"] == 3
     assert "h=0.75" in ling["degenerate_panels"] and "constant predictor" in ling["degenerate_panels"]
     assert "h=0.5" in ling["unequal_realised_eps"] and "h=0.0" not in ling["unequal_realised_eps"]
     assert ling["bootstrap_95_low"] <= ling["ours_panel_mean"] <= ling["bootstrap_95_high"]
-    assert ling["bootstrap_95_high"] - ling["bootstrap_95_low"] > 0
-    expected = 100 * np.mean(
-        [
-            report.reduction(report._xy(p["curve"], "steffle"), report._xy(p["curve"], "ling2024"))
-            for p in panels
-            if p["h"] in (0.0, 0.5)
-        ]
+    assert (
+        ling["bootstrap_95_high"] - ling["bootstrap_95_low"] > 0 and ling["interval"] == "joint bootstrap over 6 seeds"
     )
-    assert ling["ours_panel_mean"] == pytest.approx(expected)
+    reductions = {
+        p["h"]: report.reduction(report._xy(p["curve"], "steffle"), report._xy(p["curve"], "ling2024"))
+        for p in report.comparison_panels(_points(), LAYOUT)
+    }
+    assert ling["ours_panel_mean"] == pytest.approx(100 * reductions[0.0])  # the unequal h=0.5 panel is out
+    assert ling["mean_incl_unequal_eps"] == pytest.approx(100 * np.mean([reductions[0.0], reductions[0.5]]))
     tran = table.loc["DP violation reduction vs Tran et al. 2021 (%)"]
     assert tran["status"].startswith("not tested") and np.isnan(tran["ours_panel_mean"])
-    claims = report.claims_table(_points(), panels, values, {"figures": {}, "disabled_figures": []})
-    first = claims.iloc[0]["holds"]
-    assert first.startswith("not tested") and "1 usable" in claims.iloc[0]["evidence"]
+
+
+def test_joint_bootstrap_is_as_wide_on_two_identical_panels_as_on_one():
+    # Panels that share seeds must share the resample: averaging independent draws of two identical
+    # panels would give an interval about sqrt(2) too narrow.
+    values, _ = _headline(_points())
+    one = values[(values["baseline"] == "ling2024") & (values["h"] == 0.0)]
+    low1, high1 = report.joint_bootstrap(one, resamples=400)
+    low2, high2 = report.joint_bootstrap(pd.concat([one, one]), resamples=400)
+    assert high1 - low1 > 0
+    assert (high2 - low2) == pytest.approx(high1 - low1)
+
+
+def test_two_seeds_give_no_bootstrap_interval():
+    _, table = _headline(_points(seeds=2))
+    ling = table.loc["DP violation reduction vs Ling et al. 2024 (%)"]
+    assert ling["interval"] == "too few seeds for an interval (2 seeds)"
+    assert np.isnan(ling["bootstrap_95_low"]) and np.isfinite(ling["ours_panel_mean"])
+
+
+def test_claim_one_is_a_paired_verdict_over_seeds_never_holds_on_one_seed():
+    spec = {"figures": {}, "disabled_figures": []}
+    for seeds, label in ((6, "holds"), (1, "inconclusive")):
+        points = _points(seeds=seeds)
+        panels = report.comparison_panels(points, LAYOUT)
+        first = report.claims_table(points, panels, report.headline_values(panels), spec).iloc[0]
+        assert first["verdict"].startswith(label), first["verdict (effect [95 % interval], wins/seeds)"]
+        assert "1 usable" in first["evidence"] and "5 pair(s) left out" in first["evidence"]
+    assert first["effect"] > 0 and first["seeds"] == 1
+
+
+def test_claim_one_does_not_hold_when_steffle_is_worse_on_every_seed():
+    points = _points()
+    worse = (points["method"] == "steffle") & (points["h"] == 0.0)
+    points.loc[worse, "dp_violation"] += 0.2  # SteFFLe's curve now above Ling's at every error level
+    panels = report.comparison_panels(points, LAYOUT)
+    first = report.claims_table(points, panels, report.headline_values(panels), {"figures": {}}).iloc[0]
+    assert first["verdict"] == "does not hold" and first["ci_high"] < 0 and first["wins"] == 0
 
 
 def test_realised_label_flags_unequal_privacy():
@@ -182,3 +220,32 @@ def test_eta_w_table_shows_w_trajectory_beside_the_metrics():
     assert set(table["eta_w"]) == {"paper (1e-05, fixed step)", "tuned (1, capped step)"}
     assert {"w_norm", "w_flip_rate", "w_radius_share"} <= set(table.columns)
     assert (table["w_flip_rate"] == 0).all()
+
+
+def test_refcode_cells_are_checked_against_the_authors_seed_range():
+    ours = pd.DataFrame(
+        {
+            "h": [0.0, 0.0, 0.75],
+            "eps_label": ["inf", "1", "inf"],
+            "lam": [1.0, 1.0, 0.5],
+            "error_mean": [0.202, 0.250, 0.180],
+            "dp_violation_mean": [0.030, 0.010, 0.050],
+        }
+    )
+    authors = pd.DataFrame(
+        [
+            {"h": 0.0, "eps": "inf", "lam": 1.0, "seed": s, "error": e, "dp_violation": v}
+            for s, e, v in ((0, 0.198, 0.031), (1, 0.201, 0.034), (2, 0.199, 0.032))
+        ]
+        + [
+            {"h": 0.0, "eps": "1", "lam": 1.0, "seed": s, "error": e, "dp_violation": v}
+            for s, e, v in ((0, 0.240, 0.005), (1, 0.260, 0.020), (2, 0.270, 0.008))
+        ]
+    )  # no authors' cell at h = 0.75: not counted
+    table = report.beside_authors(ours, authors, "dp").set_index(["h", "eps_label", "lam"])
+    inf, one = table.loc[(0.0, "inf", 1.0)], table.loc[(0.0, "1", 1.0)]
+    assert not inf["error_within_authors"] and not inf["dp_violation_within_authors"]  # above / below
+    assert one["error_within_authors"] and one["dp_violation_within_authors"]
+    assert inf["authors_error_mean"] == pytest.approx(0.1993333, abs=1e-6) and inf["authors_error_count"] == 3
+    assert table.loc[(0.75, "inf", 0.5), "error_within_authors"] is None
+    assert report.within_counts(table, "dp") == "error: 1 of 2 cells, DP: 1 of 2 cells"

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import json
 import math
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fedrepro.algorithms.steffle import METHODS, with_trait, without_trait
-from fedrepro.eval import health
+from fedrepro.eval import health, verdict
+from fedrepro.privacy.steffle import KNOWN_BATCH_WHY, PAPER_ACCOUNTING, THREAT_MODELS, ThreatModel
 from fedrepro.report import figures
 from fedrepro.report import tables as table_io
 from fedrepro.report.runs import identity
@@ -45,6 +47,7 @@ EPS_TOLERANCE = 1.1  # realised epsilons within 10 % count as equal privacy
 FLAT = 0.01  # a baseline curve whose violation spans less than this is flat
 TINY = 0.02  # violations below this make the envelope ratio noise
 BOOTSTRAP = 300  # resamples of the seeds for the headline intervals
+MIN_INTERVAL_SEEDS = 3  # 2 seeds give a bootstrap of 3 distinct values: no interval below 3
 CONSTANT = 0.01  # a model predicting one class for >= 99 % of the test set is a constant predictor
 
 
@@ -60,6 +63,7 @@ def load_points(metric_paths: list[str]) -> pd.DataFrame:
         frame = pd.read_parquet(path)
         frame = frame[frame["kind"] == "final"].copy()
         frame["realised_eps"] = [_realised(summary, e, lam) for e, lam in zip(frame["eps"], frame["lam"])]
+        frame["sound_eps"] = [_sound(summary, e, lam) for e, lam in zip(frame["eps"], frame["lam"])]
         for key, value in identity(path).items():
             frame[key] = value
         frame["fairness"] = spec["fairness"]
@@ -79,6 +83,47 @@ def _realised(summary: dict, eps, lam) -> float:
     if by_lambda:
         return float(by_lambda.get(str(float(lam)), "nan"))
     return float(rec.get("realised_epsilon", "nan"))
+
+
+def _sound(summary: dict, eps, lam) -> float:
+    """The bound for what the code sends at (eps label, lambda) (privacy.steffle section 4: the batch
+    revealed where the paper's accounting assumes it secret); the paper's accounting if not recorded."""
+    rec = summary.get("privacy", {}).get("per_eps", {}).get(str(eps))
+    if rec is None:
+        return float("nan")
+    by_lambda = rec.get("sound_by_lambda")
+    if by_lambda:
+        return float(by_lambda.get(str(float(lam)), "nan"))
+    return float(rec.get("sound_epsilon", _realised(summary, eps, lam)))
+
+
+def sound_by_method(rows: pd.DataFrame) -> dict[str, float]:
+    """Worst bound for what is sent of each private method among `rows` (one panel)."""
+    private = rows[np.isfinite(rows["eps_value"])]
+    return {m: float(g["sound_eps"].max()) for m, g in private.groupby("method")}
+
+
+def epsilon_title(eps, rows: pd.DataFrame) -> str:
+    """A panel's epsilon lines: the label, every private method's epsilon under its paper's accounting
+    (UNEQUAL when they differ by more than 10 %), and, where it is larger, the bound for what the
+    code sends (the batch revealed)."""
+    paper = realised_by_method(rows)
+    if not paper:
+        return f"eps={eps}"
+    sound = sound_by_method(rows)
+    text = realised_label(eps, paper).replace(" (realised: ", "\npaper's accounting: ").removesuffix(")")
+    text = text.replace(") UNEQUAL", " UNEQUAL")
+    worse = {m: v for m, v in sound.items() if v > 1.001 * paper.get(m, math.inf)}
+    if worse:
+        text += "\nbatch revealed: " + ", ".join(f"{TITLE_NAMES.get(m, m)} {v:.3g}" for m, v in sorted(worse.items()))
+    return text
+
+
+def units_note(methods) -> str:
+    """Which privacy unit and adversary each private method's epsilon is for (they differ at equal eps)."""
+    private = [m for m in METHODS if m in set(methods) and m in THREAT_MODELS]
+    parts = [f"{TITLE_NAMES.get(m, m)}: {THREAT_MODELS[m].short}" for m in private]
+    return "Equal eps, different privacy: " + "; ".join(parts) if parts else ""
 
 
 def realised_by_method(rows: pd.DataFrame) -> dict[str, float]:
@@ -213,8 +258,7 @@ def comparison_figure(job, points: pd.DataFrame) -> None:
         curve = curves(rows)
         for method in [m for m in METHODS if m in set(curve["method"])]:  # legend in the table's order
             _draw(ax, curve[curve["method"] == method], METHODS[method].label)
-        label = realised_label(eps, realised_by_method(rows)).replace(" (realised:", "\n(tight eps:")
-        ax.set_title(f"h={h}, {label}", fontsize=5)
+        ax.set_title(f"h={h}, {epsilon_title(eps, rows)}", fontsize=5)
         ax.set_xlabel(f"{notion} violation")
         ax.set_ylabel("Misclassification error")
     axes[0].legend(fontsize=5, loc="best")
@@ -223,6 +267,7 @@ def comparison_figure(job, points: pd.DataFrame) -> None:
         + (f" (hidden: {', '.join(sorted(hide))})" if hide else ""),
         fontsize=9,
     )
+    fig.text(0.5, 0.022, units_note(set(points["method"]) - hide), ha="center", va="bottom", fontsize=5)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 
@@ -233,21 +278,28 @@ def ablation_figure(job, points: pd.DataFrame) -> None:
     fig, axes = figures.new_figure(len(panels), 3.6, 3.0, rows=math.ceil(len(panels) / 2))
     for ax, panel in zip(axes, panels):
         varying = "h" if len(panel["h"]) > 1 or len(panel["num_silos"]) == 1 else "N"
-        worst = float("nan")
+        worst = sound = float("nan")
         for n in panel["num_silos"]:
             for h in panel["h"]:
                 rows = panel_points(points, layout["dataset"], layout["fairness"], n, h, panel["eps"], ["steffle"])
                 if len(rows):
                     _draw(ax, curves(rows), f"h={h}" if varying == "h" else f"N={n}")
                     worst = np.nanmax([worst, rows["realised_eps"].max()])
+                    sound = np.nanmax([sound, rows["sound_eps"].max()])
         fixed = f"N={panel['num_silos'][0]}" if varying == "h" else f"h={panel['h'][0]}"
-        ax.set_title(f"eps={panel['eps']} (realised up to {worst:.3g}), {fixed}, varying {varying}", fontsize=7)
+        ax.set_title(
+            f"eps={panel['eps']}, {fixed}, varying {varying}\npaper's accounting up to {worst:.3g}, "
+            f"batch revealed up to {sound:.3g}",
+            fontsize=7,
+        )
         ax.set_xlabel("Demographic parity violation" if layout["fairness"] == "dp" else "Equalized odds violation")
         ax.set_ylabel("Misclassification error")
         ax.legend(fontsize=6)
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(f"SteFFLe ablation on {layout['dataset']} ({job.spec['scale']} scale)", fontsize=9)
+    threat = THREAT_MODELS["steffle"]
+    fig.text(0.5, 0.022, f"SteFFLe: {threat.unit}; vs {threat.adversary}", ha="center", va="bottom", fontsize=5)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
 
 
@@ -303,11 +355,22 @@ def comparison_health(rows: pd.DataFrame, base: str) -> health.Health:
     return health.OK
 
 
-def headline_values(panels: list[dict], bootstrap: int = BOOTSTRAP, seed: int = 0) -> pd.DataFrame:
-    """Per panel and baseline: SteFFLe's violation reduction (fraction), the comparison's health,
-    the realised epsilons of both sides, and `bootstrap` reductions over resampled seeds (the same
-    resample indices for every panel, so panel means can be bootstrapped too)."""
-    rng = np.random.default_rng(seed)
+def _per_seed(rows: pd.DataFrame, method: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """{seed: (errors, violations) over lambda} of one method in one panel."""
+    err, vio, seeds = _seed_arrays(rows, method)
+    return {int(s): (err[i], vio[i]) for i, s in enumerate(seeds)}
+
+
+def _mean_curve(per_seed: dict, seeds) -> tuple[np.ndarray, np.ndarray]:
+    """Mean curve over `seeds` (a resample may repeat a seed)."""
+    return tuple(np.mean([per_seed[s][i] for s in seeds], axis=0) for i in (0, 1))
+
+
+def headline_values(panels: list[dict]) -> pd.DataFrame:
+    """Per panel and baseline: SteFFLe's violation reduction (fraction) on the mean curves, the
+    reduction on each seed's own curves (`seed_reductions`, for the claims verdict), the per-seed
+    curves of both sides (for the joint bootstrap), the comparison's health and the realised
+    epsilons of both sides."""
     rows = []
     for p in panels:
         ours = _xy(p["curve"], "steffle")
@@ -316,10 +379,8 @@ def headline_values(panels: list[dict], bootstrap: int = BOOTSTRAP, seed: int = 
             if ours is None or theirs is None:
                 continue
             state = comparison_health(p["rows"], base)
-            e_o, v_o, seeds = _seed_arrays(p["rows"], "steffle")
-            e_b, v_b, _ = _seed_arrays(p["rows"], base)
-            draws = np.random.default_rng(rng.integers(1 << 31)).integers(0, len(seeds), (bootstrap, len(seeds)))
-            boot = [reduction((e_o[i].mean(0), v_o[i].mean(0)), (e_b[i].mean(0), v_b[i].mean(0))) for i in draws]
+            ours_seeds, base_seeds = _per_seed(p["rows"], "steffle"), _per_seed(p["rows"], base)
+            shared = sorted(set(ours_seeds) & set(base_seeds))
             r_ours, r_base = p["realised"].get("steffle", np.nan), p["realised"].get(base, np.nan)
             rows.append(
                 {
@@ -335,10 +396,35 @@ def headline_values(panels: list[dict], bootstrap: int = BOOTSTRAP, seed: int = 
                     "realised_steffle": r_ours,
                     "realised_baseline": r_base,
                     "equal_privacy": bool(max(r_ours, r_base) <= EPS_TOLERANCE * min(r_ours, r_base)),
-                    "bootstrap": np.asarray(boot),
+                    "seed_reductions": {s: reduction(ours_seeds[s], base_seeds[s]) for s in shared},
+                    "ours_seeds": ours_seeds,
+                    "base_seeds": base_seeds,
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _shared_seeds(sel: pd.DataFrame) -> list[int]:
+    """Seeds that both sides of every panel of `sel` ran."""
+    return sorted(set.intersection(*(set(r.ours_seeds) & set(r.base_seeds) for r in sel.itertuples())))
+
+
+def joint_bootstrap(sel: pd.DataFrame, resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float] | None:
+    """95 % percentile interval of the mean reduction over the panels of `sel`, resampling seeds
+    jointly: one draw of seeds serves every panel. The panels share their seeds (same data split,
+    same initialisations), so drawing each panel's resample on its own and averaging would
+    understate the spread (by sqrt(2) on two identical panels). None with fewer than
+    MIN_INTERVAL_SEEDS shared seeds (2 seeds give only 3 distinct resamples)."""
+    seeds = _shared_seeds(sel)
+    if len(seeds) < MIN_INTERVAL_SEEDS:
+        return None
+    draws = np.asarray(seeds)[np.random.default_rng(seed).integers(0, len(seeds), (resamples, len(seeds)))]
+    boot = [
+        np.nanmean([reduction(_mean_curve(r.ours_seeds, d), _mean_curve(r.base_seeds, d)) for r in sel.itertuples()])
+        for d in draws
+    ]
+    low, high = np.nanpercentile(boot, [2.5, 97.5])
+    return float(low), float(high)
 
 
 HEADLINE_ROWS = {
@@ -348,187 +434,248 @@ HEADLINE_ROWS = {
 }
 
 
-def headline_table(values: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
-    """One line per headline number: the mean over the usable panels (health ok), the std over
-    them, a 95 % bootstrap interval over seeds, and which panels were left out and why.
-    Panels compared at unequal realised epsilon are kept but counted."""
+def headline_table(values: pd.DataFrame, published: pd.DataFrame, resamples: int = BOOTSTRAP) -> pd.DataFrame:
+    """One line per headline number: the mean over the usable panels (health ok and equal realised
+    epsilon), the std over them, a 95 % joint bootstrap interval over seeds (`joint_bootstrap`), the
+    panels left out as degenerate, and those left out for unequal realised epsilon with the mean
+    that would include them."""
     out = []
     for (fairness, base), name in HEADLINE_ROWS.items():
         sel = values[(values["fairness"] == fairness) & (values["baseline"] == base)] if len(values) else values
         if not len(sel):
             continue
         ok = sel[sel["status"] == "ok"]
-        left_out = [f"{r.figure} eps={r.eps} h={r.h}: {r.status_reason}" for r in sel.itertuples() if r.status != "ok"]
-        unequal = [
-            f"{r.figure} eps={r.eps} h={r.h} ({r.realised_steffle:.3g} vs {r.realised_baseline:.3g})"
-            for r in ok.itertuples()
-            if not r.equal_privacy
-        ]
+        usable, unequal = ok[ok["equal_privacy"]], ok[~ok["equal_privacy"]]
         pub = published[published["row"] == name]["mean"]
         row = {
             "row": name,
             "published": float(pub.iloc[0]) if len(pub) else np.nan,
-            "panels_used": len(ok),
+            "panels_used": len(usable),
             "panels": len(sel),
+            "ours_panel_mean": 100 * usable["reduction"].mean() if len(usable) else np.nan,
+            "std_over_panels": 100 * usable["reduction"].std() if len(usable) > 1 else np.nan,
+            "bootstrap_95_low": np.nan,
+            "bootstrap_95_high": np.nan,
         }
-        if len(ok):
-            boot = 100 * np.nanmean(np.stack(ok["bootstrap"].to_list()), axis=0)
-            row.update(
-                {
-                    "ours_panel_mean": 100 * ok["reduction"].mean(),
-                    "std_over_panels": 100 * ok["reduction"].std(),
-                    "bootstrap_95_low": np.nanpercentile(boot, 2.5),
-                    "bootstrap_95_high": np.nanpercentile(boot, 97.5),
-                    "status": "ok",
-                }
-            )
+        if len(usable):
+            interval, seeds = joint_bootstrap(usable, resamples), len(_shared_seeds(usable))
+            if interval is None:
+                row["interval"] = f"too few seeds for an interval ({seeds} seeds)"
+            else:
+                row.update(bootstrap_95_low=100 * interval[0], bootstrap_95_high=100 * interval[1])
+                row["interval"] = f"joint bootstrap over {seeds} seeds"
+            row["status"] = "ok"
         else:
-            row.update({"ours_panel_mean": np.nan, "status": "not tested: every panel degenerate"})
-        row["degenerate_panels"] = "; ".join(left_out) or "none"
-        row["unequal_realised_eps"] = "; ".join(unequal) or "none"
+            row["interval"] = "-"
+            row["status"] = "not tested: no panel both non-degenerate and at equal realised epsilon"
+        row["mean_incl_unequal_eps"] = 100 * ok["reduction"].mean() if len(unequal) else np.nan
+        row["degenerate_panels"] = (
+            "; ".join(
+                f"{r.figure} eps={r.eps} h={r.h}: {r.status_reason}" for r in sel.itertuples() if r.status != "ok"
+            )
+            or "none"
+        )
+        row["unequal_realised_eps"] = (
+            "; ".join(
+                f"{r.figure} eps={r.eps} h={r.h} ({r.realised_steffle:.3g} vs {r.realised_baseline:.3g})"
+                for r in unequal.itertuples()
+            )
+            or "none"
+        )
         out.append(row)
     return pd.DataFrame(out)
 
 
-def _summary(curve: pd.DataFrame) -> tuple[float, float]:
-    return float(curve["error_mean"].mean()), float(curve["violation_mean"].mean())
+NOISELESS = {"steffle": "steffle_nonprivate", "dp_fermi": "fermi"}  # the same method without noise
+CLAIMS_CAPTION = (
+    "SteFFLe: the paper's qualitative claims (Section 5), each tested on our runs by the {test} of the "
+    "quantity in its row (per seed: a claim's sides are the same seeds, data split and initialisations): "
+    "'holds' / 'does not hold' when the whole interval lies above / below 0, 'inconclusive (n seeds)' "
+    "otherwise; a claim of several parts takes its weakest part (fedrepro.eval.verdict.all_of). 'not tested' "
+    "only when a side diverged or is a constant predictor for a reason other than its DP noise (a private "
+    "method at chance while the same method trains without noise is a result)"
+)
+
+
+def _claim_row(claim: str, evidence: str, judged: verdict.Verdict) -> dict:
+    return {
+        "claim": claim,
+        "evidence": evidence,
+        **judged.as_row(),
+        "verdict (effect [95 % interval], wins/seeds)": judged.text(),
+    }
+
+
+def _side(rows: pd.DataFrame, method: str) -> health.Health:
+    """A method's health in `rows`; at chance under its DP noise it is a result when its noiseless
+    counterpart trains in the same rows."""
+    state = point_health(rows[rows["method"] == method])
+    quiet = rows[rows["method"] == NOISELESS.get(method, "")]
+    return verdict.chance_under_dp(state, point_health(quiet)) if len(quiet) else state
+
+
+def _per_seed_means(rows: pd.DataFrame) -> pd.DataFrame:
+    """Error and violation of one curve per seed, averaged over lambda."""
+    return rows.groupby("seed")[["error", "violation"]].mean()
 
 
 def claims_table(points: pd.DataFrame, panels: list[dict], values: pd.DataFrame, spec: dict) -> pd.DataFrame:
-    rows = []
-
-    def add(claim, evidence, holds):
-        rows.append({"claim": claim, "evidence": evidence, "holds": holds})
-
-    if len(values):
-        shown = values[~((values["fairness"] == "eo") & (values["baseline"] == "tran2021"))]
-    else:
-        shown = values
-    usable = shown[(shown["status"] == "ok") & shown["equal_privacy"]] if len(shown) else shown
-    wins = int((usable["reduction"] > 0).sum()) if len(usable) else 0
-    excluded = len(shown) - len(usable)
-    evidence = (
-        f"lower violation at matched error in {wins} of {len(usable)} usable (panel, baseline) pairs; "
-        f"{excluded} pair(s) degenerate or at unequal realised epsilon (see the headline table)"
-    )
-    if len(usable) and wins < len(usable):
-        holds = "does not hold"
-    elif not len(usable):
-        holds = "not tested (no usable panel)"
-    elif excluded:
-        holds = f"not tested ({excluded} of {len(shown)} pairs unusable; holds in all {wins} usable)"
-    else:
-        holds = "holds"
-    add("1. SteFFLe's curve beats Tran et al. and Ling et al. in every panel", evidence, holds)
+    rows = [_beats_claim(values)]
     rows += _ablation_claims(points, spec)
     rows += _ordering_claims(panels)
     rows += _gap_claim(panels)
     missing = spec.get("disabled_figures", [])
     if missing:
-        add(
-            "Figures not produced",
-            ", ".join(missing)
-            + (
-                ": Retired Adult (adult_reconstruction.csv) could not be "
-                "fetched here; enable fig4 where the file can be downloaded or pre-staged"
-                if "fig4" in missing
-                else ""
-            ),
-            "not tested",
+        why = (
+            ": Retired Adult (adult_reconstruction.csv) could not be fetched here; enable fig4 where the file "
+            "can be downloaded or pre-staged"
+            if "fig4" in missing
+            else ""
+        )
+        rows.append(
+            _claim_row(
+                "Figures not produced", ", ".join(missing), verdict.Verdict(f"not tested ({', '.join(missing)}{why})")
+            )
         )
     return pd.DataFrame(rows)
+
+
+def _beats_claim(values: pd.DataFrame) -> dict:
+    """Claim 1 on every usable (panel, baseline) pair: the reduction on each seed's own curves > 0."""
+    claim = "1. SteFFLe's curve beats Tran et al. and Ling et al. in every usable panel"
+    shown = values[~((values["fairness"] == "eo") & (values["baseline"] == "tran2021"))] if len(values) else values
+    usable = shown[(shown["status"] == "ok") & shown["equal_privacy"]] if len(shown) else shown
+    parts, texts = [], []
+    for r in usable.itertuples():
+        part = verdict.differences(r.seed_reductions.values())
+        parts.append(part)
+        texts.append(f"{r.figure} eps={r.eps} h={r.h} vs {TITLE_NAMES[r.baseline]}: {part.text(3)}")
+    left_out = len(shown) - len(usable)
+    evidence = (
+        f"violation reduction at matched error (fraction, per seed) in {len(usable)} usable (panel, baseline) "
+        f"pairs: {'; '.join(texts) or 'none'}; {left_out} pair(s) left out as degenerate or at unequal realised "
+        "epsilon (see the headline table)"
+    )
+    if not parts:
+        return _claim_row(claim, evidence, verdict.Verdict("not tested (no usable panel)"))
+    return _claim_row(claim, evidence, verdict.all_of(parts))
 
 
 def _ablation_claims(points, spec) -> list[dict]:
     layout = spec["figures"].get("fig2")
     if not layout:
         return [
-            {"claim": "2-3. heterogeneity / silo-count ablation", "evidence": "fig2 disabled", "holds": "not tested"}
+            _claim_row(
+                "2-3. heterogeneity / silo-count ablation",
+                "fig2 disabled",
+                verdict.Verdict("not tested (fig2 disabled)"),
+            )
         ]
     out = []
     for panel in layout["panels"]:
         varying = "h" if len(panel["h"]) > 1 or len(panel["num_silos"]) == 1 else "N"
-        series, sides = [], {}
+        series, sides = {}, {}
         for n in panel["num_silos"]:
             for h in panel["h"]:
                 rows = panel_points(points, layout["dataset"], layout["fairness"], n, h, panel["eps"], ["steffle"])
                 if len(rows):
                     x = h if varying == "h" else n
-                    series.append((x, *_summary(curves(rows))))
+                    series[x] = _per_seed_means(rows)
                     sides[f"{varying}={x}"] = point_health(rows)
         if len(series) < 2:
             continue
-        series.sort()
-        (_, e0, v0), (_, e1, v1) = series[0], series[-1]
-        holds = health.verdict(e1 > e0 and v1 > v0, sides)
-        if holds == "does not hold" and (e1 > e0 or v1 > v0):
-            holds = "partly (only " + ("error" if e1 > e0 else "violation") + " rises)"
-        text = "; ".join(f"{varying}={x}: err {e:.4f}, viol {v:.4f}" for x, e, v in series)
+        low, high = series[min(series)], series[max(series)]
+        err = verdict.paired(high["error"].to_dict(), low["error"].to_dict(), sides)
+        vio = verdict.paired(high["violation"].to_dict(), low["violation"].to_dict(), sides)
+        means = "; ".join(
+            f"{varying}={x}: err {s['error'].mean():.4f}, viol {s['violation'].mean():.4f}"
+            for x, s in sorted(series.items())
+        )
         number = "2" if varying == "h" else "3"
         fixed = f"N={panel['num_silos'][0]}" if varying == "h" else f"h={panel['h'][0]}"
         out.append(
-            {
-                "claim": f"{number}. increasing {varying} raises error and violation (eps={panel['eps']}, {fixed})",
-                "evidence": f"mean over lambda: {text}",
-                "holds": holds,
-            }
+            _claim_row(
+                f"{number}. increasing {varying} raises error and violation (eps={panel['eps']}, {fixed})",
+                f"mean over lambda and seeds: {means}; paired {varying}={max(series)} - {varying}={min(series)}: "
+                f"error {err.text()}; violation {vio.text()}",
+                verdict.all_of([err, vio]),
+            )
         )
     return out
+
+
+def _seed_scores(rows: pd.DataFrame, methods) -> dict[str, dict[int, float]]:
+    """Per seed, each method's mean best violation on the common error grid of that seed's curves."""
+    per = {m: _per_seed(rows, m) for m in methods}
+    seeds = sorted(set.intersection(*(set(v) for v in per.values())))
+    scores = {m: {} for m in methods}
+    for s in seeds:
+        grid = common_grid(*(per[m][s] for m in methods))
+        for m in methods:
+            scores[m][s] = envelope_score(per[m][s], grid)
+    return scores
 
 
 def _ordering_claims(panels) -> list[dict]:
     out = []
     four = ("fermi", "steffle_nonprivate", "dp_fermi", "steffle")
     for p in panels:
-        xy = {m: _xy(p["curve"], m) for m in four}
-        if any(v is None for v in xy.values()):
+        if any(_xy(p["curve"], m) is None for m in four):
             continue
-        grid = common_grid(*xy.values())
-        score = {m: envelope_score(xy[m], grid) for m in four}
-        text = ", ".join(f"{m} {score[m]:.4f}" for m in four)
+        scores = _seed_scores(p["rows"], four)
+        sides = {m: _side(p["rows"], m) for m in four}
+        means = ", ".join(f"{m} {np.mean(list(scores[m].values())):.4f}" for m in four)
         where = f"{p['figure']} {p['dataset']} {p['fairness']} eps={p['eps']} h={p['h']}"
         if float(p["eps"]) <= 1:
-            holds = score["fermi"] <= score["steffle_nonprivate"] <= min(score["dp_fermi"], score["steffle"])
             claim = "4a. eps=1: FERMI best, then non-private SteFFLe, DP-FERMI and SteFFLe trailing"
+            pairs = [
+                ("steffle_nonprivate", "fermi"),
+                ("dp_fermi", "steffle_nonprivate"),
+                ("steffle", "steffle_nonprivate"),
+            ]
         else:
-            holds = score["dp_fermi"] < score["steffle_nonprivate"]
             claim = "4b. eps>=3: DP-FERMI (private central) beats non-private SteFFLe (federated)"
-        sides = {m: point_health(p["rows"][p["rows"]["method"] == m]) for m in four}
+            pairs = [("steffle_nonprivate", "dp_fermi")]
+        parts = [verdict.paired(scores[worse], scores[better], sides) for worse, better in pairs]
+        texts = "; ".join(f"{w} - {b}: {v.text()}" for (w, b), v in zip(pairs, parts))
         out.append(
-            {
-                "claim": claim,
-                "evidence": f"{where}: mean best violation at matched error: {text}",
-                "holds": health.verdict(bool(holds), sides),
-            }
+            _claim_row(
+                claim,
+                f"{where}: mean best violation at matched error over seeds: {means}; paired (worse - better): {texts}",
+                verdict.all_of(parts),
+            )
         )
     return out
 
 
 def _gap_claim(panels) -> list[dict]:
+    """Claim 5 per (figure, eps): SteFFLe(lambda=0) - ERM error per seed, larger at the largest h and > 0."""
     gaps, sides = {}, {}
     for p in panels:
-        c, r = p["curve"], p["rows"]
-        ours, erm = c[(c["method"] == "steffle") & (c["lam"] == 0)], c[c["method"] == "erm"]
-        if len(ours) and len(erm):
-            gaps.setdefault((p["figure"], p["eps"]), {})[p["h"]] = float(
-                ours["error_mean"].min() - erm["error_mean"].min()
-            )
-            found = sides.setdefault((p["figure"], p["eps"]), {})
-            found[f"SteFFLe h={p['h']}"] = point_health(r[(r["method"] == "steffle") & (r["lam"] == 0)])
-            found["ERM"] = point_health(r[r["method"] == "erm"])
+        r = p["rows"]
+        ours, erm = r[(r["method"] == "steffle") & (r["lam"] == 0)], r[r["method"] == "erm"]
+        if not (len(ours) and len(erm)):
+            continue
+        gap = ours.groupby("seed")["error"].mean() - erm.groupby("seed")["error"].mean()
+        gaps.setdefault((p["figure"], p["eps"]), {})[p["h"]] = gap.dropna().to_dict()
+        found = sides.setdefault((p["figure"], p["eps"]), {})
+        found[f"SteFFLe h={p['h']}"] = _side(r[r["lam"] == 0], "steffle")
+        found["ERM"] = point_health(erm)
     out = []
     for (figname, eps), by_h in gaps.items():
         if len(by_h) < 2:
             continue
-        hs = sorted(by_h)
-        holds = by_h[hs[-1]] > by_h[hs[0]] and by_h[hs[-1]] > 0
+        low, high = by_h[min(by_h)], by_h[max(by_h)]
+        larger = verdict.paired(high, low, sides[(figname, eps)])
+        positive = verdict.differences(high.values(), sides[(figname, eps)])
+        means = ", ".join(f"h={h}: {np.mean(list(g.values())):+.4f}" for h, g in sorted(by_h.items()))
         out.append(
-            {
-                "claim": "5. an error gap to non-private non-fair ERM remains, largest when heterogeneous",
-                "evidence": f"{figname} eps={eps}: SteFFLe(lambda=0) - ERM error: "
-                + ", ".join(f"h={h}: {by_h[h]:+.4f}" for h in hs),
-                "holds": health.verdict(bool(holds), sides[(figname, eps)]),
-            }
+            _claim_row(
+                "5. an error gap to non-private non-fair ERM remains, largest when heterogeneous",
+                f"{figname} eps={eps}: SteFFLe(lambda=0) - ERM error, mean over seeds: {means}; "
+                f"h={max(by_h)} - h={min(by_h)}: {larger.text()}; gap at h={max(by_h)}: {positive.text()}",
+                verdict.all_of([larger, positive]),
+            )
         )
     return out
 
@@ -544,8 +691,16 @@ def _private_note(spec: dict, rec: dict) -> str:
             f"realises eps = {realised:.3g} at label {rec['eps']}"
         )
     if realised > 1.05 * float(rec["eps"]):
-        return f"label understates: realised eps = {realised:.3g}"
+        return f"label understates: the paper's accounting gives eps = {realised:.3g}"
+    sound = rec.get("sound_epsilon", realised)
+    if sound > 1.05 * float(rec["eps"]):
+        return f"not at its label against its adversary: eps = {sound:.3g} with the batch revealed"
     return "yes"
+
+
+def _threat(method: str) -> ThreatModel:
+    """The method's threat model; a non-private method has none (its epsilon is inf)."""
+    return THREAT_MODELS.get(method, ThreatModel("none (not private)", "anyone", "", ""))
 
 
 def privacy_table(summary_paths: list[str]) -> pd.DataFrame:
@@ -568,9 +723,15 @@ def privacy_table(summary_paths: list[str]) -> pd.DataFrame:
                     "sigma_theta": np.mean(rec["sigma_theta"]) if "sigma_theta" in rec else np.nan,
                     "sigma_w": np.mean(rec["sigma_w"]) if "sigma_w" in rec else np.nan,
                     "noise_multiplier": rec.get("noise_multiplier", np.nan),
+                    "rho_w": privacy.get("rho_w", np.nan),
                     "library_epsilon": rec["library_epsilon"],
-                    "realised_epsilon_pld": rec.get("realised_epsilon", np.nan),
-                    "realised_epsilon_rdp": rec.get("realised_epsilon_rdp", np.nan),
+                    "paper_accounting_pld": rec.get("realised_epsilon", np.nan),
+                    "paper_accounting_rdp": rec.get("realised_epsilon_rdp", np.nan),
+                    "batch_revealed_epsilon": rec.get("known_membership_epsilon", np.nan),
+                    "bound_for_what_is_sent": rec.get("sound_epsilon", np.nan),
+                    "why": rec.get("sound_note", "not recorded (run predates the record)"),
+                    "privacy_unit": _threat(ident["method"]).unit,
+                    "adversary": _threat(ident["method"]).adversary,
                     "accountant_sampling": rec.get("sampling_note", "not recorded (run predates the record)"),
                     "private": _private_note(summary["spec"], rec),
                     "thm33_preconditions": (
@@ -647,12 +808,59 @@ def refcode_table(points: pd.DataFrame, summary_paths: list[str]) -> pd.DataFram
     return table.sort_values(["h", "eps_label", "lam"], key=lambda c: c.map(float) if c.name == "eps_label" else c)
 
 
+AUTHORS_REFCODE = "steffle_refcode_authors"  # published/<name>.csv: the authors' code on the same grid
+
+
+def authors_refcode() -> pd.DataFrame | None:
+    """Per-seed cells of the authors' own code on the refcode grid (the CSV's header says how they
+    were produced), columns h, eps, lam, seed, error, dp_violation; None when the file is absent."""
+    path = resources.files("fedrepro.report") / "published" / f"{AUTHORS_REFCODE}.csv"
+    if not path.is_file():
+        return None
+    with path.open() as stream:
+        return pd.read_csv(stream, comment="#", dtype={"eps": str})
+
+
+def beside_authors(table: pd.DataFrame, authors: pd.DataFrame, fairness: str) -> pd.DataFrame:
+    """The authors' mean and seed range (min, max over their seeds) beside each of our cells, and
+    whether our mean lies inside that range."""
+    theirs = authors.assign(eps_label=authors["eps"].map(lambda e: float(e)), lam=authors["lam"].astype(float))
+    ours = table.assign(_eps=table["eps_label"].map(float))
+    for metric in ("error", VIOLATION[fairness]):
+        agg = theirs.groupby(["h", "eps_label", "lam"])[metric].agg(["mean", "min", "max", "count"])
+        agg.columns = [f"authors_{metric}_{c}" for c in agg.columns]
+        ours = ours.merge(agg.reset_index().rename(columns={"eps_label": "_eps"}), on=["h", "_eps", "lam"], how="left")
+        low, high, mine = ours[f"authors_{metric}_min"], ours[f"authors_{metric}_max"], ours[f"{metric}_mean"]
+        ours[f"{metric}_within_authors"] = np.where(low.isna(), None, (mine >= low) & (mine <= high))
+    return ours.drop(columns=["_eps"])
+
+
+def within_counts(table: pd.DataFrame, fairness: str) -> str:
+    """'error: k of n cells, DP: k of n cells' inside the authors' seed range."""
+    parts = []
+    for metric, name in (("error", "error"), (VIOLATION[fairness], fairness.upper())):
+        flags = table[f"{metric}_within_authors"].dropna()
+        parts.append(f"{name}: {int(flags.astype(bool).sum())} of {len(flags)} cells")
+    return ", ".join(parts)
+
+
 def refcode(job) -> None:
     """Report job of the refcode grid (target steffle_refcode)."""
     spec = job.spec
     points = load_points(job.input["metrics"])
     table = refcode_table(points, [str(Path(p).parent / "summary.json") for p in job.input["metrics"]])
-    rates = [c for c in table if c.endswith(("_mean", "_std"))]
+    fairness = points["fairness"].iloc[0]
+    authors = authors_refcode()
+    beside = ""
+    if authors is not None:
+        table = beside_authors(table, authors, fairness)
+        seeds = int(authors.groupby(["h", "eps", "lam"])["seed"].nunique().min())
+        beside = (
+            f" authors_*: the authors' own code on the same data and grid ({seeds} seeds; "
+            f"published/{AUTHORS_REFCODE}.csv says how), mean and range over their seeds; *_within_authors: our "
+            f"mean inside that range ({within_counts(table, fairness)})."
+        )
+    rates = [c for c in table if c.endswith(("_mean", "_std", "_min", "_max"))]
     table = table.round({**{c: 4 for c in rates}, "realised_epsilon_pld": 2})
     epochs = f", {spec['refcode_epochs']} epochs" if spec.get("refcode_epochs") else ""
     table_io.write_table(
@@ -662,7 +870,7 @@ def refcode(job) -> None:
         f"per-silo group numbering), the authors' grid{epochs}: error and violation per cell, mean and std "
         "over seeds. NOT PRIVATE: realised_epsilon_pld is the accountant's epsilon for what ran "
         "(0 at lambda = 0, where nothing sensitive is released); eps_label is only the label "
-        "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor.",
+        "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor." + beside,
         spec["scale"],
         spec["decimals"],
     )
@@ -724,19 +932,24 @@ def tables(job) -> None:
     write(
         "headline",
         headline,
-        "SteFFLe headline numbers: violation reduction at matched error (%), mean and std "
-        "over the usable panels, a 95 % bootstrap interval over seeds (resampled jointly for every panel), the "
-        "panels left out as degenerate (flat or tiny-violation baseline curve, constant predictors, diverged) "
-        "and those compared at unequal realised epsilon (method: lower envelopes on a common error grid, see "
-        "fedrepro.report.steffle)",
+        "SteFFLe headline numbers: violation reduction at matched error (%), mean and std over the usable "
+        f"panels, a 95 % percentile bootstrap interval over seeds ({BOOTSTRAP} resamples, one draw of seeds shared "
+        f"by every panel; none below {MIN_INTERVAL_SEEDS} seeds), the panels left out as degenerate (flat or "
+        "tiny-violation baseline curve, constant predictors, diverged) and those left out of the mean for unequal "
+        "realised epsilon (mean_incl_unequal_eps includes them) (method: lower envelopes on a common error grid, "
+        "see fedrepro.report.steffle)",
     )
-    write("claims", claims_table(points, panels, values, spec), "SteFFLe: the paper's qualitative claims (Section 5)")
+    write("claims", claims_table(points, panels, values, spec), CLAIMS_CAPTION.format(test=verdict.TEST_NAME))
     write(
         "privacy",
         privacy_table([str(Path(p).parent / "summary.json") for p in job.input["metrics"]]),
-        "SteFFLe: noise per run (Theorem 3.3 sigmas or calibrated multipliers), precondition flags, and the "
-        "realised epsilon of what the code did (independent accountant, theta and W of one batch accounted "
-        "jointly; PLD tight, RDP beside it). accountant_sampling states the sampling the accountant assumes",
+        "SteFFLe: noise per run (Theorem 3.3 sigmas or calibrated multipliers), precondition flags, and two "
+        f"epsilons per run. paper_accounting_pld / _rdp: the {PAPER_ACCOUNTING} (theta and W of one batch "
+        "jointly). bound_for_what_is_sent: the epsilon that holds against the adversary named in its row; for "
+        f"SteFFLe, DP-FERMI and Tran it is batch_revealed_epsilon, because {KNOWN_BATCH_WHY} (the exact mixture "
+        "over the rounds a row is in). The privacy units differ: SteFFLe protects one sensitive attribute per "
+        "silo (ISRL-DP), DP-FERMI and Tran one attribute centrally, Ling (FedFDP) a whole record per client. "
+        "rho_w is the smallest group frequency h_w divides by (P(S | Y) for equalized odds)",
     )
     write(
         "eta_w",
