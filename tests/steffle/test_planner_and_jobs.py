@@ -44,6 +44,8 @@ def test_plan_families_and_specs():
     for r in refcode:
         assert r.spec["epsilons"] == [1, 3, "inf"] and r.spec["lambdas"] == [0.0, 0.5, 1.0, 2.0]
         assert r.spec["train"]["compat_refcode"] and r.spec["train"]["epochs"] == 60
+        # the authors' lipschitz_theta = C = 1, not the quick grid's 2.0 / 2.0 (4x their theta noise)
+        assert r.spec["train"]["clip"] == r.spec["train"]["radius"] == 1.0
     assert not any(r.setting.endswith("_refcode") for r in plan.main_runs(cfg))
     assert not any(r.setting.endswith("_refcode") for fig in plan.figure_runs(cfg).values() for r in fig)
     # N = 1 runs share one family whatever h is (fig 2 panels c, d)
