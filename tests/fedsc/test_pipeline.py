@@ -183,3 +183,54 @@ def test_resume_from_checkpoint_gives_same_numbers(tmp_path, monkeypatch):
     fedavg_byol(crash_job)
     a, b = pd.read_parquet(full_out["metrics"]), pd.read_parquet(crash_out["metrics"])
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_standin_plans_its_own_runs_and_the_claims_of_tables_2_and_3():
+    """Target fedsc_standin: the stand-in's runs (its seeds, rounds, local epochs, augmentation) beside the
+    default run's, and the claims FedSC (eps = inf and each private level) against FedAvg+SC and against
+    the untrained encoder in both participations."""
+    config = _config()
+    standin = config["fedsc"]["standin"]
+    runs = plan.standin_runs(config)
+    assert not {r.key for r in runs} & {r.key for r in plan.runs(config)}
+    assert {(r.method, r.setting) for r in runs} == {
+        ("fedsc", "full_epsinf"),
+        ("fedsc", "partial_epsinf"),
+        ("fedsc", "full_eps6_d0.01"),
+        ("fedsc", "partial_eps6_d0.01"),
+        ("fedavg_sc", "full"),
+        ("fedavg_sc", "partial"),
+    }
+    for run in runs:
+        assert run.dataset == standin["dataset"] == "shapes"
+        assert run.spec["rounds"] == standin["rounds"] and run.spec["train"]["local_epochs"] == standin["local_epochs"]
+        assert run.spec["augment"] == config["fedsc"]["datasets"]["shapes"]["augment"]
+        assert run.spec["knn"]["every"] == standin["knn_every"]
+    claims = plan.standin_claims(config)
+    names = {(c["claim"], c["column"]) for c in claims}
+    for column in ("shapes 10/10", "shapes 2/10"):
+        assert ("FedSC (ε=∞) > FedAvg+SC (Table 2)", column) in names
+        assert ("FedSC (Proposed) > untrained encoder (Table 2)", column) in names
+        assert ("FedAvg + SC > untrained encoder (Table 2)", column) in names
+        assert ("FedSC (ε=6, δ=0.01) > FedAvg+SC (Table 3)", column) in names
+        assert ("FedSC (ε=6, δ=0.01) > untrained encoder (Table 3)", column) in names
+    assert len(claims) == len(names) == 10
+    seeds = {f"s{s}" for s in standin["seeds"]}
+    for c in claims:
+        assert {x["path"].split("/")[-2] for x in c["a"]} == seeds  # every seed of the stand-in, paired
+    assert plan.check(config) == []
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s["standin"].update(eps=[5]), "no privacy level eps=5"),
+        (lambda s: s["standin"].update(methods=["fedsc", "fedavg_sc", "nope"]), "'nope' has no block"),
+        (lambda s: s["standin"].update(dataset="cifar10"), "'cifar10' has no entry"),
+        (lambda s: s["run_datasets"].append("shapes"), "also in fedsc.run_datasets"),
+    ],
+)
+def test_standin_errors_name_the_key(change, message):
+    config = _config()
+    change(config["fedsc"])
+    assert any(message in e and "fedsc." in e for e in plan.check(config)), plan.check(config)

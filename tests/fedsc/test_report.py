@@ -126,10 +126,14 @@ def test_table_prints_status_not_number_and_realised_epsilon_beside_the_label(tm
     assert f"ε=3 [realised PLD ε: digits 2/10 {eps:.2f}]" in text
 
 
-def test_claims_are_not_tested_when_a_side_is_degenerate(tmp_path):
-    a = _write_run(tmp_path / "a", {0: 0.90, 1: 0.88})
-    b = _write_run(tmp_path / "b", {0: 0.80, 1: 0.89})
-    c = _write_run(tmp_path / "c", {0: 0.95, 1: 0.95}, {1: ("chance", "at chance")})
+def test_claims_are_paired_verdicts_with_intervals(tmp_path):
+    """Each claim is judged on the per-seed differences A - B (points): the t interval is recomputed here
+    by hand; a side with a chance-level seed makes the claim 'not tested'; a spread-out difference is
+    'inconclusive'."""
+    a = _write_run(tmp_path / "a", {0: 0.90, 1: 0.88, 2: 0.86})
+    b = _write_run(tmp_path / "b", {0: 0.80, 1: 0.79, 2: 0.78})  # A - B = 10, 9, 8 points
+    c = _write_run(tmp_path / "c", {0: 0.95, 1: 0.95, 2: 0.95}, {1: ("chance", "at chance")})
+    d = _write_run(tmp_path / "d", {0: 0.80, 1: 0.89, 2: 0.84})  # A - D = 10, -1, 2 points
     claim = {
         "claim": "A > B",
         "column": "digits 10/10",
@@ -142,11 +146,20 @@ def test_claims_are_not_tested_when_a_side_is_degenerate(tmp_path):
         [
             claim,
             {**claim, "claim": "B > A", "a": claim["b"], "b": claim["a"]},
-            {**claim, "claim": "C > A", "a": [{"path": c, "row": "C", "column": "x"}], "b": claim["a"]},
+            {**claim, "claim": "C > A", "a_name": "C", "a": [{"path": c, "row": "C", "column": "x"}], "b": claim["a"]},
+            {**claim, "claim": "A > D", "b": [{"path": d, "row": "D", "column": "x"}]},
         ]
     )
-    assert list(frame["verdict"]) == ["holds", "does not hold", "not tested (A: at chance (1/2 seeds chance))"]
-    assert list(frame["seeds A > B"]) == ["1/2", "1/2", "2/2"]
+    assert list(frame["verdict"]) == ["holds", "does not hold", "not tested (C: at chance (1/3 seeds chance))"] + [
+        "inconclusive (3 seeds)"
+    ]
+    half = 4.302653 * 1.0 / np.sqrt(3)  # t(0.975, 2 df) x sd 1 / sqrt(3)
+    assert frame.loc[0, "effect"] == pytest.approx(9.0)
+    assert frame.loc[0, "ci_low"] == pytest.approx(9.0 - half, abs=1e-4)
+    assert frame.loc[0, "ci_high"] == pytest.approx(9.0 + half, abs=1e-4)
+    assert frame.loc[1, "ci_high"] == pytest.approx(-9.0 + half, abs=1e-4)
+    assert list(frame["wins"][:2]) == [3, 0] and list(frame["seeds"][:2]) == [3, 3]
+    assert frame.loc[0, "verdict (effect [95 % interval], wins/seeds)"].startswith("holds: +9.00 [+6.52, +11.48], 3/3")
 
 
 def test_uncentered_effective_rank_sees_embeddings_that_are_one_vector_plus_noise():
@@ -161,3 +174,27 @@ def test_uncentered_effective_rank_sees_embeddings_that_are_one_vector_plus_nois
     assert effective_rank(z, center=False) < 1.01
     spread = rng.normal(size=(500, 16))
     assert effective_rank(spread, center=False) > 12
+
+
+def test_standin_table_has_no_published_column_and_samples_figure_shows_every_class(tmp_path):
+    """The stand-in's probe table compares no published number (the paper has none for it); the samples
+    figure of a prepared data set is written."""
+    from fedrepro.data.prepare import prepare_dataset
+
+    run = _write_run(tmp_path / "avg", {0: 0.30, 1: 0.32, 2: 0.31})
+    job = make_job(
+        {"table": "standin", "cells": [{"path": run, "row": "FedAvg+SC", "column": "shapes 10/10"}], "scale": "quick"}
+        | {"decimals": 2},
+        {k: str(tmp_path / f"s.{k}") for k in ("md", "csv", "tex")},
+    )
+    report.probe_table(job)
+    text = (tmp_path / "s.md").read_text()
+    assert "31.00" in text and "published" not in text and "generated stand-in" in text
+    data = prepare_dataset("shapes", tmp_path / "shapes", tmp_path, {"train_per_class": 2, "test_per_class": 1})
+    figure = make_job(
+        {"scale": "quick", "per_class": 2},
+        {k: str(tmp_path / f"f.{k}") for k in ("png", "pdf")},
+        {"data": str(data / "arrays.npz")},
+    )
+    report.samples_figure(figure)
+    assert (tmp_path / "f.png").stat().st_size > 0 and (tmp_path / "f.pdf").stat().st_size > 0

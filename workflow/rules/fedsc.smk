@@ -5,7 +5,7 @@ from fedrepro.experiments import index
 
 FEDSC_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:probe_job"
 FEDSC_RANDOM_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:random_probe_job"  # untrained encoder (reference row)
-FEDSC_RUNS = fedsc_plan.runs(config)
+FEDSC_RUNS = fedsc_plan.runs(config) + fedsc_plan.standin_runs(config)  # stand-in runs: target fedsc_standin
 FEDSC = index(FEDSC_RUNS)
 FEDSC_OUT = f"{RESULTS}/fedsc"
 FEDSC_RUN = "{dataset}/{method}/{setting}/{seeds}"
@@ -23,6 +23,9 @@ FEDSC_CELLS = {
     "figure2": fedsc_plan.figure2_cells(config),
 }
 FEDSC_CLAIMS = fedsc_plan.claims(config)
+FEDSC_STANDIN = fedsc_plan.standin_config(config)
+FEDSC_STANDIN_CLAIMS = fedsc_plan.standin_claims(config)
+FEDSC_STANDIN_CELLS = fedsc_plan.dp_table_cells(FEDSC_STANDIN, fedsc_plan.STANDIN_TABLE) if FEDSC_STANDIN else []
 FEDSC_METHODS = "|".join(methods("fedsc"))
 
 
@@ -278,6 +281,90 @@ rule fedsc_figure2:
         spec={**FEDSC_REPORT, "cells": FEDSC_CELLS["figure2"]},
     script:
         ENTRY
+
+
+if FEDSC_STANDIN:
+
+    rule fedsc_standin_table:
+        input:
+            probes=[cell["path"] for cell in FEDSC_STANDIN_CELLS],
+            summaries=fedsc_plan.summary_inputs(FEDSC_STANDIN_CELLS),
+            code=code_for("fedrepro.report.fedsc:probe_table"),
+        output:
+            md=f"{FEDSC_OUT}/tables/standin_probe.md",
+            csv=f"{FEDSC_OUT}/tables/standin_probe.csv",
+            tex=f"{FEDSC_OUT}/tables/standin_probe.tex",
+        log:
+            f"{RESULTS}/logs/fedsc/standin_probe.log",
+        conda:
+            CONDA_ENV
+        resources:
+            **cpu_resources(),
+        params:
+            entry="fedrepro.report.fedsc:probe_table",
+            spec={
+                **FEDSC_REPORT,
+                "note": "",
+                "table": "standin",
+                "cells": FEDSC_STANDIN_CELLS,
+                "delta": config["fedsc"]["standin"]["delta"],
+            },
+        script:
+            ENTRY
+
+    rule fedsc_standin_claims:
+        input:
+            probes=sorted({c["path"] for claim in FEDSC_STANDIN_CLAIMS for side in ("a", "b") for c in claim[side]}),
+            summaries=fedsc_plan.summary_inputs(
+                [c for claim in FEDSC_STANDIN_CLAIMS for side in ("a", "b") for c in claim[side]]
+            ),
+            code=code_for("fedrepro.report.fedsc:claims_table"),
+        output:
+            md=f"{FEDSC_OUT}/tables/standin_claims.md",
+            csv=f"{FEDSC_OUT}/tables/standin_claims.csv",
+            tex=f"{FEDSC_OUT}/tables/standin_claims.tex",
+        log:
+            f"{RESULTS}/logs/fedsc/standin_claims.log",
+        conda:
+            CONDA_ENV
+        resources:
+            **cpu_resources(),
+        params:
+            entry="fedrepro.report.fedsc:claims_table",
+            spec={
+                **FEDSC_REPORT,
+                "note": "",
+                "title": f"FedSC claims on the generated stand-in {config['fedsc']['standin']['dataset']!r}",
+                "claims": FEDSC_STANDIN_CLAIMS,
+            },
+        script:
+            ENTRY
+
+    rule fedsc_standin_samples:
+        input:
+            data=prepared(config["fedsc"]["standin"]["dataset"]),
+            code=code_for("fedrepro.report.fedsc:samples_figure"),
+        output:
+            png=report(f"{FEDSC_OUT}/figures/standin_samples.png", caption="../report/fedsc.rst", category="FedSC"),
+            pdf=f"{FEDSC_OUT}/figures/standin_samples.pdf",
+        log:
+            f"{RESULTS}/logs/fedsc/standin_samples.log",
+        conda:
+            CONDA_ENV
+        resources:
+            **cpu_resources(),
+        params:
+            entry="fedrepro.report.fedsc:samples_figure",
+            spec={**FEDSC_REPORT, "per_class": 4},
+        script:
+            ENTRY
+
+    rule fedsc_standin:
+        input:
+            rules.fedsc_standin_table.output,
+            rules.fedsc_standin_claims.output,
+            rules.fedsc_standin_samples.output,
+        localrule: True
 
 
 PAPER_TARGETS["fedsc"] = [

@@ -302,13 +302,14 @@ def summary_inputs(cells: list[dict]) -> list[str]:
     )
 
 
-def claims(config: dict) -> list[dict]:
+def claims(config: dict, private_vs_untrained: bool = False) -> list[dict]:
     """The paper's orderings, per table and column: FedSC (eps = inf) beats FedAvg+SC and every trained
-    method beats the untrained encoder (Table 2); FedSC at each private level beats FedAvg+SC (Tables 3-5).
-    A comparison that two tables share (same runs on both sides) is listed once."""
+    method beats the untrained encoder (Table 2); FedSC at each private level beats FedAvg+SC (Tables 3-5)
+    and, with `private_vs_untrained`, the untrained encoder. A comparison that two tables share (same runs
+    on both sides) is listed once."""
     section = config[PAPER]
     out, seen = [], set()
-    for name in ("table2", "table3", "table4", "table5"):
+    for name in [t for t in ("table2", "table3", "table4", "table5") if t in section["tables"]]:
         by_key: dict = {}
         for cell in table2_cells(config) if name == "table2" else dp_table_cells(config, name):
             paths = by_key.setdefault((cell["row"], cell["column"]), {})
@@ -349,6 +350,9 @@ def claims(config: dict) -> list[dict]:
                         column,
                         f"{short_name(PROPOSED)} ({row}, δ={delta:g}) > {short_name(NO_SHARING)} (Table {name[-1]})",
                     )
+                    if private_vs_untrained:
+                        claim = f"{short_name(PROPOSED)} ({row}, δ={delta:g}) > untrained encoder (Table {name[-1]})"
+                        _add_claim(out, seen, by_key, row, RANDOM_ROW, column, claim)
     return out
 
 
@@ -396,6 +400,79 @@ def privacy_cells(config: dict) -> list[dict]:
     return cells
 
 
+# ----------------------------------------------------------------------------- the offline stand-in
+
+STANDIN_TABLE = "table3"  # its probe table: FedAvg+SC, FedSC at each eps and at eps = inf, the untrained encoder
+
+
+def standin_config(config: dict) -> dict | None:
+    """The config that plans the stand-in's runs, probe table and claims (target `fedsc_standin`): the
+    fedsc section restricted to `standin`'s data set, seeds, rounds, local epochs and methods, with
+    Table 2 and Table 3 (at `standin.eps`, `standin.delta`) on that data set. None without `standin`."""
+    section = config[PAPER]
+    standin = section.get("standin")
+    if not standin:
+        return None
+    name = standin["dataset"]
+    stand = {
+        **section,
+        "seeds": standin["seeds"],
+        "seeds_per_job": standin["seeds_per_job"],
+        "run_datasets": [name],
+        "rounds": standin["rounds"],
+        "train": {**section["train"], "local_epochs": standin["local_epochs"]},
+        "knn": {**section["knn"], "every": standin["knn_every"]},
+        "methods": {m: section["methods"][m] for m in standin["methods"]},
+        "tables": {
+            "table2": {"datasets": [name]},
+            STANDIN_TABLE: {"datasets": [name], "delta": standin["delta"], "eps": standin["eps"]},
+        },
+    }
+    return {**config, PAPER: stand}
+
+
+def standin_runs(config: dict) -> list[Run]:
+    stand = standin_config(config)
+    return runs(stand) if stand else []
+
+
+def standin_claims(config: dict) -> list[dict]:
+    """Tables 2 and 3 on the stand-in: FedSC (eps = inf) and FedSC at each private level against FedAvg+SC
+    and against the untrained encoder; FedAvg+SC against the untrained encoder."""
+    stand = standin_config(config)
+    return claims(stand, private_vs_untrained=True) if stand else []
+
+
+def standin_errors(config: dict) -> list[str]:
+    section = config[PAPER]
+    standin = section.get("standin")
+    if not standin:
+        return []
+    where = f"{PAPER}.standin"
+    if standin["dataset"] not in section["datasets"]:
+        return [f"{where}.dataset: {standin['dataset']!r} has no entry in fedsc.datasets"]
+    if standin["dataset"] in section["run_datasets"]:
+        return [
+            f"{where}.dataset: {standin['dataset']!r} is also in fedsc.run_datasets; its runs would be planned twice"
+        ]
+    from fedrepro.config import dataset_size_errors
+
+    errors = [
+        f"{where}.methods: {m!r} has no block in fedsc.methods ({', '.join(section['methods'])})"
+        for m in standin["methods"]
+        if m not in section["methods"]
+    ]
+    name = standin["dataset"]
+    errors += dataset_size_errors(f"{PAPER}.datasets.{name}.clients", name, section["datasets"][name]["clients"])
+    if errors:
+        return errors
+    try:
+        dp_table_cells(standin_config(config), STANDIN_TABLE)
+    except ValueError as err:
+        errors.append(f"{where}: {err}")
+    return errors
+
+
 def check(config: dict) -> list[str]:
     """Errors a schema cannot express."""
     from fedrepro.config import dataset_size_errors
@@ -428,4 +505,4 @@ def check(config: dict) -> list[str]:
             dp_table_cells(config, name)
         except ValueError as err:
             errors.append(str(err))
-    return errors
+    return errors + standin_errors(config)

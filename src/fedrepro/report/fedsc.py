@@ -12,9 +12,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from fedrepro.eval.health import Health, cell_status, verdict, worst
+from fedrepro.eval import verdict
+from fedrepro.eval.health import Health, cell_status, worst
 from fedrepro.report import figures, tables
 
 CAPTIONS = {
@@ -22,7 +24,13 @@ CAPTIONS = {
     "table3": "FedSC Table 3: FedSC under DP (delta = 1e-2), linear-probe accuracy (%)",
     "table4": "FedSC Table 4: FedSC under DP (delta = 1e-2, CIFAR100 budgets), linear-probe accuracy (%)",
     "table5": "FedSC Table 5: FedSC under DP (delta = 1e-4), partial participation, linear-probe accuracy (%)",
+    "standin": (
+        "FedSC Tables 2-3 on the generated stand-in (fedrepro.data.shapes: 10 mirror-symmetric shapes, 16x16, one "
+        "shape per client): linear-probe accuracy (%) of FedAvg+SC, FedSC at each ε and at ε = ∞ (Table 2's FedSC "
+        "row) and the untrained encoder; the paper has no numbers for this data set"
+    ),
 }
+PUBLISHED = ("table2", "table3", "table4", "table5")  # tables with a reference in report/published
 
 
 def _seed_health(probe_result: dict, summary: dict | None, seed: str) -> Health:
@@ -97,9 +105,8 @@ def realised_labels(cells: list[dict], delta: float) -> dict[str, str]:
 def probe_table(job) -> None:
     name = job.spec["table"]
     ours = probe_frame(job.spec["cells"])
-    table = tables.compare(
-        ours[["row", "column", "seed", "value", "status", "status_reason"]], tables.published(f"fedsc_{name}")
-    )
+    reference = tables.published(f"fedsc_{name}") if name in PUBLISHED else None
+    table = tables.compare(ours[["row", "column", "seed", "value", "status", "status_reason"]], reference)
     ranks = ours.groupby(["row", "column"])["effective_rank"].mean()
     table.insert(
         table.columns.get_loc("seeds") + 1,
@@ -114,32 +121,49 @@ def probe_table(job) -> None:
             f". Beside each ε label: the realised tight (PLD) ε at δ = {_delta_label(float(job.spec['delta']))} "
             "of our run, the largest over clients and seeds"
         )
+    caption += rule_note(job.spec["cells"])
     if job.spec.get("note"):
         caption += ". " + job.spec["note"]
     tables.write_table(table, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
 
 
+def rule_note(cells: list[dict]) -> str:
+    """The rule each baseline row ran (its run summary's `rule`) beside the rule of the published row."""
+    rules = {}
+    for cell in cells:
+        summary = Path(cell["path"]).with_name("summary.json")
+        if summary.exists():
+            rules.update((s["rule"], None) for s in json.loads(summary.read_text())["seeds"].values() if "rule" in s)
+    if not rules:
+        return ""
+    return (
+        ". Our rows: " + "; ".join(rules) + ". The published FedU, FedEMA and FedX rows come from the FedSC "
+        "authors' implementations (FedU: whole-model keep-or-replace; FedEMA: 1 - mu on the local model, "
+        "lambda 0.2; FedX: tau2 0.01)"
+    )
+
+
 def claims_frame(claims: list[dict]) -> pd.DataFrame:
-    """One line per ordering claim 'A beats B' in one column: both means, the seeds where A > B
-    (paired by seed) and `health.verdict` (not tested when either side is degenerate)."""
+    """One line per ordering claim 'A beats B' in one column: both means over seeds and the paired
+    verdict (`fedrepro.eval.verdict.paired`: effect A - B in points, its 95 % t interval, the seeds
+    where A > B; not tested when either side is degenerate)."""
     out = []
     for claim in claims:
-        sides = {}
-        for side in ("a", "b"):
+        values, healths = {}, {}
+        for side, name in (("a", claim["a_name"]), ("b", claim["b_name"])):
             frame = probe_frame(claim[side])
-            healths = [Health(s, r) for s, r in zip(frame["status"], frame["status_reason"].fillna(""))]
-            sides[side] = (frame.set_index("seed")["value"], cell_status(healths))
-        (a, health_a), (b, health_b) = sides["a"], sides["b"]
-        common = a.index.intersection(b.index)
-        holds = bool(a.mean() > b.mean())
+            values[side] = dict(zip(frame["seed"], frame["value"]))
+            seeds = [Health(s, r) for s, r in zip(frame["status"], frame["status_reason"].fillna(""))]
+            healths[name] = cell_status(seeds)
+        judged = verdict.paired(values["a"], values["b"], healths)
         out.append(
             {
                 "claim": claim["claim"],
                 "column": claim["column"],
-                "A mean (%)": round(a.mean(), 2),
-                "B mean (%)": round(b.mean(), 2),
-                "seeds A > B": f"{int((a[common] > b[common]).sum())}/{len(common)}",
-                "verdict": verdict(holds, {claim["a_name"]: health_a, claim["b_name"]: health_b}),
+                "A mean (%)": round(float(np.mean(list(values["a"].values()))), 2),
+                "B mean (%)": round(float(np.mean(list(values["b"].values()))), 2),
+                **judged.as_row(),
+                "verdict (effect [95 % interval], wins/seeds)": judged.text(decimals=2),
             }
         )
     return pd.DataFrame(out)
@@ -148,9 +172,10 @@ def claims_frame(claims: list[dict]) -> pd.DataFrame:
 def claims_table(job) -> None:
     frame = claims_frame(job.spec["claims"])
     caption = (
-        "FedSC claims at this scale: each ordering of the paper's tables, tested on our runs. 'holds' / "
-        "'does not hold' compares the means over seeds; a comparison with a collapsed, diverged or "
-        "chance-level side is 'not tested'"
+        f"{job.spec.get('title', 'FedSC claims at this scale')}: each ordering of the paper's tables, tested on "
+        f"our runs by the {verdict.TEST_NAME} of A - B (percentage points of linear-probe accuracy): 'holds' / "
+        "'does not hold' when the whole interval lies above / below 0, 'inconclusive' otherwise; a comparison "
+        "with a collapsed, diverged or chance-level side is 'not tested'"
     )
     if job.spec.get("note"):
         caption += ". " + job.spec["note"]
@@ -255,4 +280,24 @@ def figure2(job) -> None:
     for ax, panel in zip(axes, panels):
         figures.lines_with_band(data[data["panel"] == panel], "round", "kNN accuracy (%)", "method", ax)
         ax.set_title(panel)
+    figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
+
+
+def samples_figure(job) -> None:
+    """`per_class` training images of every class of a prepared image data set, one column per class."""
+    from fedrepro.data.arrays import load_prepared
+
+    prepared = load_prepared(Path(job.input["data"]).parent)
+    per_class, labels = int(job.spec["per_class"]), prepared.y_train
+    classes = int(prepared.meta.get("num_classes", labels.max() + 1))
+    names = prepared.meta.get("class_names") or [str(c) for c in range(classes)]
+    fig, axes = figures.new_figure(per_class * classes, width=1.0, height=1.05, rows=per_class)
+    for c in range(classes):
+        for r, i in enumerate(np.flatnonzero(labels == c)[:per_class]):
+            ax = axes[r * classes + c]
+            image = prepared.x_train[i].transpose(1, 2, 0)
+            ax.imshow(image if image.shape[2] == 3 else image[:, :, 0], cmap="gray", vmin=0, vmax=255)
+            ax.set_title(names[c] if r == 0 else "", fontsize=7)
+    for ax in axes:
+        ax.axis("off")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
