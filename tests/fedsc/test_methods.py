@@ -201,3 +201,34 @@ def test_bf16_trains_the_networks_but_dp_calr_and_the_knn_monitor_stay_fp32(meth
     assert {dtype for training, dtype in seen if training} == {torch.bfloat16}
     assert {dtype for training, dtype in seen if not training} == {torch.float32}  # DP-CalR (eval mode), kNN
     assert not algo.work.backbone.features[2].weight.is_contiguous()  # NHWC, not NCHW
+
+
+def test_probe_measures_collapse_against_the_same_seeds_untrained_encoder(tmp_path):
+    """The probe stage compares the trained embeddings' spread with the untrained encoder's of the same seed:
+    the untrained probe has ratio 1; a projector squeezed to one vector (scaled by 1e-3, a bias of ones) is
+    collapsed by its spread although its centered rank is high."""
+    import json
+
+    from fedrepro.algorithms.fedsc.base import build_net
+    from fedrepro.algorithms.fedsc.probing import probe_job, random_probe_job
+    from fedrepro.pipeline import make_job
+    from tests.fedsc.helpers import write_prepared_digits
+
+    data = write_prepared_digits(tmp_path)
+    tiny = tiny_spec()
+    spec = {"encoder": tiny["encoder"], "projector": tiny["projector"], "probe": {"epochs": 2, "batch_size": 64}}
+    out = tmp_path / "random" / "probe.json"
+    random_probe_job(make_job(spec, {"probe": str(out)}, {"data": str(data)}, seeds=[0, 1]))
+    for seed in json.loads(out.read_text())["seeds"].values():
+        assert seed["spread_ratio"] == 1.0 and seed["status"] != "collapsed"  # a 2-epoch probe may sit at chance
+
+    torch.manual_seed(0)
+    net = build_net(tiny, 1)
+    projector = dict(net.projector.state_dict())
+    projector["2.weight"], projector["2.bias"] = 1e-3 * projector["2.weight"], torch.ones_like(projector["2.bias"])
+    torch.save({"seeds": {0: {"backbone": net.backbone.state_dict(), "projector": projector}}}, tmp_path / "m.pt")
+    out = tmp_path / "trained" / "probe.json"
+    probe_job(make_job(spec, {"probe": str(out)}, {"data": str(data), "model": str(tmp_path / "m.pt")}))
+    seed = json.loads(out.read_text())["seeds"]["0"]
+    assert seed["embedding_rank_centered"] > 2.0 and seed["spread_ratio"] < 1e-4
+    assert seed["status"] == "collapsed" and "spread" in seed["status_reason"]
