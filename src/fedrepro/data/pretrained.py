@@ -181,7 +181,7 @@ def stage(folder: str | os.PathLike, source: str, allow_download: bool = True, t
     files = {
         p.name: {"size": p.stat().st_size, "sha256": sources.file_digest(p, "sha256"), "origin": "pre-staged"}
         for p in sorted(folder.iterdir())
-        if p.is_file() and p.name != MARKER
+        if p.is_file() and not p.name.startswith(".staged")  # the marker and the rule's log
     }
     return {"source": source, "files": files}
 
