@@ -173,15 +173,38 @@ def logging_to(path: str | None):
             root.removeHandler(handler)
 
 
+def _code_inputs(job: Job) -> list[str]:
+    code = job.input.get("code", [])
+    return [code] if isinstance(code, str) else list(code)
+
+
 def undeclared_imports(job: Job) -> list[str]:
     """fedrepro modules this process imported that the job's `code` input does not list
     (fedrepro.codedeps derives that list; a miss means an edit there would not re-run the job)."""
     from fedrepro.codedeps import module_of_fingerprint
 
-    code = job.input.get("code", [])
-    declared = {module_of_fingerprint(path) for path in ([code] if isinstance(code, str) else code)}
+    declared = {module_of_fingerprint(path) for path in _code_inputs(job)}
     imported = {name for name in sys.modules if name == "fedrepro" or name.startswith("fedrepro.")}
     return sorted(imported - declared - {"fedrepro.codedeps"})
+
+
+def stale_code(job: Job) -> list[str]:
+    """The job's code modules whose code, as this process imports it, differs from the fingerprint
+    Snakemake planned the job with: edited after the workflow was parsed (hours earlier on a busy
+    cluster), or fingerprinted by another checkout sharing the results folder. A result made now
+    would be recorded under code that did not make it."""
+    from fedrepro.codedeps import code_hash, module_file, module_of_fingerprint
+
+    stale = []
+    for path in _code_inputs(job):
+        name = module_of_fingerprint(path)
+        try:
+            planned = Path(path).read_text().strip()
+        except FileNotFoundError:
+            continue
+        if module_file(name) is None or code_hash(name) != planned:
+            stale.append(name)
+    return stale
 
 
 def corrupt_inputs(job: Job) -> dict[str, str]:
@@ -212,13 +235,21 @@ def corrupt_inputs(job: Job) -> dict[str, str]:
 def run_job(job: Job, entry: str) -> None:
     """Run `entry` on `job` with logging to the job's log. A failure's traceback goes to that
     log; an input file that cannot be read back is named there and removed, so the next
-    `snakemake` rebuilds it (with its producer) instead of failing on it forever. After the
+    `snakemake` rebuilds it (with its producer) instead of failing on it forever. Before the job,
+    its code must be the code it was planned with (`stale_code`). After the
     job, every fedrepro module it imported must be one of its code inputs: a warning names
     any that is not, and FEDREPRO_STRICT_IMPORTS=1 (the tests) makes that an error."""
     with logging_to(job.log):
         logger = logging.getLogger("fedrepro")
         logger.info("entry %s, spec %s, seeds %s", entry, job.spec, job.seeds)
         try:
+            stale = stale_code(job)
+            if stale:
+                raise RuntimeError(
+                    f"the code of {', '.join(stale)} changed after Snakemake planned this job (or another "
+                    "checkout sharing this results folder fingerprinted it); run snakemake again so that it "
+                    "plans the job with the code that will run it"
+                )
             resolve(entry)(job)
             missing = undeclared_imports(job) if "code" in job.input else []
             if missing:

@@ -12,7 +12,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-PIPELINE_FILES = ["Snakefile", "config.yaml", "configs", "workflow", "src"]
+PIPELINE_FILES = ["Snakefile", "config.yaml", "configs", "profiles", "workflow", "src"]
 
 
 def snakemake(*args, cwd, snakefile, check=True, timeout=300):
@@ -64,6 +64,7 @@ def write_config(config: dict, path: Path) -> Path:
 def copy_pipeline(dest: Path) -> Path:
     """A private copy of the pipeline's files: tests may change file times there without
     touching the checkout others work in (the jobs still import the installed fedrepro)."""
+    dest.mkdir(parents=True, exist_ok=True)
     for name in PIPELINE_FILES:
         source = ROOT / name
         if source.is_dir():

@@ -12,9 +12,10 @@ ENTRY = "../scripts/entry.py"
 CONDA_ENV = "../envs/fedrepro.yaml"
 SRC = Path(workflow.basedir) / "src" / "fedrepro"
 # One fingerprint file per module of the code (fedrepro.codedeps): rewritten only when the
-# module's code changes, not after comment, docstring or layout edits. They describe the code,
-# not a results folder, so they live beside Snakemake's own metadata in the working directory.
-CODE = ".snakemake/fedrepro_code"
+# module's code changes, not after comment, docstring or layout edits. They are the record of the
+# code that made the results, so they live with the results: a results folder moved, copied (with
+# its file times) or shared by two checkouts is judged by its own record.
+CODE = f"{RESULTS}/.fedrepro/code"
 
 # Each paper's rule file registers the outputs its named target builds.
 PAPER_TARGETS = {}
