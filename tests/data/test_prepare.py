@@ -115,6 +115,15 @@ def test_unknown_option_is_rejected_with_allowed_keys(tmp_path):
         prepare_dataset("imagenet", tmp_path, tmp_path)
 
 
+@pytest.mark.parametrize("value", [1.0, 0, -0.5, "half"])
+def test_a_split_fraction_outside_0_1_fails_in_the_config_check_naming_the_key(value):
+    from fedrepro.config import dataset_option_errors
+
+    errors = dataset_option_errors({"datasets": {"digits": {"test_fraction": value}}})
+    assert errors and "config key 'datasets.digits'" in errors[0] and "test_fraction must be a number strictly" in errors[0]
+    assert dataset_option_errors({"datasets": {"digits": {"test_fraction": 0.3}}}) == []
+
+
 def test_synthetic_tabular_has_minority_fraction_age_and_dp_gap(tmp_path):
     p = load_prepared(prepare_dataset("synthetic_tabular", tmp_path / "a", tmp_path, {"minority_fraction": 0.2}))
     assert p.x_train.shape == (3000, DATASETS["synthetic_tabular"].input_shape[0])

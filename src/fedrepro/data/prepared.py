@@ -63,6 +63,9 @@ def resolve_options(name: str, options: dict | None) -> dict:
     opts = {**allowed, **(options or {})}
     if opts["source"] not in SOURCE_CHOICES:
         raise ValueError(f"dataset {name!r}: option source must be one of {SOURCE_CHOICES}, got {opts['source']!r}")
+    for key, value in opts.items():  # a split fraction of 0 or 1 leaves one side empty
+        if key.endswith("_fraction") and not (isinstance(value, (int, float)) and 0 < value < 1):
+            raise ValueError(f"dataset {name!r}: option {key} must be a number strictly between 0 and 1, got {value!r}")
     if opts["source"] == "shipped" and not sources.has_shipped(name):
         raise ValueError(f"dataset {name!r}: option source 'shipped' is only available for "
                          f"{[d for d in sources.SOURCES if sources.has_shipped(d)]}")
