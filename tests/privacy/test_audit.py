@@ -310,3 +310,82 @@ def _check_dp_head(dpzv_audit):
     bound = math.sqrt(2) * math.sqrt(5) / s
     assert min(info["mu_canary"]) > max(frozen["mu_canary"]) and max(info["mu_canary"]) <= bound * (1 + 1e-5)
     assert np.isfinite(out).all() and len(set(inn)) == len(inn)
+
+
+# ------------------------------------------------------------------------------ SteFFLe's class
+
+
+STEFFLE_WORLD = {
+    "eps": 3.0,
+    "lam": 1.0,
+    "silos": 2,
+    "num_train": 40,
+    "batch": 8,
+    "epochs": 2,
+    "eta_theta": 0.25,
+    "eta_w": 1.0,
+    "clip": 2.0,
+    "radius": 2.0,
+    "canary_scale": 10.0,
+}
+
+
+def test_steffle_audit_replays_the_trainer_and_is_compared_with_the_known_membership_epsilon():
+    import torch
+
+    from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
+    from fedrepro.experiments.audit import steffle_scores
+
+    torch.set_num_threads(1)
+    runs = 300
+    result = steffle_scores(STEFFLE_WORLD, runs, seed=0)
+    # the canary's rounds, from the shared Poisson schedule replayed here: row 0 is silo 0's local index 0
+    schedule, gen = BatchSchedule([20, 20], 8, "poisson"), seed_generator(0, "batches")
+    hits = 0
+    for _ in range(2):
+        local, weight = schedule.epoch(gen)
+        hits += int(((local[0] == 0) & (weight[0] > 0)).any(-1).sum())
+    assert result.extra["canary_rounds"] == hits > 0
+    # against the server, who sees the batch: k unamplified Gaussians of the joint multiplier (exact GDP)
+    mu = math.sqrt(hits) / result.extra["joint_multiplier"]
+    assert result.eps_adversary == pytest.approx(_gdp_epsilon(mu, result.delta), rel=1e-2)
+    assert result.delta == pytest.approx(1 / 40**2)
+    # an exact replay makes the score the Gaussian log-likelihood ratio: N(-+ mu^2/2, mu^2) per world with the
+    # canary's attained mu (a replay off by anything but the noise, e.g. a P_S that differs between the worlds,
+    # moves the means; a wrong sigma scales them)
+    m = result.mu_attained
+    assert 0 < m <= mu * (1 + 1e-6)
+    tol = 4 * m / math.sqrt(runs)
+    assert result.out.mean() == pytest.approx(-(m**2) / 2, abs=tol)
+    assert result.inn.mean() == pytest.approx(m**2 / 2, abs=tol)
+    assert result.out.std() == pytest.approx(m, rel=0.15) and result.inn.std() == pytest.approx(m, rel=0.15)
+
+
+def test_tran_audit_replays_the_primal_steps_and_counts_the_dual_releases():
+    import torch
+
+    from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
+    from fedrepro.experiments import audit as job
+
+    torch.set_num_threads(1)
+    cfg = {k: STEFFLE_WORLD[k] for k in ("eps", "lam", "num_train", "batch", "epochs", "eta_theta", "canary_scale")}
+    cfg["clip"] = 1.0
+    result = job.tran_scores(cfg, 60, seed=0)
+    # the canary's primal steps, from the shared Poisson schedule of the one (central) silo
+    schedule, gen = BatchSchedule([40], 8, "poisson"), seed_generator(0, "batches")
+    hits = 0
+    for _ in range(2):
+        local, weight = schedule.epoch(gen)
+        hits += int(((local[0] == 0) & (weight[0] > 0)).any(-1).sum())
+    assert result.extra["canary_rounds"] == hits > 0
+    # known batch: those steps and both epochs' dual releases, each a Gaussian of multiplier z (exact GDP)
+    mu = math.sqrt(hits + 2) / result.extra["noise_multiplier"]
+    assert result.eps_adversary == pytest.approx(_gdp_epsilon(mu, result.delta), rel=1e-2)
+    assert 0 < result.mu_attained <= mu * (1 + 1e-6)
+    # the primal replay is exact: observed step minus the replica's noiseless step is the noise, std 2 z C_p / m
+    data = {w: d.centralised() for w, d in job.steffle_world({**cfg, "silos": 1}, 0).items()}
+    real, shadow, _ = job._tran_runs(data, cfg, 60, 0)
+    primal, dual = job._run_tran_world(real["out"], shadow)
+    residual = torch.cat([(obs - clean).flatten() for obs, clean, _ in primal])
+    assert float(residual.std()) == pytest.approx(2 * result.extra["noise_multiplier"] / 8, rel=0.05)
+    assert len(dual) == 2 and len(primal) == real["out"].rounds

@@ -1,4 +1,4 @@
-# Empirical privacy audit (fedrepro.experiments.audit): canary runs of FedSC's and DPZV's classes, a
+# Empirical privacy audit (fedrepro.experiments.audit): canary runs of FedSC's, DPZV's and SteFFLe's classes, a
 # Clopper-Pearson lower bound on epsilon against the epsilon of the attacker's adversary, and power.
 # `audit` (config audit.runs.quick) is part of the default run; `audit_full` (make audit) uses audit.runs.full.
 AUDIT_ENTRY = "fedrepro.experiments.audit:write_audit"
@@ -48,7 +48,7 @@ rule audit_full:
 
 
 # The quick audit is part of the default run whenever one of the audited papers is enabled.
-for _paper in ("fedsc", "dpzv"):
+for _paper in ("fedsc", "dpzv", "steffle"):
     if _paper in PAPERS:
         PAPER_TARGETS[_paper] = [*PAPER_TARGETS.get(_paper, []), *rules.audit.output]
         break

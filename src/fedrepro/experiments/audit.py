@@ -498,6 +498,292 @@ def dpzv_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
     return rows
 
 
+# ------------------------------------------------------------------------------ SteFFLe
+
+
+def steffle_world(cfg: dict, seed: int):
+    """Two `FairData` that differ in the sensitive attribute of row 0 (silo 0): SteFFLe's privacy unit.
+
+    Row 0 is an outlier (features times `canary_scale`), so its clipped theta-gradient sits on the clip."""
+    from fedrepro.algorithms.steffle.base import FairData
+
+    rng = np.random.default_rng(seed)
+    n, d = int(cfg["num_train"]), 4
+    s = (rng.random(n + 64) < 0.35).astype(np.int64)
+    x = rng.normal(size=(n + 64, d)).astype(np.float32)
+    x[:, 0] += 1.5 * s
+    y = (rng.random(n + 64) < 1 / (1 + np.exp(-(1.2 * x[:, 0] + x[:, 1] - 0.5)))).astype(np.int64)
+    x[0] *= float(cfg["canary_scale"])
+    silos = np.array_split(np.arange(n), int(cfg["silos"]))
+    worlds = {}
+    for name, flip in (("out", 0), ("in", 1)):
+        sw = s[:n].copy()
+        sw[0] = (sw[0] + flip) % 2
+        worlds[name] = FairData.from_arrays(x[:n], y[:n], sw, x[n:], y[n:], s[n:], silos)
+    return worlds
+
+
+def steffle_spec(cfg: dict) -> dict:
+    train = {k: cfg[k] for k in ("batch", "epochs", "eta_theta", "eta_w", "clip", "radius")}
+    train.update(eval_every=int(cfg["epochs"]), sampling="poisson", w_step="capped")
+    return {
+        "method": "steffle",
+        "fairness": "dp",
+        "epsilons": [float(cfg["eps"])],
+        "lambdas": [float(cfg["lam"])],
+        "train": train,
+    }
+
+
+def _capture_uploads(trainer, update: bool) -> list:
+    """Keeps what the server receives each round (`received` of `_server_update`); applies it only if `update`."""
+    seen = []
+    original = trainer._server_update
+
+    def capture(t, received):
+        seen.append(received)
+        if update:
+            original(t, received)
+
+    trainer._server_update = capture
+    return seen
+
+
+def _steffle_runs(worlds: dict, spec: dict, runs: int, seed: int):
+    """One SteffleTrainer per world holding `runs` runs as its seeds (one vectorised program), all with the
+    schedule and initial theta of `seed`, each with its own noise (world "in" takes the next `runs` seeds);
+    and a noiseless replica per world for the attacker."""
+    from fedrepro.algorithms.steffle import sgda
+    from fedrepro.algorithms.steffle.base import seed_generator
+
+    setting = [(spec["epsilons"][0], spec["lambdas"][0])]
+    real, record = {}, None
+    for i, (w, data) in enumerate(worlds.items()):
+        trainer, ctx = sgda.build(spec, data, [seed + 1 + i * runs + r for r in range(runs)], setting, spec["epsilons"])
+        trainer.gens["batches"] = [seed_generator(seed, "batches") for _ in range(runs)]
+        trainer.theta = trainer.theta[:1].expand_as(trainer.theta).clone()
+        real[w], record = trainer, record or ctx
+    shadow = {}
+    for w, data in worlds.items():
+        trainer, _ = sgda.build(spec, data, [seed], setting, spec["epsilons"])
+        trainer.sigma_theta, trainer.sigma_w = trainer.sigma_theta * 0, trainer.sigma_w * 0
+        shadow[w] = trainer
+    # P_S, the normaliser of h_w, is public in the paper (Lemma B.1's sensitivity treats it so): both worlds
+    # use the one without the canary, so that only the canary's own batches differ
+    for trainer in (real["in"], shadow["in"]):
+        trainer.inv_sqrt_p = real["out"].inv_sqrt_p
+    return real, shadow, record
+
+
+def _gauss_llr(observed, clean_out, clean_in, sigma):
+    """Per run: sum of [(o - a)^2 - (o - b)^2] / (2 sigma^2) and the mean shift's squared length over sigma^2."""
+    dims = tuple(range(1, observed.dim()))
+    llr = (((observed - clean_out) ** 2 - (observed - clean_in) ** 2).sum(dims) / (2 * sigma**2)).double()
+    return llr, (((clean_in - clean_out) ** 2).sum(dims) / sigma**2).double()
+
+
+def steffle_scores(cfg: dict, runs: int, seed: int) -> Audited:
+    """Audit of SteFFLe's silo releases (Algorithm 1 line 9): `runs` runs per world of `SteffleTrainer`.
+
+    The attacker is the server: per round it sees silo 0's h_theta and h_w (and g, which is the same in both
+    worlds and reveals the batch, issue 27), knows theta and W (it computes them) and the batch, and replays
+    the silo's noiseless releases in both worlds from its replicas."""
+    import torch
+
+    from fedrepro.privacy import steffle as steffle_privacy
+
+    start = time.time()
+    worlds, spec = steffle_world(cfg, seed), steffle_spec(cfg)
+    real, shadow, ctx = _steffle_runs(worlds, spec, runs, seed)
+    noise = ctx["per_eps"][str(float(cfg["eps"]))]
+    sig_t, sig_w = float(noise["sigma_theta"][0]), float(noise["sigma_w"][0])
+    mask = real["out"].mask.bool()
+    scores, mu2, in_batch = {}, {}, []
+    for w, trainer in real.items():
+        observed = _capture_uploads(trainer, update=True)
+        clean = {v: _capture_uploads(sh, update=False) for v, sh in shadow.items()}
+        llr, gap2, k = torch.zeros(runs, dtype=torch.float64), torch.zeros(runs, dtype=torch.float64), 0
+
+        def step(t, local, weight, noise, trainer=trainer, clean=clean):
+            theta, W = trainer.theta.clone(), trainer.W.clone()
+            type(trainer).step(trainer, t, local, weight, noise)
+            zero = {name: torch.zeros_like(value) for name, value in noise.items()}
+            for sh in shadow.values():
+                sh.theta, sh.W = theta, W
+                type(sh).step(sh, t, local, weight, zero)
+
+        trainer.step = step
+        for t in range(1, trainer.cfg.epochs + 1):
+            trainer.round(t)
+        for obs, a, b in zip(observed, clean["out"], clean["in"]):
+            for part, sigma in ((1, sig_t), (2, sig_w)):
+                o, x, y = obs[0][part][:, 0], a[0][part][:, 0], b[0][part][:, 0]
+                if part == 2:  # only the entries of W that exist (fermi.w_mask) carry noise
+                    keep = mask.expand(o.shape[1:])
+                    o, x, y = o[:, keep], x[:, keep], y[:, keep]
+                step_llr, step_gap = _gauss_llr(o, x, y, sigma)
+                llr, gap2 = llr + step_llr, gap2 + step_gap
+            k += bool(step_gap.max() > 0)
+        scores[w], mu2[w] = llr.numpy(), gap2.numpy()
+        in_batch.append(k)
+    m, rho_w = real["out"].m, ctx["rho_w"]
+    joint = steffle_privacy.joint_multiplier([sig_t, sig_w], [2 * float(cfg["clip"]) / m, 2 * math.sqrt(2 / rho_w) / m])
+    k = max(in_batch)  # the rounds whose noiseless releases differ: the canary's (the schedule is shared)
+    eps_adv = accountant.epsilon(joint, k, ctx["delta"], 1.0, "pld")
+    mu_att = math.sqrt(float(np.mean(np.concatenate(list(mu2.values())))))
+    return Audited(
+        mechanism="SteFFLe silo releases (SteffleTrainer, Algorithm 1)",
+        variant=f"lambda {cfg['lam']:g}, {len(worlds['out'].silos)} silos, canary in {k} of {real['out'].rounds} rounds",
+        adversary="the server: h_theta, h_w of the canary's silo, theta and W, and the batch (g reveals it)",
+        out=scores["out"],
+        inn=scores["in"],
+        delta=float(ctx["delta"]),
+        eps_claimed=float(noise.get("realised_epsilon", math.nan)),
+        claimed_for="the server without the batch (Poisson q = m/n~ per silo, theta and W joint: the paper's reading)",
+        eps_adversary=eps_adv,
+        eps_reference=math.nan,
+        mu_attained=mu_att,
+        sigma=sig_t,
+        note=(
+            f"sigma_theta {sig_t:.3g}, sigma_w {sig_w:.3g} (Theorem 3.3 at eps = {cfg['eps']:g}); joint multiplier "
+            f"{joint:.3g} per round with the canary (2C/m and 2 sqrt(2/rho)/m, rho = {rho_w:.3g}); canary GDP mu "
+            f"{mu_att:.3g} of {math.sqrt(k) / joint:.3g}; privacy unit: the sensitive attribute of one row; P_S public "
+            "(both worlds normalise h_w by the P_S without the canary, as the paper's sensitivity assumes)"
+        ),
+        seconds=time.time() - start,
+        extra={"canary_rounds": k, "joint_multiplier": joint},
+    )
+
+
+# ------------------------------------------------------------------------------ Tran et al. (PF-LD)
+
+
+def _tran_runs(data: dict, cfg: dict, runs: int, seed: int):
+    """A TranTrainer per world with `runs` runs as its seeds (shared schedule and theta_0, own noise) and a
+    noiseless replica per world; the cell frequencies (public in PF-LD) are the world without the canary's."""
+    from fedrepro.algorithms.steffle import tran2021
+    from fedrepro.algorithms.steffle.base import seed_generator
+
+    spec = {
+        "method": "tran2021",
+        "fairness": "dp",
+        "train": {
+            "batch": int(cfg["batch"]),
+            "epochs": int(cfg["epochs"]),
+            "eta_theta": float(cfg["eta_theta"]),
+            "eval_every": int(cfg["epochs"]),
+            "clip_primal": float(cfg["clip"]),
+        },
+    }
+    setting = [(float(cfg["eps"]), float(cfg["lam"]))]
+    real, record = {}, None
+    for i, (w, d) in enumerate(data.items()):
+        trainer, ctx = tran2021.build(spec, d, [seed + 1 + i * runs + r for r in range(runs)], setting, [cfg["eps"]])
+        trainer.gens["batches"] = [seed_generator(seed, "batches") for _ in range(runs)]
+        trainer.theta = trainer.theta[:1].expand_as(trainer.theta).clone()
+        real[w], record = trainer, record or ctx
+    shadow = {w: tran2021.build(spec, d, [seed], setting, [cfg["eps"]])[0] for w, d in data.items()}
+    for trainer in shadow.values():
+        trainer.z_mult = trainer.z_mult * 0
+        trainer.remember_iterate = lambda t: None  # a replica keeps no output iterate
+    for trainer in (real["in"], shadow["in"]):
+        trainer.cell_counts, trainer.p_cell = real["out"].cell_counts, real["out"].p_cell
+        trainer.p_stratum = real["out"].p_stratum
+    return real, shadow, record
+
+
+def _run_tran_world(trainer, shadow: dict) -> tuple[list, list]:
+    """Trains `trainer` and keeps, per primal step and per dual release, (observed, clean out, clean in)."""
+    import torch
+
+    primal, dual = [], []
+
+    def step(t, local, weight, noise):
+        before, state = trainer.theta.clone(), (trainer.mu.clone(), trainer.sign.clone())
+        lr = trainer.lr()
+        type(trainer).step(trainer, t, local, weight, noise)
+        zero = {name: torch.zeros_like(value) for name, value in noise.items()}
+        clean = []
+        for sh in shadow.values():
+            sh.theta, (sh.mu, sh.sign) = before, state
+            type(sh).step(sh, t, local, weight, zero)
+            clean.append((before - sh.theta) / lr)
+        primal.append(((before - trainer.theta) / lr, *clean))
+
+    def end_epoch():
+        clean = []
+        for sh in shadow.values():
+            sh.theta = trainer.theta
+            clean.append(type(sh).dual_release(sh)[0])
+        original = trainer.dual_release
+
+        def released():
+            sums, noisy = original()
+            dual.append((noisy, *clean))
+            return sums, noisy
+
+        trainer.dual_release = released
+        type(trainer).end_epoch(trainer)
+        trainer.dual_release = original
+
+    trainer.step, trainer.end_epoch = step, end_epoch
+    for t in range(1, trainer.cfg.epochs + 1):
+        trainer.round(t)
+    return primal, dual
+
+
+def tran_scores(cfg: dict, runs: int, seed: int) -> Audited:
+    """Audit of PF-LD (central DP of the sensitive attribute): every noisy primal step (read off theta) and every
+    noisy dual release, which the attacker (the curator's observer: it knows the batches, theta, the multipliers)
+    replays in both worlds."""
+    import torch
+
+    start = time.time()
+    data = {w: d.centralised() for w, d in steffle_world({**cfg, "silos": 1}, seed).items()}
+    real, shadow, ctx = _tran_runs(data, cfg, runs, seed)
+    record = ctx["per_eps"][str(cfg["eps"])]
+    z, m = float(real["out"].z_mult[0]), real["out"].m
+    sigma_primal, sigma_dual = z * 2 * float(cfg["clip"]) / m, z * math.sqrt(2.0)
+    scores, mu2, rounds = {}, [], []
+    for w, trainer in real.items():
+        primal, dual = _run_tran_world(trainer, shadow)
+        llr, gap2, k = torch.zeros(runs, dtype=torch.float64), torch.zeros(runs, dtype=torch.float64), 0
+        for releases, sigma in ((primal, sigma_primal), (dual, sigma_dual)):
+            for obs, a, b in releases:
+                step_llr, step_gap = _gauss_llr(obs[:, 0], a[:, 0], b[:, 0], sigma)
+                llr, gap2 = llr + step_llr, gap2 + step_gap
+                k += releases is primal and bool(step_gap.max() > 0)
+        scores[w] = llr.numpy()
+        mu2.append(gap2.numpy())
+        rounds.append(k)
+    k, epochs = max(rounds), int(cfg["epochs"])
+    # known batch: the k primal steps with the canary and every dual release, unamplified, multiplier z each
+    eps_adv = accountant.epsilon(z, k + epochs, ctx["delta"], 1.0, "pld")
+    mu_att = math.sqrt(float(np.mean(np.concatenate(mu2))))
+    return Audited(
+        mechanism="Tran et al. 2021 PF-LD (TranTrainer)",
+        variant=f"lambda {cfg['lam']:g}, canary in {k} of {real['out'].rounds} primal steps, {epochs} dual releases",
+        adversary="an observer of every noisy primal step and dual release who knows the batches and the model",
+        out=scores["out"],
+        inn=scores["in"],
+        delta=float(ctx["delta"]),
+        eps_claimed=float(record.get("realised_epsilon", math.nan)),
+        claimed_for="one who does not know the batch (Poisson q = m/n primal + q = 1 dual: the paper's reading)",
+        eps_adversary=eps_adv,
+        eps_reference=math.nan,
+        mu_attained=mu_att,
+        sigma=sigma_primal,
+        note=(
+            f"multiplier z = {z:.3g} for both steps (primal sensitivity 2 C_p/m, dual sqrt(2)); canary GDP mu "
+            f"{mu_att:.3g} of {math.sqrt(k + epochs) / z:.3g}; the unclipped loss gradient is the same in both worlds "
+            "(x, y public) so it cancels against this attacker; cell frequencies public (the world without the "
+            "canary's)"
+        ),
+        seconds=time.time() - start,
+        extra={"canary_rounds": k, "noise_multiplier": z},
+    )
+
+
 # ------------------------------------------------------------------------------ the job
 
 
@@ -509,6 +795,10 @@ def audits(spec: dict) -> list[Audited]:
         done.append(fedsc_scores(spec["fedsc"], int(runs["fedsc"]), seed))
     if runs.get("dpzv"):
         done += dpzv_audits(spec["dpzv"], int(runs["dpzv"]), seed)
+    if runs.get("steffle"):
+        done.append(steffle_scores(spec["steffle"], int(runs["steffle"]), seed))
+    if runs.get("tran"):
+        done.append(tran_scores(spec["tran"], int(runs["tran"]), seed))
     return done
 
 
