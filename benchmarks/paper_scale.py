@@ -285,9 +285,8 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
             )
     print(f"{len(rows)} of {len(jobs)} kinds timed in {wall:.0f} s on {device}; snakemake exit {done.returncode}")
     if gpu and new_costs:
-        with open(COSTS, "a", newline="") as f:
-            csv.writer(f).writerows(new_costs)
-        print(f"appended {len(new_costs)} rows to {COSTS}")
+        replaced = replace_costs(COSTS, new_costs)
+        print(f"wrote {len(new_costs)} rows to {COSTS} ({replaced} older rows of the same kind replaced)")
     elif not gpu:
         print("no GPU present: tiny sizes on the CPU; benchmarks/unit_costs.csv left unchanged")
     if done.returncode:
@@ -299,6 +298,18 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
 
         shutil.rmtree(scratch)
     return rows
+
+
+def replace_costs(path: Path, new_rows: list[list[str]]) -> int:
+    """Write `new_rows` into the cost table, dropping older rows of the same kind (paper, unit, data
+    set, model, method, device), so a new measurement replaces the old one; returns how many it dropped."""
+    with open(path, newline="") as f:
+        header, *old = list(csv.reader(f))
+    kinds = {tuple(row[:6]) for row in new_rows}
+    kept = [row for row in old if tuple(row[:6]) not in kinds]
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header, *kept, *new_rows])
+    return len(old) - len(kept)
 
 
 def main() -> None:

@@ -95,20 +95,25 @@ class Job:
 
 
 def _lookup(costs: list[Cost], paper: str, unit: str, dataset: str, model: str, method: str) -> tuple[float, bool]:
-    """Seconds per unit and whether a measured row matched exactly (dataset, model, method or *)."""
-    for c in costs:
-        if (c.paper, c.unit, c.dataset, c.model) == (paper, unit, dataset, model) and c.method in (method, "*"):
-            return c.seconds, True
+    """Seconds per unit and whether a measured row matched: the method's own row on this data set and
+    model (or a row for every method, *), else a row of another method on the same pool (the same
+    data set and model run the same networks); the newest (last) row wins."""
+    row = _row(costs, paper, unit, dataset=dataset, model=model, method=method) or _row(
+        costs, paper, unit, dataset=dataset, model=model
+    )
+    if row is not None:
+        return row.seconds, True
     return _scaled(costs, paper, unit, dataset, model, method), False
 
 
 def _row(costs, paper, unit, **match) -> Cost | None:
+    """The newest (last) row of `paper`'s `unit` whose fields equal `match` (or are *)."""
     rows = [
         c
         for c in costs
         if c.paper == paper and c.unit == unit and all(getattr(c, k) in (v, "*") for k, v in match.items())
     ]
-    return rows[0] if rows else None
+    return rows[-1] if rows else None
 
 
 def _scaled(costs: list[Cost], paper: str, unit: str, dataset: str, model: str, method: str) -> float:

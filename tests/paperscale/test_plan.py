@@ -84,3 +84,30 @@ def test_the_command_prints_every_paper_and_the_total(capsys):
     out = capsys.readouterr().out
     for name in ("fedsc table2", "fedal table7", "dpzv fig3", "steffle", "whole configuration"):
         assert name in out
+
+
+def test_the_newest_row_wins_and_a_pool_row_prices_every_method_on_that_pool():
+    costs = [
+        plan.Cost("fedal", "iteration", "cifar10", "cifar_resnet", "fedmd", "H200", 4.4, "old"),
+        plan.Cost("fedal", "iteration", "cifar10", "cifar_resnet", "fedmd", "H200", 1.9, "newer"),
+        plan.Cost("fedal", "iteration", "cifar10", "cifar_resnet", "fedal", "H200", 1.7, "the scaling base"),
+    ]
+    assert plan._lookup(costs, "fedal", "iteration", "cifar10", "cifar_resnet", "fedmd") == (1.9, True)
+    # FCCL has no row of its own: the newest row measured on the same pool prices it
+    assert plan._lookup(costs, "fedal", "iteration", "cifar10", "cifar_resnet", "fccl") == (1.7, True)
+    assert plan._lookup(costs, "fedal", "iteration", "svhn", "wrn", "fccl")[1] is False
+
+
+def test_a_gpu_benchmark_replaces_the_rows_of_the_kinds_it_measured(tmp_path):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from paper_scale import replace_costs
+
+    table = tmp_path / "unit_costs.csv"
+    table.write_text(
+        "paper,unit,dataset,model,method,device,seconds,source\n"
+        "fedal,iteration,cifar10,cifar_resnet,fedmd,H200,4.4,old\n"
+        "dpzv,epoch,cifar10,vfl_cifar_cnn,*,H200,6.0,kept\n"
+    )
+    assert replace_costs(table, [["fedal", "iteration", "cifar10", "cifar_resnet", "fedmd", "H200", "1.9", "new"]]) == 1
+    rows = plan.load_costs(table)
+    assert [(r.method, r.seconds, r.source) for r in rows] == [("*", 6.0, "kept"), ("fedmd", 1.9, "new")]
