@@ -4,7 +4,11 @@ with save_pretrained like a real checkpoint: staging (fedrepro.data.pretrained),
 PretrainedBert, the model/data fit check and a DPZV training job."""
 
 import json
+import re
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -309,3 +313,46 @@ def test_dpzv_amazon_job_trains_the_pretrained_encoder(amazon, bert_dir, tmp_pat
     metrics = pd.read_parquet(out / "metrics.parquet")
     assert len(metrics) == 1 and metrics["server_round"].iloc[0] > 0
     assert np.isfinite(metrics["test_loss"]).all() and metrics["test_acc"].between(0, 1).all()
+
+
+# ---------------------------------------------------------------------------------- the workflow
+
+
+def staged_inputs(dry_run: str) -> dict[tuple[str, str], list[bool]]:
+    """(rule, dataset) -> for each planned job, whether a staged checkpoint marker is among its inputs."""
+    jobs: dict[tuple[str, str], list[bool]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run):
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        if rule:
+            dataset = re.search(r"wildcards: .*?dataset=([^,\s]+)", block)
+            key = (rule.group(1), dataset.group(1) if dataset else "")
+            jobs.setdefault(key, []).append(pretrained.MARKER in block.split("output:")[0])
+    return jobs
+
+
+@pytest.mark.pipeline
+def test_paper_scale_amazon_jobs_wait_for_the_staged_bert_and_no_other_job_does(tmp_path):
+    """configs/paper.yaml: the pinned BERT is staged once (data/bert-base-uncased), and the Amazon
+    preparation (tokenizer: bert) and every Amazon DPZV training and memory job read its marker."""
+    repo = Path(__file__).parents[2]
+    command = [
+        str(Path(sys.executable).parent / "snakemake"),
+        "-n",
+        "-c1",
+        "dpzv",
+        "--config",
+        f"results={tmp_path}/results",
+        "papers=[dpzv]",
+        "--configfile",
+        "config.yaml",
+        "configs/paper.yaml",
+    ]
+    dry = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=900)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
+    jobs = staged_inputs(dry.stdout)
+    assert jobs[("stage_pretrained", "")] == [False]
+    assert "wildcards: folder=data/bert-base-uncased" in dry.stdout
+    for rule in ("prepare", "dpzv_train", "dpzv_memory"):
+        assert all(jobs[(rule, "amazon_polarity")]), rule
+    others = {key: marks for key, marks in jobs.items() if key[1] not in ("", "amazon_polarity")}
+    assert ("dpzv_train", "mnist") in others and not any(any(marks) for marks in others.values())
