@@ -241,7 +241,7 @@ def test_paper_scale_merge_plans_every_output_and_table4_over_celeba():
     assert any("fedal.outputs.table4.alphas" in e and "natural partition" in e for e in plan.check(bad))
 
 
-def test_discriminator_note_names_an_inert_adversary():
+def test_discriminator_note_gives_the_loss_beside_log_n_and_its_trajectory():
     import math
 
     import pandas as pd
@@ -258,9 +258,18 @@ def test_discriminator_note_names_an_inert_adversary():
         }
     )
     note = discriminator_note(frame)
-    assert "1.3863" in note and "inert" in note and "FedMD-LF" in note
+    assert "1.3863" in note and "cannot tell the players apart" in note and "inert" not in note
+    metrics = pd.DataFrame(
+        {
+            "method": ["fedal"] * 6 + ["fedmd"] * 3,
+            "panel": ["alpha=1"] * 9,
+            "round": [1, 2, 3] * 3,
+            "disc_loss": [1.38, 1.2, 1.0, 1.36, 1.1, 0.9, float("nan"), float("nan"), float("nan")],
+        }
+    )
+    assert "by round r1 1.370, r2 1.150, r3 0.950" in discriminator_note(frame, metrics)  # means over seeds
     frame.loc[0, "disc_loss_final"] = log4 - 0.2  # one run where the discriminator learned something
-    assert "inert" not in discriminator_note(frame)
+    assert "cannot tell" not in discriminator_note(frame)
     assert discriminator_note(frame.drop(columns=["disc_loss_final"])) is None
 
 
@@ -282,44 +291,54 @@ def test_chance_level_runs_are_named_in_the_summary():
     assert trained["status"] == "ok" and abs(trained["disc_loss_final"] - trained["disc_log_n"]) < 1.0
 
 
-def test_claims_are_not_tested_when_a_side_is_degenerate_or_the_discriminator_inert():
-    import math
-
+def _claim_frame(fedal, fedmd_lf, fedmd, panels=("alpha=1",)):
     import pandas as pd
+
+    rows = []
+    for panel in panels:
+        for method, accs in [("fedal", fedal), ("fedmd_lf", fedmd_lf), ("fedmd", fedmd)]:
+            for seed, acc in enumerate(accs):
+                status = "chance" if acc is None else "ok"
+                rows.append(
+                    {
+                        "method": method,
+                        "panel": panel,
+                        "seed": seed,
+                        "acc": 0.1 if acc is None else acc,
+                        "status": status,
+                        "status_reason": "at chance" if acc is None else "",
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_claims_are_paired_t_verdicts_with_effect_and_interval():
+    from scipy import stats
 
     from fedrepro.report.fedal import claim_notes
 
-    log4 = math.log(4)
-    rows = [
-        {
-            "method": m,
-            "column": "alpha=1",
-            "acc": acc,
-            "status": st,
-            "status_reason": why,
-            "disc_loss_final": d,
-            "disc_log_n": log4,
-        }
-        for m, acc, st, why, d in [
-            ("fedal", 0.7, "ok", "", log4 - 0.1),
-            ("fedal", 0.72, "ok", "", log4 - 0.1),
-            ("fedmd_lf", 0.6, "ok", "", float("nan")),
-            ("fedmd_lf", 0.62, "ok", "", float("nan")),
-            ("fedmd", 0.1, "chance", "at chance", float("nan")),
-            ("fedmd", 0.1, "ok", "", float("nan")),
-        ]
-    ]
-    frame = pd.DataFrame(rows)
-    frame["seed"] = [0, 1] * 3
-    frame["panel"] = frame["column"]
+    frame = _claim_frame([0.70, 0.72, 0.75], [0.60, 0.63, 0.64], [0.1, None, 0.2])
     lf, md = claim_notes(frame)
-    assert "alpha=1: holds" in lf
-    assert "not tested" in md and "FedMD: at chance" in md
-    frame.loc[frame["method"] == "fedal", "disc_loss_final"] = log4
-    assert "not tested" in claim_notes(frame)[0] and "inert" in claim_notes(frame)[0]
-    frame.loc[frame["method"] == "fedal", "disc_loss_final"] = log4 - 0.1
-    frame.loc[(frame["method"] == "fedal") & (frame["seed"] == 1), "acc"] = 0.5  # loses one seed of two
-    assert "does not hold" in claim_notes(frame)[0] and "wins 1/2 seeds" in claim_notes(frame)[0]
+    half = stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3)  # differences 0.10, 0.09, 0.11: mean 0.1, sd 0.01
+    assert f"alpha=1: holds: +0.1000 [{0.1 - half:+.4f}, {0.1 + half:+.4f}], 3/3 seeds" in lf
+    assert "alpha=1: not tested" in md and "FedMD: at chance" in md
+    losing = _claim_frame([0.50, 0.52, 0.55], [0.60, 0.63, 0.64], [0.4, 0.4, 0.4])
+    assert "alpha=1: does not hold: -0.1000" in claim_notes(losing)[0]
+    noisy = _claim_frame([0.70, 0.60, 0.75], [0.60, 0.63, 0.64], [0.4, 0.4, 0.4])
+    assert "alpha=1: inconclusive (3 seeds)" in claim_notes(noisy)[0]
+
+
+def test_claims_pool_panels_and_call_the_adversary_inert_only_when_removing_it_changes_nothing():
+    from fedrepro.eval.verdict import differences
+    from fedrepro.report.fedal import claim_notes
+
+    two = _claim_frame([0.70, 0.60], [0.68, 0.61], [0.5, 0.5], panels=("alpha=5", "alpha=1"))
+    lf = claim_notes(two)[0]
+    assert "alpha=5: inconclusive (2 seeds)" in lf and "alpha=1: inconclusive (2 seeds)" in lf
+    assert f"pooled over the 2 panels: {differences([0.02, -0.01, 0.02, -0.01]).text()}" in lf
+    assert "inert" not in lf
+    same = _claim_frame([0.70, 0.60], [0.70, 0.60], [0.5, 0.5], panels=("alpha=5", "alpha=1"))
+    assert "inert here" in claim_notes(same)[0]
 
 
 def test_table4_builds_from_celeba_runs_without_alpha(tmp_path):
@@ -362,39 +381,37 @@ def test_table4_builds_from_celeba_runs_without_alpha(tmp_path):
         report.table(empty)
 
 
-@pytest.mark.parametrize("disc_gap, claim", [(0.002, "not tested"), (0.2, "holds")], ids=["inert", "trained"])
-def test_table8_says_beside_the_numbers_whether_the_discriminator_was_inert(tmp_path, disc_gap, claim):
-    """Quick FedAL runs whose discriminator ends at log N: Table VIII's caption names the inert
-    adversary and the adversarial claim (FedAL > FedMD-LF) is not tested, even though FedAL wins."""
+def test_table8_tests_the_adversarial_claim_even_with_the_discriminator_at_log_n(tmp_path):
+    """Table VIII's caption gives the discriminator's final loss and trajectory beside log N, and the
+    adversarial claim (FedAL > FedMD-LF) gets its paired verdict whatever the discriminator did."""
+    import pandas as pd
+
+    from fedrepro.eval.verdict import TEST_NAME, paired
     from fedrepro.pipeline import make_job
     from fedrepro.report import fedal as report
 
-    log4, summaries = math.log(4), []
-    for method, acc in [("fedmd", 0.6), ("fedmd_lf", 0.62), ("fedal", 0.65)]:
-        folder = tmp_path / f"fedal/runs/digits/{method}/digits_het-a2-c4-p200-i30/s0_1"
+    log4, summaries, metrics = math.log(4), [], []
+    accs = {"fedmd": [0.6, 0.61, 0.59], "fedmd_lf": [0.62, 0.64, 0.60], "fedal": [0.65, 0.66, 0.62]}
+    for method, acc in accs.items():
+        folder = tmp_path / f"fedal/runs/digits/{method}/digits_het-a2-c4-p200-i30/s0_1_2"
         folder.mkdir(parents=True)
         seeds = {}
-        for s in (0, 1):
-            seeds[str(s)] = {"final": {"acc": acc + 0.01 * s, "iteration": 30}, "status": "ok", "status_reason": ""}
+        for s in (0, 1, 2):
+            seeds[str(s)] = {"final": {"acc": acc[s], "iteration": 30}, "status": "ok", "status_reason": ""}
             if method == "fedal":
-                seeds[str(s)].update(disc_loss_final=log4 - disc_gap, disc_log_n=log4)
+                seeds[str(s)].update(disc_loss_final=log4 - 0.002, disc_log_n=log4)
         (folder / "summary.json").write_text(json.dumps({"seeds": seeds}))
+        rounds = pd.DataFrame({"round": [1, 2] * 3, "seed": [0, 0, 1, 1, 2, 2]})
+        if method == "fedal":
+            rounds["disc_loss"] = [1.386, 1.3, 1.386, 1.3, 1.386, 1.3]
+        rounds.to_parquet(folder / "metrics.parquet")
         summaries.append(str(folder / "summary.json"))
+        metrics.append(str(folder / "metrics.parquet"))
     out = tmp_path / "tables/table8.md"
-    job = make_job(
-        {
-            "name": "table8",
-            "axis": "method",
-            "methods": ["fedmd", "fedmd_lf", "fedal"],
-            "scale": "quick",
-            "decimals": 2,
-        },
-        {"md": str(out)},
-        {"summaries": summaries},
-    )
-    report.table(job)
+    spec = {"name": "table8", "axis": "method", "methods": list(accs), "scale": "quick", "decimals": 2}
+    report.table(make_job(spec, {"md": str(out)}, {"summaries": summaries, "metrics": metrics}))
     text = out.read_text()
     adversarial = next(line for line in text.splitlines() if "FedAL > FedMD-LF" in line)
-    assert f"all runs: {claim}" in adversarial
-    assert ("inert" in text) == (claim == "not tested")
-    assert f"{log4 - disc_gap:.4f}" in text and "0.66 ± 0.01" in text  # FedAL: mean of 0.65 and 0.66
+    assert f"all runs: {paired(accs['fedal'], accs['fedmd_lf']).text()}" in adversarial
+    assert "not tested" not in adversarial and TEST_NAME in text
+    assert f"{log4 - 0.002:.4f}" in text and "by round r1 1.386, r2 1.300" in text

@@ -40,6 +40,7 @@ rule fedal_train:
 rule fedal_table:
     input:
         summaries=lambda w: [f"{folder}/summary.json" for folder in FEDAL_INPUTS[w.name]],
+        metrics=lambda w: [f"{folder}/metrics.parquet" for folder in FEDAL_INPUTS[w.name]],
         code=code_for("fedrepro.report.fedal:table"),
     output:
         md=f"{FEDAL_OUT}/tables/{{name}}.md",

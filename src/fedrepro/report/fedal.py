@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from fedrepro.algorithms import method_table
-from fedrepro.eval.health import Health, cell_status, verdict
+from fedrepro.eval.health import Health, cell_status
+from fedrepro.eval.verdict import TEST_NAME, Verdict, differences, paired
 from fedrepro.experiments.fedal import PAPER, parse_setting
 from fedrepro.report import figures, tables
 from fedrepro.report.runs import identity, load_metrics, load_summaries
@@ -79,34 +80,64 @@ def table(job) -> None:
     health = [c for c in ("status", "status_reason") if c in finals]
     table = tables.compare(finals[["row", "column", "seed", "value", *health]], published)
     finals["panel"] = "all runs" if spec["axis"] == "method" else finals["column"]
-    caption = CAPTIONS[spec["name"]] + _describe(finals) + "".join(f"\n{n}" for n in notes(finals, spec))
+    metrics = _panel_metrics(job.input["metrics"], spec["axis"]) if job.input.get("metrics") else None
+    caption = CAPTIONS[spec["name"]] + _describe(finals) + "".join(f"\n{n}" for n in notes(finals, spec, metrics))
     tables.write_table(table, job.output["md"].removesuffix(".md"), caption, spec["scale"], spec["decimals"])
+
+
+def _panel_metrics(paths: list[str], axis: str) -> pd.DataFrame:
+    """Every run's per-round metrics with the table's panel (column label) beside them."""
+    frame = load_metrics(paths)
+    labels = {
+        s: "all runs" if axis == "method" else AXIS_LABEL[axis](parse_setting(s)) for s in frame["setting"].unique()
+    }
+    frame["panel"] = frame["setting"].map(labels)
+    return frame
 
 
 #: how far from log N the discriminator's loss may sit and still count as "cannot tell the clients apart"
 AT_LOG_N = 0.01
+#: rounds shown of a discriminator's trajectory in a caption (evenly spaced, the last included)
+TRAJECTORY_POINTS = 8
 
 
-def discriminator_note(finals: pd.DataFrame) -> str | None:
-    """FedAL's final discriminator loss per column beside log N (Theorem IV.4: log N when the
-    clients' outputs are indistinguishable). At log N the adversarial term is inert and FedAL
-    equals FedMD-LF; the note says so."""
+def disc_trajectories(metrics: pd.DataFrame | None, method: str) -> dict[str, list[tuple[int, float]]]:
+    """Per panel, the discriminator's loss by round (mean over its tau steps and over seeds), at most
+    `TRAJECTORY_POINTS` rounds."""
+    if metrics is None or "disc_loss" not in metrics:
+        return {}
+    runs = metrics[(metrics["method"] == method) & metrics["disc_loss"].notna()]
+    out = {}
+    for panel, part in runs.groupby("panel", sort=False):
+        by_round = part.groupby("round")["disc_loss"].mean()
+        keep = np.unique(np.linspace(0, len(by_round) - 1, min(TRAJECTORY_POINTS, len(by_round))).round().astype(int))
+        out[panel] = [(int(by_round.index[i]), float(by_round.iloc[i])) for i in keep]
+    return out
+
+
+def discriminator_note(finals: pd.DataFrame, metrics: pd.DataFrame | None = None, method: str = "fedal") -> str | None:
+    """The discriminator's loss beside log N per panel (Theorem IV.4: log N when the players'
+    outputs are indistinguishable), its trajectory by round when the metrics are at hand. Where the
+    loss is at log N is a fact about the discriminator; whether the adversarial term changed the
+    accuracy is the claim's paired verdict, not this note."""
     if "disc_loss_final" not in finals:
         return None
-    fedal = finals[(finals["method"] == "fedal") & finals["disc_loss_final"].notna()]
-    if fedal.empty:
+    runs = finals[(finals["method"] == method) & finals["disc_loss_final"].notna()]
+    if runs.empty:
         return None
-    cells, inert = [], True
-    for column, part in fedal.groupby("panel", sort=False):
-        gap = (part["disc_loss_final"] - part["disc_log_n"]).abs()
-        inert &= bool((gap < AT_LOG_N).all())
-        cells.append(f"{column}: {part['disc_loss_final'].mean():.4f} (log N = {part['disc_log_n'].iloc[0]:.4f})")
-    text = "FedAL discriminator loss at the end: " + "; ".join(cells) + "."
-    if inert:
-        text += (
-            f" Within {AT_LOG_N} of log N in every run: the discriminator (almost) cannot tell the clients "
-            "apart, so the adversarial term is (nearly) inert and FedAL here is close to FedMD-LF."
+    paths = disc_trajectories(metrics, method)
+    cells, at_log_n = [], True
+    for panel, part in runs.groupby("panel", sort=False):
+        log_n = part["disc_log_n"].iloc[0]
+        at_log_n &= bool(((part["disc_loss_final"] - part["disc_log_n"]).abs() < AT_LOG_N).all())
+        path = ", ".join(f"r{r} {v:.3f}" for r, v in paths.get(panel, []))
+        cells.append(
+            f"{panel}: {part['disc_loss_final'].mean():.4f} (log N = {log_n:.4f})"
+            + (f", by round {path}" if path else "")
         )
+    text = f"{NAMES[method]} discriminator loss at the end (mean over seeds): " + "; ".join(cells) + "."
+    if at_log_n:
+        text += f" Within {AT_LOG_N} of log N in every run: at the end it cannot tell the players apart."
     return text
 
 
@@ -126,54 +157,52 @@ def _health(part: pd.DataFrame) -> Health:
     )
 
 
-def claim_notes(finals: pd.DataFrame) -> list[str]:
-    """The paper's FedAL claims per column, judged by `health.verdict` on a seed-paired comparison
-    (holds when FedAL is ahead on every seed): not tested when a side sits at chance or diverged,
-    or (for the adversarial claim) when the discriminator sat at log N. A table whose columns are
-    the methods (Table VIII) is one comparison (`panel`)."""
-    out = []
-    for other, claim in CLAIMS:
-        cells = []
-        for column, part in finals.groupby("panel", sort=False):
-            ours, theirs = part[part["method"] == "fedal"], part[part["method"] == other]
-            if ours.empty or theirs.empty:
-                continue
-            sides = {NAMES["fedal"]: _health(ours), NAMES[other]: _health(theirs)}
-            if other == "fedmd_lf" and "disc_loss_final" in ours:
-                gap = (ours["disc_loss_final"] - ours["disc_log_n"]).abs()
-                if bool((gap < AT_LOG_N).all()):
-                    sides["discriminator"] = Health(
-                        "chance", f"loss within {AT_LOG_N} of log N, adversarial term inert"
-                    )
-            # paired by seed (same partition, architectures and batches): holds when FedAL wins every seed
-            paired = (
-                ours.set_index("seed")["acc"]
-                .to_frame("a")
-                .join(theirs.set_index("seed")["acc"].rename("b"), how="inner")
-            )
-            diffs = paired["a"] - paired["b"]
-            text = verdict(bool(len(diffs) and (diffs > 0).all()), sides)
-            cells.append(
-                f"{column}: {text} (FedAL wins {int((diffs > 0).sum())}/{len(diffs)} seeds; "
-                "differences " + ", ".join(f"{d:+.3f}" for d in diffs) + ")"
-            )
-        if cells:
-            out.append(f"Claim, {claim}: " + "; ".join(cells) + ".")
+def _by_seed(part: pd.DataFrame) -> dict[int, float]:
+    return {int(s): float(a) for s, a in zip(part["seed"], part["acc"])}
+
+
+def claim_verdicts(finals: pd.DataFrame, other: str, ours: str = "fedal") -> list[tuple[str, Verdict]]:
+    """(panel, verdict) of "ours > other" per panel, paired by seed (same partition, architectures and
+    batches), then pooled over the panels (pairs = panel x seed) when there are several."""
+    out, diffs, pooled_sides = [], [], {}
+    for panel, part in finals.groupby("panel", sort=False):
+        mine, theirs = part[part["method"] == ours], part[part["method"] == other]
+        if mine.empty or theirs.empty:
+            continue
+        sides = {NAMES[ours]: _health(mine), NAMES[other]: _health(theirs)}
+        a, b = _by_seed(mine), _by_seed(theirs)
+        out.append((panel, paired(a, b, sides)))
+        diffs += [a[s] - b[s] for s in sorted(set(a) & set(b))]
+        pooled_sides.update({f"{name} ({panel})": h for name, h in sides.items()})
+    if len(out) > 1:
+        out.append((f"pooled over the {len(out)} panels", differences(diffs, pooled_sides)))
     return out
 
 
-def notes(finals: pd.DataFrame, spec: dict) -> list[str]:
+def claim_notes(finals: pd.DataFrame) -> list[str]:
+    """The paper's FedAL claims, one verdict (`fedrepro.eval.verdict`) per panel and pooled. The
+    adversarial term is called inert only when removing it changes no seed's accuracy."""
+    out = []
+    for other, claim in CLAIMS:
+        verdicts = claim_verdicts(finals, other)
+        if not verdicts:
+            continue
+        text = f"Claim, {claim}: " + "; ".join(f"{panel}: {v.text()}" for panel, v in verdicts) + "."
+        if other == "fedmd_lf" and all(v.tested and v.effect == 0 and v.low == v.high for _, v in verdicts):
+            text += " Removing the adversarial term changes no seed's accuracy: it is inert here."
+        out.append(text)
+    return out
+
+
+def notes(finals: pd.DataFrame, spec: dict, metrics: pd.DataFrame | None = None) -> list[str]:
     """What a reader needs beside the numbers: the discriminator, the paper's FedAL claims, and
     where a baseline differs from its paper or from the paper's row."""
     methods = set(finals["method"])
-    out = [n for n in [discriminator_note(finals)] if n] + claim_notes(finals)
-    if "fccl" in methods and "pretrain_steps" in finals:
-        steps = finals.loc[finals["method"] == "fccl", "pretrain_steps"].dropna()
-        if len(steps) and steps.max() > 0:
-            out.append(
-                f"FCCL also spends {int(steps.max())} cross-entropy steps per client pretraining its "
-                "intra-domain teacher before the iteration budget starts (not counted in it)."
-            )
+    claims = claim_notes(finals)
+    out = [n for n in [discriminator_note(finals, metrics)] if n] + claims
+    if claims:
+        out.append(f"Verdicts: {TEST_NAME}, margin 0; pooled = every (panel, seed) pair.")
+    out += baseline_notes(finals)
     if "fd" in methods:
         out.append(
             "FD: distillation toward the other clients' per-label mean logits on top of private "
@@ -182,14 +211,30 @@ def notes(finals: pd.DataFrame, spec: dict) -> list[str]:
         )
     if "cfd" in methods:
         out.append("CFD: its soft-label quantisation and delta coding are not modelled (uplink counted unquantised).")
+    return out
+
+
+FEDPROTO_VARIANTS = {
+    "public_features": "the FedAL paper's adaptation (variant public_features: features distilled toward the other "
+    "clients' average features on the public data; the paper gives no details)",
+    "prototypes": "FedProto's own class-prototype exchange (variant prototypes, no public data)",
+}
+
+
+def baseline_notes(finals: pd.DataFrame) -> list[str]:
+    """Which FedProto variant ran, and FCCL's pretraining outside the budget (tables and figures)."""
+    methods, out = set(finals["method"]), []
+    if "fccl" in methods and "pretrain_steps" in finals:
+        steps = finals.loc[finals["method"] == "fccl", "pretrain_steps"].dropna()
+        if len(steps) and steps.max() > 0:
+            out.append(
+                f"FCCL is not at the others' budget: each client also takes {int(steps.max())} cross-entropy steps "
+                "pretraining its intra-domain teacher before the iteration budget starts (not counted in it)."
+            )
     if "fedproto" in methods and "fedproto_variant" in finals:
-        variant = finals.loc[finals["method"] == "fedproto", "fedproto_variant"].dropna().unique()
-        text = {
-            "prototypes": "FedProto's own class-prototype exchange (no public data)",
-            "public_features": "feature distillation on the public data (FedMD with features), one "
-            "reading of the paper's undescribed adaptation",
-        }
-        out.append("FedProto: " + "; ".join(text.get(v, v) for v in variant) + ".")
+        variants = finals.loc[finals["method"] == "fedproto", "fedproto_variant"].dropna().unique()
+        text = [FEDPROTO_VARIANTS.get(str(v).split(" ")[0], str(v)) + f" [{v}]" for v in variants]
+        out.append("FedProto: " + "; ".join(text) + ".")
     return out
 
 
@@ -230,16 +275,62 @@ def curve_figure(job) -> None:
     else:
         x = "iteration"
     frame["accuracy"] = frame["acc"]
+    finals = load_summaries(job.input["summaries"])
+    title += "".join(f"\n{n}" for n in figure_notes(finals))
+    disc = _disc_by_iteration(job.input["metrics"]) if x == "iteration" else pd.DataFrame()
     panels = sorted(frame["setting"].unique(), key=lambda s: -(parse_setting(s)["alpha"] or 0))
     fig, axes = figures.new_figure(len(panels))
     for ax, setting in zip(axes, panels):
         figures.lines_with_band(frame[frame["setting"] == setting], x, "accuracy", "method", ax)
         s = parse_setting(setting)
         ax.set_title(f"alpha={s['alpha']:g}" if s["alpha"] is not None else f"N={s['clients']}")
+        if not disc.empty:
+            _discriminator_axis(ax, disc[disc["setting"] == setting], finals)
         if x_kind == "uplink":
             ax.set_xscale("log")
     fig.suptitle(title, fontsize=8)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
+
+
+def figure_notes(finals: pd.DataFrame) -> list[str]:
+    """A curve figure's baseline notes; for FedDF-AL (Fig. 10) its discriminator and its claim."""
+    if finals.empty:
+        return []
+    out = baseline_notes(finals)
+    if "feddf_al" in set(finals["method"]):
+        finals = _with_setting(finals)
+        finals["panel"] = [f"alpha={a:g}" if a == a else "all" for a in finals["alpha"].astype(float)]
+        out += [n for n in [discriminator_note(finals, method="feddf_al")] if n]
+        verdicts = claim_verdicts(finals, "feddf", ours="feddf_al")
+        if verdicts:
+            out.append("Claim, FedDF-AL > FedDF: " + "; ".join(f"{p}: {v.text()}" for p, v in verdicts) + ".")
+    return out
+
+
+def _disc_by_iteration(paths: list[str]) -> pd.DataFrame:
+    """Adversarial runs' discriminator loss per round (mean over seeds), at the iteration the round ends."""
+    frame = load_metrics(paths)
+    if "disc_loss" not in frame:
+        return pd.DataFrame()
+    frame = frame[frame["disc_loss"].notna()].copy()
+    evals = frame.dropna(subset=["iteration"])
+    per_round = (evals["iteration"] / evals["round"]).groupby([evals["method"], evals["setting"]]).first()
+    frame["iteration"] = frame["round"] * [per_round[(m, s)] for m, s in zip(frame["method"], frame["setting"])]
+    return frame.groupby(["method", "setting", "iteration"], as_index=False)["disc_loss"].mean()
+
+
+def _discriminator_axis(ax, disc: pd.DataFrame, finals: pd.DataFrame) -> None:
+    """The discriminator's loss on a right axis (dashed), with its log N (dotted): where it sits is
+    what tells whether the adversarial term had anything to push against."""
+    right = ax.twinx()
+    for method, part in disc.groupby("method"):
+        right.plot(part["iteration"], part["disc_loss"], "--", color="0.3", label=f"{NAMES[method]} D loss")
+        log_n = finals.loc[finals["method"] == method, "disc_log_n"].dropna()
+        if len(log_n):
+            right.axhline(float(log_n.iloc[0]), ls=":", color="0.5", label="log N")
+    right.set_ylabel("discriminator loss")
+    right.grid(False)
+    right.legend(loc="lower right", fontsize=6)
 
 
 def variance_figure(job) -> None:

@@ -28,6 +28,7 @@ architectures when `use_al`.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -67,6 +68,7 @@ class FedDF(Federation):
         self.use_al, self.use_lf = use_al, use_lf
         self.server_lr = server_lr or cfg.lr
         self.adversary = None
+        self.last_disc_loss = float("nan")
         if use_al:
             if len(self.groups) < 2:
                 raise ValueError(
@@ -127,6 +129,7 @@ class FedDF(Federation):
             if self.adversary is not None:
                 stacked = torch.stack([f.detach() for f in logits])
                 grads, disc_loss = self.adversary.step_and_grads(stacked)
+                self.last_disc_loss = float(disc_loss)
                 parts.setdefault("disc_loss", []).append(disc_loss)
             for g, (f, opt) in enumerate(zip(logits, opts)):
                 w = self.cfg.weights
@@ -143,10 +146,20 @@ class FedDF(Federation):
             self.iteration += 1
         return {k: mean_of(v) for k, v in parts.items()}
 
+    def summary(self) -> dict:
+        """FedDF-AL adds its discriminator's last loss beside log G (G architecture groups): at log G
+        it cannot tell the groups apart (Theorem IV.4)."""
+        out = super().summary()
+        if self.adversary is not None:
+            out["disc_loss_final"] = self.last_disc_loss
+            out["disc_log_n"] = math.log(len(self.groups))
+        return out
+
     def extra_state(self) -> dict:
         return {
             "groups": {g: m.state_dict() for g, m in self.group_models.items()},
             "adversary": self.adversary.state_dict() if self.adversary else None,
+            "last_disc_loss": self.last_disc_loss,
             "public": self.server_public.state_dict(),
         }
 
@@ -155,6 +168,7 @@ class FedDF(Federation):
             self.group_models[g].load_state_dict(s)
         if self.adversary is not None:
             self.adversary.load_state_dict(state["adversary"])
+        self.last_disc_loss = float(state.get("last_disc_loss", float("nan")))
         self.server_public.load_state_dict(state["public"])
 
 
