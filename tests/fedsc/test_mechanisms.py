@@ -69,11 +69,32 @@ def _np(x: torch.Tensor) -> np.ndarray:
 # ----------------------------------------------------------------------------- FedAvg step of every method
 
 
+@pytest.mark.parametrize("method", ["fedsc", "fedavg_sc"])
+def test_first_round_trains_every_client_as_the_authors_code(method, tiny_digits):
+    """first_round all (the code's com == 0 branch): every client uploads trained weights in round 1 under
+    partial participation, |J^t| clients from round 2; `sampled` (Algorithm 1) trains J^1 only."""
+
+    def uploads(first_round, t):
+        algo = CLASSES[method](_spec(method, rounds=2, participation=3, first_round=first_round), tiny_digits, 0)
+        log = spy(algo)
+        for r in range(1, t + 1):
+            algo.round(r)
+        return {m[1] for m in log if m[0] == t and m[3] == "weights" and m[2] == "server"}
+
+    clients = len(tiny_digits.clients)
+    assert clients > 3
+    assert len(uploads("all", 1)) == clients and len(uploads("all", 2)) == 3
+    assert len(uploads("sampled", 1)) == 3
+    with pytest.raises(ValueError, match="first_round 'x' unknown; allowed: all, sampled"):
+        CLASSES[method](_spec(method, participation=3, first_round="x"), tiny_digits, 0).round(1)
+
+
 @pytest.mark.parametrize("method", sorted(CLASSES))
 def test_server_averages_every_participant_and_every_participant_trained(method, tiny_digits):
     """theta^t = mean of the |J^t| uploads (Algorithm 1, line 24), each upload differing from what it got."""
     torch.manual_seed(0)
-    algo = CLASSES[method](_spec(method, rounds=2, participation=3), tiny_digits, seed=0)
+    spec = _spec(method, rounds=2, participation=3, first_round="sampled")  # SC family: round 1 trains J^1
+    algo = CLASSES[method](spec, tiny_digits, seed=0)
     log = spy(algo)
     algo.round(1)
     downs = {m[2]: m[4] for m in log if m[3] == "weights" and m[1] == "server"}

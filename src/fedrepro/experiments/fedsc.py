@@ -149,13 +149,21 @@ def _private_runs(config, section, dataset, method, part_tag) -> list[Run]:
                 deltas.append(level["delta"])
     runs = []
     for tag, (level, participation, deltas) in groups.items():
-        spec = _fedsc_spec(section, ds, {**base, "participation": _participation(ds, participation)}, level, deltas)
+        spec = _fedsc_spec(section, ds, _participating(section, ds, base, participation), level, deltas)
         runs.append(Run(dataset, method, tag, spec, part_tag))
     return runs
 
 
 def _participation(ds: dict, participation: str):
     return "full" if participation == "full" else participants(ds, participation)
+
+
+def _participating(section: dict, ds: dict, spec: dict, participation: str) -> dict:
+    """`spec` under `participation`; partial SC runs also carry `first_round` (who trains in round 1)."""
+    out = {**spec, "participation": _participation(ds, participation)}
+    if participation != "full" and "sc" in METHODS[spec["method"]].traits:
+        out["first_round"] = section.get("first_round", "all")
+    return out
 
 
 def enabled_datasets(section: dict) -> list[str]:
@@ -184,10 +192,7 @@ def runs(config: dict) -> list[Run]:
                 out.append(Run(dataset, method, "central", spec, part_tag))
             else:
                 for participation in PARTICIPATIONS:
-                    spec = {
-                        **_base_spec(config, section, dataset, method),
-                        "participation": _participation(ds, participation),
-                    }
+                    spec = _participating(section, ds, _base_spec(config, section, dataset, method), participation)
                     out.append(Run(dataset, method, participation, spec, part_tag))
     return out
 

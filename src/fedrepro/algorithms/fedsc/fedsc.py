@@ -30,6 +30,8 @@ Config keys of `spec` (defaults: the authors' code where the paper is silent):
   says sigma changes "according to the ratio of participation", the code multiplies by p);
   `privacy.deltas`: the deltas at which every run reports its realised epsilon.
 * `client_weights` uniform (q_j = 1/J as the code; `size` = |D_j|/|D| as Section 4)
+* `first_round` all: every client trains in round 1 under partial participation, as the authors' code
+  (its com == 0 branch); `sampled` trains J^1 only, as Algorithm 1 (line 19: "for j in J^t")
 
 Centralized SC is this class with one client holding the union of the data and
 no sharing; with J = 1 FedSC is exactly centralized SC (Eq. 4 with q_1 = 1).
@@ -142,6 +144,16 @@ class FedSC(FedSSL):
         self.own: dict[int, torch.Tensor] = {}  # client side: its last uploaded R~_j
         self.received: dict[int, torch.Tensor] = {}  # client side: the last broadcast R~
         self.shares = [0] * self.num_clients
+
+    def sample(self, t: int) -> list[int]:
+        # the authors' code trains every client in round 1 under partial participation too (its com == 0
+        # branch selects all); Algorithm 1 trains J^1 only: first_round "sampled"
+        first = self.spec.get("first_round", "all")
+        if first not in ("all", "sampled"):
+            raise ValueError(f"first_round {first!r} unknown; allowed: all, sampled")
+        if t == 1 and first == "all":
+            return list(range(self.num_clients))
+        return super().sample(t)
 
     def sharing_now(self, t: int) -> bool:
         return shares_at(t, self.train_cfg.rounds, self.sharing)
