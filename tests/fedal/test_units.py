@@ -316,3 +316,22 @@ def test_summary_holds_per_client_accuracy_and_the_mean_output_per_true_class():
     np.testing.assert_allclose(summary["client_acc"], (probs.argmax(-1) == y).mean(axis=1), rtol=1e-6)
     assert summary["architectures"] == [arch_key(POOL[i]) for i in (0, 1, 1)]
     assert summary["iterations_done"] == 0
+
+
+def test_feddf_al_summary_gives_its_discriminator_loss_beside_log_of_the_groups():
+    torch.manual_seed(0)
+    algo = FedDF(make_data(num_clients=4), POOL, config(tau=2), 0, use_al=True, assignment=[0, 1, 0, 1])
+    seen, step = [], algo.adversary.step_and_grads
+
+    def recording(logits):
+        grads, loss = step(logits)
+        seen.append(float(loss))
+        return grads, loss
+
+    algo.adversary.step_and_grads = recording
+    for t in (1, 2):
+        algo.round(t)
+    out = algo.summary()
+    assert len(seen) == 4 and out["disc_loss_final"] == seen[-1]
+    assert out["disc_log_n"] == pytest.approx(math.log(2))  # two architecture groups play
+    assert "disc_loss_final" not in FedDF(make_data(), POOL, config(), 0).summary()
