@@ -415,3 +415,41 @@ def test_table8_tests_the_adversarial_claim_even_with_the_discriminator_at_log_n
     assert f"all runs: {paired(accs['fedal'], accs['fedmd_lf']).text()}" in adversarial
     assert "not tested" not in adversarial and TEST_NAME in text
     assert f"{log4 - 0.002:.4f}" in text and "by round r1 1.386, r2 1.300" in text
+
+
+def test_fig10_notes_give_feddf_als_discriminator_and_its_paired_claim(tmp_path):
+    import pandas as pd
+
+    from fedrepro.eval.verdict import paired
+    from fedrepro.report.fedal import _disc_by_iteration, figure_notes
+
+    accs = {"feddf": [0.60, 0.50, 0.55], "feddf_al": [0.62, 0.53, 0.56]}
+    rows = [
+        {
+            "method": m,
+            "setting": "digits_het-a2-c4-p200-i30",
+            "seed": s,
+            "acc": a,
+            "disc_loss_final": 0.69,
+            "disc_log_n": math.log(2),
+        }
+        for m, values in accs.items()
+        for s, a in enumerate(values)
+    ]
+    notes = figure_notes(pd.DataFrame(rows))
+    assert any("FedDF-AL discriminator loss" in n and "alpha=2: 0.6900 (log N = 0.6931)" in n for n in notes)
+    claim = next(n for n in notes if n.startswith("Claim, FedDF-AL > FedDF"))
+    assert f"alpha=2: {paired(accs['feddf_al'], accs['feddf']).text()}" in claim and "tau" in claim
+    folder = tmp_path / "fedal/runs/digits/feddf_al/digits_het-a2-c4-p200-i30/s0_1"
+    folder.mkdir(parents=True)
+    metrics = pd.DataFrame(
+        {
+            "round": [1, 2, 1, 2],
+            "seed": [0, 0, 1, 1],
+            "disc_loss": [0.70, 0.68, 0.72, 0.66],
+            "iteration": [float("nan"), 30, float("nan"), 30],  # evaluated at round 2 only: 15 per round
+        }
+    )
+    metrics.to_parquet(folder / "metrics.parquet")
+    disc = _disc_by_iteration([str(folder / "metrics.parquet")])
+    assert disc["iteration"].tolist() == [15, 30] and disc["disc_loss"].round(6).tolist() == [0.71, 0.67]

@@ -8,6 +8,7 @@ carries the scale note (quick numbers are not the paper's setting).
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -276,9 +277,10 @@ def curve_figure(job) -> None:
         x = "iteration"
     frame["accuracy"] = frame["acc"]
     finals = load_summaries(job.input["summaries"])
-    title += "".join(f"\n{n}" for n in figure_notes(finals))
-    disc = _disc_by_iteration(job.input["metrics"]) if x == "iteration" else pd.DataFrame()
     panels = sorted(frame["setting"].unique(), key=lambda s: -(parse_setting(s)["alpha"] or 0))
+    width = 60 * len(panels)
+    title += "".join(f"\n{line}" for note in figure_notes(finals) for line in textwrap.wrap(note, width))
+    disc = _disc_by_iteration(job.input["metrics"]) if x == "iteration" else pd.DataFrame()
     fig, axes = figures.new_figure(len(panels))
     for ax, setting in zip(axes, panels):
         figures.lines_with_band(frame[frame["setting"] == setting], x, "accuracy", "method", ax)
@@ -303,7 +305,11 @@ def figure_notes(finals: pd.DataFrame) -> list[str]:
         out += [n for n in [discriminator_note(finals, method="feddf_al")] if n]
         verdicts = claim_verdicts(finals, "feddf", ours="feddf_al")
         if verdicts:
-            out.append("Claim, FedDF-AL > FedDF: " + "; ".join(f"{p}: {v.text()}" for p, v in verdicts) + ".")
+            out.append(
+                "Claim, FedDF-AL > FedDF: "
+                + "; ".join(f"{p}: {v.text()}" for p, v in verdicts)
+                + " (the runs differ in tau too, 15 against 10 as in the paper: not the adversarial term alone)."
+            )
     return out
 
 
@@ -322,15 +328,18 @@ def _disc_by_iteration(paths: list[str]) -> pd.DataFrame:
 def _discriminator_axis(ax, disc: pd.DataFrame, finals: pd.DataFrame) -> None:
     """The discriminator's loss on a right axis (dashed), with its log N (dotted): where it sits is
     what tells whether the adversarial term had anything to push against."""
-    right = ax.twinx()
+    right, values = ax.twinx(), list(disc["disc_loss"])
     for method, part in disc.groupby("method"):
         right.plot(part["iteration"], part["disc_loss"], "--", color="0.3", label=f"{NAMES[method]} D loss")
         log_n = finals.loc[finals["method"] == method, "disc_log_n"].dropna()
         if len(log_n):
             right.axhline(float(log_n.iloc[0]), ls=":", color="0.5", label="log N")
+            values.append(float(log_n.iloc[0]))
+    # at least +-0.05 around the values, so that a wiggle at log N does not fill the axis
+    right.set_ylim(min(values) - 0.05, max(values) + 0.05)
     right.set_ylabel("discriminator loss")
     right.grid(False)
-    right.legend(loc="lower right", fontsize=6)
+    right.legend(loc="upper left", fontsize=6)
 
 
 def variance_figure(job) -> None:
