@@ -35,6 +35,8 @@ METHODS: dict[str, Method] = {
             "table_update",
             "label_privacy",
             "head_clip",
+            "batch",
+            "secret_rate",
         ),
     ),
     "vafl": Method(

@@ -27,6 +27,7 @@ Choices the paper leaves open (the ones with a name in backquotes are config key
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -334,6 +335,7 @@ class VFLAlgorithm:
         self.queue: list[int] = []
         self.best = {"val_acc": -1.0}
         self.weights = self._weights(settings.client_weights)
+        self.uses = self.planned_uses()
         if settings.table_init == "forward":
             self._fill_table()
 
@@ -364,13 +366,29 @@ class VFLAlgorithm:
 
     # ---- schedule
     def next_client(self) -> int:
+        return self._draw_client(self.schedule_rng, self.queue)
+
+    def _draw_client(self, rng: np.random.Generator, queue: list[int]) -> int:
         if self.cfg.schedule == "random":
-            return int(self.schedule_rng.choice(self.data.num_clients, p=self.weights))
-        if not self.queue:
-            self.queue = self.schedule_rng.permutation(
-                np.repeat(np.arange(self.data.num_clients), self.batches_per_pass)
-            ).tolist()
-        return self.queue.pop()
+            return int(rng.choice(self.data.num_clients, p=self.weights))
+        if not queue:
+            queue.extend(rng.permutation(np.repeat(np.arange(self.data.num_clients), self.batches_per_pass)).tolist())
+        return queue.pop()
+
+    def planned_uses(self) -> tuple[int, int]:
+        """(pooled, one client): the most rounds one sample's id can be sent in this run, from a replay of
+        the data-independent schedule before training (`privacy.dpzv.uses_bound`); the known-batch epsilons
+        use it."""
+        from fedrepro.privacy.dpzv import uses_bound
+
+        if self.cfg.schedule == "permutation":
+            rounds = [self.cfg.epochs * self.batches_per_pass] * self.data.num_clients
+        else:
+            rng, queue = copy.deepcopy(self.schedule_rng), []
+            rounds = np.bincount(
+                [self._draw_client(rng, queue) for _ in range(self.total_rounds)], minlength=self.data.num_clients
+            )
+        return uses_bound(rounds, self.batches_per_pass)
 
     def block_end(self, t: int) -> int:
         return (t * self.total_rounds) // self.num_blocks
@@ -453,6 +471,17 @@ class VFLAlgorithm:
 
     def privacy(self) -> dict:
         raise NotImplementedError
+
+    def embedding_privacy(self, noise: dict) -> dict:
+        """The baselines' record: the paper-style accounting (Poisson at B/D) beside the known-batch bound
+        against the server, which receives the ids with the embeddings (`privacy.dpzv.THREAT_MODELS`)."""
+        from fedrepro.privacy.dpzv import known_batch_record, threat_model
+
+        record = {**noise, "threat_model": threat_model(self.method).mechanism}
+        if noise["sigma"] > 0:
+            steps = int(noise["releases"]) // self.total_rounds  # ZOO-VFL's pair counted separately: 2
+            record.update(known_batch_record(noise["noise_multiplier"], self.uses, self.cfg.delta, steps))
+        return record
 
     def summary(self) -> dict:
         """Best-validation result, privacy record and health: a run whose reported (best-validation)

@@ -18,6 +18,14 @@ replace-one sensitivity is 2 head_clip (so the head's own multiplier is s/2); bo
 batch, so the accountant composes them jointly (one Gaussian of multiplier s / sqrt(5) per round:
 `eps_pld_sound` in the privacy record, `privacy.dp_head_multipliers`).
 
+Batch secrecy (`batch`): `public` (Algorithm 1 line 4: the client draws the batch and sends its ids, so
+amplification at q = B/D does not hold against the clients; the privacy record prints the paper's
+accounting beside the known-batch bound `eps_known_pooled` / `eps_known_one_client`) | `secret_subsample`
+(our sound variant): the server keeps each sent id with probability `secret_rate` p from its own
+randomness, divides by p B, and the noise is calibrated so that amplification at p over the rounds a
+sample is sent gives the target eps against the pooled clients (`privacy.secret_subsample_noise`;
+p = 1 is the plain known-batch calibration).
+
 Where the paper is silent or contradicts itself, a config key holds the choice:
 `fd_denominator` lambda (eq. 7, default) | 2lambda (eqs. 3, 12 and the proofs);
 `clip_mode` symmetric (default; the proof of Theorem 6.1 needs |clip| <= C) |
@@ -68,25 +76,55 @@ class DPZV(VFLAlgorithm):
             self.server.updater = ZOUpdater(self.server.params, settings.lr_server, zo_momentum)
         else:
             self.server.optimizer = sgd(self.server.params, settings.lr_server, settings.momentum)
-        self.noise = privacy.dpzv_noise(
+        self.label_privacy = choice("label_privacy", x.get("label_privacy", "none"), LABEL_PRIVACY)
+        self.head_clip = privacy.parse_clip(x.get("head_clip", 1.0))
+        self.batch = choice("batch", x.get("batch", "public"), privacy.BATCHES)
+        self.secret_rate = float(x.get("secret_rate", 0.5)) if self.batch == "secret_subsample" else 1.0
+        if not 0.0 < self.secret_rate <= 1.0:
+            raise ValueError(f"secret_rate must be in (0, 1], got {self.secret_rate}")
+        if self.label_privacy == "dp_head":
+            if self.server_update != "sgd":
+                raise ValueError("label_privacy: dp_head needs server_update: sgd (DP-SGD on the head)")
+            if not math.isinf(settings.eps) and math.isinf(self.head_clip):
+                raise ValueError("label_privacy: dp_head needs a finite head_clip at finite eps")
+        if not math.isinf(settings.eps) and math.isinf(self.clip):
+            raise ValueError("dpzv: a finite eps needs a finite clip threshold (sensitivity 2C/B)")
+        self.noise = self._noise(settings, data.num_train)
+        if not self.two_sided and self.noise["sigma"] > 0:
+            self.noise["note"] = "one-sided clipping: the 2C/B sensitivity (and so the DP claim) does not hold"
+
+    def _noise(self, settings, num_train: int) -> dict:
+        """Privacy record: the paper's accounting (Theorem 6.1, Poisson at B/D) beside the known-batch bound, or
+        the secret-subsample variant's calibration (`privacy.secret_subsample_noise`)."""
+        if self.batch == "secret_subsample":
+            noise = privacy.secret_subsample_noise(
+                settings.eps,
+                settings.delta,
+                self.clip,
+                settings.batch_size,
+                self.secret_rate,
+                self.uses,
+                self.label_privacy,
+            )
+            if self.label_privacy == "dp_head" and noise["sigma"] > 0:
+                head, joint = privacy.dp_head_multipliers(noise["noise_multiplier"])
+                noise.update(head_noise_multiplier=head, joint_noise_multiplier=joint)
+            return noise
+        noise = privacy.dpzv_noise(
             settings.eps,
             settings.delta,
             self.clip,
             self.total_rounds,
-            data.num_train,
+            num_train,
             settings.batch_size,
             settings.library_accountant,
         )
-        if not self.two_sided and self.noise["sigma"] > 0:
-            self.noise["note"] = "one-sided clipping: the 2C/B sensitivity (and so the DP claim) does not hold"
-        self.label_privacy = choice("label_privacy", x.get("label_privacy", "none"), LABEL_PRIVACY)
-        self.head_clip = privacy.parse_clip(x.get("head_clip", 1.0))
-        if self.label_privacy == "dp_head":
-            if self.server_update != "sgd":
-                raise ValueError("label_privacy: dp_head needs server_update: sgd (DP-SGD on the head)")
-            if self.noise["sigma"] > 0 and math.isinf(self.head_clip):
-                raise ValueError("label_privacy: dp_head needs a finite head_clip at finite eps")
-        self.noise.update(privacy.label_privacy_record(self.noise, self.label_privacy, settings.delta))
+        noise.update(privacy.label_privacy_record(noise, self.label_privacy, settings.delta))
+        if noise["sigma"] > 0:
+            # the Deltas alone (fixed head) and, under dp_head, Delta and the head jointly
+            z = noise.get("joint_noise_multiplier", noise["noise_multiplier"])
+            noise.update(privacy.known_batch_record(z, self.uses, settings.delta))
+        return noise
 
     # ------------------------------------------------------------------ client side
     @torch.no_grad()
@@ -113,10 +151,16 @@ class DPZV(VFLAlgorithm):
         loss_minus = self.server.losses(ids, m, h_minus)
         delta = (loss_plus - loss_minus) / self.divisor  # eq. (7)
         clipped = clip_scalar(delta, self.clip, two_sided=self.two_sided)
-        noise = gaussian_noise((), self.noise["sigma"], self.server.noise, clipped.dtype, clipped.device)
-        answer = clipped.sum() / self.cfg.batch_size + noise  # eq. (8)
         self.server.table[ids, m] = 0.5 * (h_plus + h_minus) if self.table_update == "midpoint" else h_plus
-        self.server_step(ids)
+        if self.batch == "secret_subsample":
+            # the server keeps each sent id with probability p from its own randomness, which no client sees;
+            # dividing by the expected size p B keeps the sensitivity 2C/(pB) data-independent
+            kept = torch.rand(ids.shape[0], generator=self.server.noise, device=ids.device) < self.secret_rate
+            clipped, ids = clipped * kept, ids[kept]
+        divisor = self.secret_rate * self.cfg.batch_size
+        noise = gaussian_noise((), self.noise["sigma"], self.server.noise, clipped.dtype, clipped.device)
+        answer = clipped.sum() / divisor + noise  # eq. (8)
+        self.server_step(ids, divisor)
         stats = {
             "train_loss": float(0.5 * (loss_plus + loss_minus).mean()),
             "clip_fraction": float((delta.abs() > self.clip).float().mean()),
@@ -124,11 +168,11 @@ class DPZV(VFLAlgorithm):
         }
         return answer, stats
 
-    def server_step(self, ids: torch.Tensor) -> None:
+    def server_step(self, ids: torch.Tensor, divisor: float | None = None) -> None:
         """Server update on the batch with the table's embeddings: ZO (eq. 3, 2 lambda) or SGD."""
         if self.server_update == "sgd":
             if self.label_privacy == "dp_head":
-                self.dp_head_grad(ids)
+                self.dp_head_grad(ids, divisor)
             else:
                 with torch.enable_grad():
                     self.server.optimizer.zero_grad()
@@ -143,13 +187,19 @@ class DPZV(VFLAlgorithm):
         u0.add_(self.zo_lambda)
         self.server.updater.step(u0, float(loss_plus - loss_minus) / (2.0 * self.zo_lambda))
 
-    def dp_head_grad(self, ids: torch.Tensor) -> None:
+    def dp_head_grad(self, ids: torch.Tensor, divisor: float | None = None) -> None:
         """DP-SGD gradient of the head (label_privacy: dp_head): per-sample gradients clipped to
         head_clip, summed, N(0, (s head_clip)^2) added per coordinate (s = Delta's noise multiplier),
-        divided by B. Written into .grad for the SGD step."""
+        divided by B (by p B for the secret subsample). Written into .grad for the SGD step."""
         from torch.func import functional_call, grad, vmap
 
         head = self.server.head
+        sigma = self.noise["noise_multiplier"] * self.head_clip
+        divisor = divisor or self.cfg.batch_size
+        if ids.numel() == 0:  # an empty secret subsample: the noise alone
+            for p in head.parameters():
+                p.grad = gaussian_noise(p.shape, sigma, self.server.noise, p.dtype, p.device) / divisor
+            return
         params = {k: v.detach() for k, v in head.named_parameters()}
         x, y = self.server.inputs(ids), self.server.y[ids]
 
@@ -160,11 +210,10 @@ class DPZV(VFLAlgorithm):
             per_sample = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
         norms = torch.sqrt(sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in per_sample.values()))
         factor = (self.head_clip / norms.clamp_min(1e-12)).clamp(max=1.0)
-        sigma = self.noise["noise_multiplier"] * self.head_clip
         for name, p in head.named_parameters():
             g = (per_sample[name] * factor.view(-1, *[1] * (per_sample[name].dim() - 1))).sum(0)
             g = g + gaussian_noise(g.shape, sigma, self.server.noise, g.dtype, g.device)
-            p.grad = g / self.cfg.batch_size
+            p.grad = g / divisor
 
     # ------------------------------------------------------------------ one round
     def exchange(self, m: int, ids: np.ndarray) -> dict:
@@ -183,7 +232,9 @@ class DPZV(VFLAlgorithm):
             "clip_mode": "symmetric" if self.two_sided else "one_sided",
             "label_privacy": self.label_privacy,
             "head_clip": self.head_clip,
+            "batch": self.batch,
             "mechanism": "scalar Gaussian on the clipped mean of per-sample ZO differences",
+            "threat_model": privacy.threat_model("dpzv", self.label_privacy, self.batch).mechanism,
         }
 
 

@@ -87,7 +87,7 @@ class EmbeddingBaseline(VFLAlgorithm):
 
     def privacy(self) -> dict:
         return {
-            **self.noise,
+            **self.embedding_privacy(self.noise),
             "embed_clip": self.embed_clip,
             "mechanism": "clipped embeddings plus Gaussian vector noise (local, per coordinate)",
         }

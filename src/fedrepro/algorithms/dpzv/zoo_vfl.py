@@ -164,7 +164,7 @@ class ZOOVFL(VFLAlgorithm):
 
     def privacy(self) -> dict:
         return {
-            **self.noise,
+            **self.embedding_privacy(self.noise),
             "embed_clip": self.embed_clip,
             "mechanism": "clipped embedding pair plus Gaussian vector noise (local, per coordinate)",
         }
