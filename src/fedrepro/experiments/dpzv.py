@@ -227,28 +227,28 @@ REPORT_JOBS = {
         "stem": "fig2_accuracy_curves",
         "runs": "fig2",
         "files": ("metrics", "summaries"),
-        "keys": ("scale", "delta", "clip"),
+        "keys": ("scale", "delta", "clip", "server_updates"),
         "figures": ("fig2",),
     },
     "figure3": {
         "stem": "fig3_privacy_tradeoff",
         "runs": "fig3",
         "files": ("summaries",),
-        "keys": ("scale", "delta", "clip"),
+        "keys": ("scale", "delta", "clip", "server_updates"),
         "figures": ("fig3",),
     },
     "figure4": {
         "stem": "fig4_clipping",
         "runs": "fig4",
         "files": ("metrics",),
-        "keys": ("scale",),
+        "keys": ("scale", "server_updates"),
         "figures": ("fig4",),
     },
     "figure5": {
         "stem": "fig5_clip_threshold",
         "runs": "fig5",
         "files": ("metrics",),
-        "keys": ("scale",),
+        "keys": ("scale", "server_updates"),
         "figures": ("fig5",),
     },
     "figure6": {
@@ -263,7 +263,7 @@ REPORT_JOBS = {
         "stem": "fig3_accuracy",
         "runs": "fig3",
         "files": ("summaries",),
-        "keys": ("scale", "decimals", "delta", "clip", "embed_clip", "server_update"),
+        "keys": ("scale", "decimals", "delta", "clip", "embed_clip", "server_updates"),
         "figures": ("fig3",),
     },
     "table6": {
@@ -279,7 +279,7 @@ REPORT_JOBS = {
         "runs": "claims",
         "files": ("summaries", "metrics"),
         "memory": "memory",
-        "keys": ("scale", "decimals", "clip", "methods"),
+        "keys": ("scale", "decimals", "clip", "methods", "server_updates"),
         "figures": ("fig3", "fig4", "fig5"),
     },
 }
@@ -311,6 +311,11 @@ def report_spec(config: dict, job: str | None = None) -> dict:
         "clip": section["shared"]["clip"],
         "embed_clip": section["shared"].get("embed_clip"),
         "server_update": section["shared"].get("server_update"),
+        "server_updates": {
+            d: {**section["shared"], **section["datasets"][d].get("overrides", {})}.get("server_update", "zo")
+            for d in training_datasets(config)
+            if d in section["datasets"]
+        },
     }
     if job is None:
         return full
