@@ -732,4 +732,5 @@ def test_fccl_local_steps_sets_the_local_updating_length():
     rec = Recorder(algo)
     algo.round(1)
     assert len(rec.steps) == algo.num_clients * (2 + 5)  # tau collaborative + local_steps local
+    assert (algo.summary()["local_steps"], algo.summary()["tau"]) == (5, 2)
     assert algo.iteration == 2

@@ -453,3 +453,22 @@ def test_fig10_notes_give_feddf_als_discriminator_and_its_paired_claim(tmp_path)
     metrics.to_parquet(folder / "metrics.parquet")
     disc = _disc_by_iteration([str(folder / "metrics.parquet")])
     assert disc["iteration"].tolist() == [15, 30] and disc["disc_loss"].round(6).tolist() == [0.71, 0.67]
+
+
+def test_baseline_notes_say_fccl_plus_local_steps_and_which_fedproto_variant_ran():
+    import pandas as pd
+
+    from fedrepro.report.fedal import baseline_notes
+
+    frame = pd.DataFrame(
+        [
+            {"method": "fccl_plus", "local_steps": 30, "tau": 5},
+            {"method": "fccl", "local_steps": 5, "tau": 5, "pretrain_steps": 30},
+            {"method": "fedproto", "fedproto_variant": "public_features"},
+        ]
+    )
+    notes = " ".join(baseline_notes(frame))
+    assert "FCCL+ takes 30 local steps per round of 5" in notes and "FCCL takes" not in notes
+    assert "30 cross-entropy steps pretraining" in notes and "[public_features]" in notes
+    frame.loc[0, "local_steps"] = 5
+    assert "local steps per round" not in " ".join(baseline_notes(frame))

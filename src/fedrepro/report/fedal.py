@@ -232,6 +232,15 @@ def baseline_notes(finals: pd.DataFrame) -> list[str]:
                 f"FCCL is not at the others' budget: each client also takes {int(steps.max())} cross-entropy steps "
                 "pretraining its intra-domain teacher before the iteration budget starts (not counted in it)."
             )
+    for method in ("fccl", "fccl_plus") if {"local_steps", "tau"} <= set(finals) else ():
+        runs = finals[finals["method"] == method]
+        longer = runs[runs["local_steps"] > runs["tau"]]
+        if len(longer):
+            out.append(
+                f"{NAMES[method]} takes {int(longer['local_steps'].max())} local steps per round of "
+                f"{int(longer['tau'].max())} collaborative iterations (its authors run 20 local epochs per "
+                "public epoch); the other methods take tau local steps per tau iterations."
+            )
     if "fedproto" in methods and "fedproto_variant" in finals:
         variants = finals.loc[finals["method"] == "fedproto", "fedproto_variant"].dropna().unique()
         text = [FEDPROTO_VARIANTS.get(str(v).split(" ")[0], str(v)) + f" [{v}]" for v in variants]

@@ -158,8 +158,14 @@ class FCCL(Federation):
         return mean_of(losses)
 
     def summary(self) -> dict:
-        """Adds the CE steps per client spent before the budget (FCCL's pretrained local model)."""
-        return {**super().summary(), "pretrain_steps": self.pretrain_steps}
+        """Adds the CE steps per client spent before the budget (FCCL's pretrained local model) and the
+        local-updating steps per round beside its tau collaborative iterations."""
+        return {
+            **super().summary(),
+            "pretrain_steps": self.pretrain_steps,
+            "local_steps": self.local_steps,
+            "tau": self.cfg.tau,
+        }
 
     def extra_state(self) -> dict:
         return {"intra": [m.state_dict() for m in self.intra] if self.intra else None}
