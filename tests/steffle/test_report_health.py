@@ -234,7 +234,7 @@ def test_refcode_cells_are_checked_against_the_authors_seed_range():
     )
     authors = pd.DataFrame(
         [
-            {"h": 0.0, "eps": "inf", "lam": 1.0, "seed": s, "error": e, "dp_violation": v}
+            {"h": 0, "eps": "inf", "lam": 1, "seed": s, "error": e, "dp_violation": v}
             for s, e, v in ((0, 0.198, 0.031), (1, 0.201, 0.034), (2, 0.199, 0.032))
         ]
         + [

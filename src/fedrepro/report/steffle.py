@@ -824,7 +824,9 @@ def authors_refcode() -> pd.DataFrame | None:
 def beside_authors(table: pd.DataFrame, authors: pd.DataFrame, fairness: str) -> pd.DataFrame:
     """The authors' mean and seed range (min, max over their seeds) beside each of our cells, and
     whether our mean lies inside that range."""
-    theirs = authors.assign(eps_label=authors["eps"].map(lambda e: float(e)), lam=authors["lam"].astype(float))
+    theirs = authors.assign(
+        eps_label=authors["eps"].map(float), h=authors["h"].astype(float), lam=authors["lam"].astype(float)
+    )
     ours = table.assign(_eps=table["eps_label"].map(float))
     for metric in ("error", VIOLATION[fairness]):
         agg = theirs.groupby(["h", "eps_label", "lam"])[metric].agg(["mean", "min", "max", "count"])
@@ -870,7 +872,10 @@ def refcode(job) -> None:
         f"per-silo group numbering), the authors' grid{epochs}: error and violation per cell, mean and std "
         "over seeds. NOT PRIVATE: realised_epsilon_pld is the accountant's epsilon for what ran "
         "(0 at lambda = 0, where nothing sensitive is released); eps_label is only the label "
-        "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor." + beside,
+        "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor. Known differences from "
+        "the authors' code: each epoch drops the short remainder batch (theirs runs ceil(n~/m) batches, the last "
+        "short, with batch means over its real size), and at h > 0 Algorithm 3 sorts ages stably (their pandas "
+        "quicksort orders ties differently, so the silos differ)." + beside,
         spec["scale"],
         spec["decimals"],
     )
