@@ -15,13 +15,14 @@ shapes) and compared with an untrained encoder of the same architecture and seed
   embeddings vary along one direction; dimensional collapse).
 Both are relative or scale-free, so one pair of values serves every scale. Measured on digits
 (quick scale, seeds 0-1): an untrained encoder's projector output already sits on a narrow cone
-(relative spread 0.016-0.019, uncentered effective rank 1.13-1.16); trained runs keep 0.02-0.8 of that
-spread (Centralized SC 0.02-0.06, FedAvg+SC and FedSC 0.16-0.25, FedCA 0.26-0.8, FedX and BYOL
-0.4-1) and centered ranks 11-20, and their kNN accuracy on z (0.67-0.77) and linear probe
-(0.76-0.86) are far above chance: none is a constant map, while a numerically constant output has a
-ratio near 1e-10. The uncentered effective rank (`effective_rank`, recorded) is a continuum from
-1.00 to 1.16 across these runs, the untrained one's included, so no threshold on it separates
-collapse from a healthy run whose embeddings share a large common offset.
+(relative spread 0.016-0.019, uncentered effective rank 1.13-1.16); trained runs keep 0.02-1.8 times
+that spread (Centralized SC 0.02-0.06, FedAvg+SC and FedSC 0.15-0.25, FedCA 0.28-0.83, BYOL family
+0.63-0.86, FedX 1.3-1.8) and centered ranks 11-20, and their kNN accuracy on z (0.67-0.77) and
+linear probe (0.76-0.87) are far above chance: none is a constant map, while a projector squeezed
+to one vector (weights x 1e-3, a bias of ones) gives 1e-8. The uncentered effective rank
+(`effective_rank`, recorded) is a continuum from 1.00 to 1.27 across these runs, the untrained
+one's inside it, so no threshold on it separates collapse from a healthy run whose embeddings share
+a large common offset.
 `chance`: the probe is not above chance by 3 binomial standard errors.
 `random_probe_job(job)` probes untrained backbones (one seeded initialisation per
 seed): the reference row every table compares with.
