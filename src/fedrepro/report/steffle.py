@@ -951,8 +951,9 @@ def tables(job) -> None:
         "SteFFLe: noise per run (Theorem 3.3 sigmas or calibrated multipliers), precondition flags, and two "
         f"epsilons per run. paper_accounting_pld / _rdp: the {PAPER_ACCOUNTING} (theta and W of one batch "
         "jointly). bound_for_what_is_sent: the epsilon that holds against the adversary named in its row; for "
-        f"SteFFLe, DP-FERMI and Tran it is batch_revealed_epsilon, because {KNOWN_BATCH_WHY} (the exact mixture "
-        "over the rounds a row is in). The privacy units differ: SteFFLe protects one sensitive attribute per "
+        f"SteFFLe and DP-FERMI it is batch_revealed_epsilon, because {KNOWN_BATCH_WHY} (the exact mixture "
+        "over the rounds a row is in); for Tran too, because its unclipped loss gradient rides in the noisy "
+        "primal release (column why). The privacy units differ: SteFFLe protects one sensitive attribute per "
         "silo (ISRL-DP), DP-FERMI and Tran one attribute centrally, Ling (FedFDP) a whole record per client. "
         "rho_w is the smallest group frequency h_w divides by (P(S | Y) for equalized odds)",
     )
