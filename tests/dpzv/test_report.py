@@ -134,3 +134,30 @@ def test_dpzv_is_compared_with_the_zeroth_order_methods_first():
     methods"; the claims follow that order (traits of the method table), whatever order the config lists."""
     assert report.compared_with_dpzv(["vafl", "dpzv", "vfl_czofo", "zoo_vfl"]) == ["zoo_vfl", "vfl_czofo", "vafl"]
     assert report.compared_with_dpzv(["dpzv", "vafl"]) == ["vafl"]
+
+
+def test_figure5_large_c_at_chance_under_its_noise_is_tested(tmp_path):
+    """Figure 5's C sweep has no eps = inf run at C = 500; DPZV's eps = inf run at the default C is the
+    noiseless reference, so C = 500 at chance under its (50x) noise is a result, not 'not tested'."""
+    folder = tmp_path / "runs" / "digits" / "dpzv" / "x" / "s0_1"
+    folder.mkdir(parents=True)
+    cells = [(1.0, 10.0, 0.9, "ok"), (1.0, 500.0, 0.1, "chance"), (math.inf, 10.0, 0.95, "ok")]
+    variants = {
+        f"eps{e}-C{c}": {
+            "eps": "inf" if math.isinf(e) else e,
+            "clip": c,
+            "seeds": {s: {"best": {"test_acc": a + 0.01 * int(s)}, "privacy": {}, "status": st} for s in ("0", "1")},
+        }
+        for e, c, a, st in cells
+    }
+    (folder / "summary.json").write_text(json.dumps({"variants": variants}))
+    best = report.load_best([str(folder / "summary.json")])
+    spec = {
+        "clip": 10,
+        "methods": ["dpzv"],
+        "figures": {"fig5": {"datasets": ["digits"], "eps": 1, "clips": [10, 500]}},
+    }
+    metrics = pd.DataFrame(columns=["dataset", "method", "eps", "clip", "seed", "test_loss"])
+    rows = report._claim_rows(best, metrics, pd.DataFrame(columns=["dataset", "label", "ratio"]), spec)
+    row = [r for r in rows if "Fig. 5" in r["claim"]][0]
+    assert row["verdict"] == "holds" and "at chance under its DP noise" in row["note"]
