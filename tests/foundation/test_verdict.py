@@ -62,3 +62,9 @@ def test_all_of_takes_the_weakest_part():
     assert all_of([yes, yes]).label == "holds"
     assert all_of([yes, no]).label == "does not hold"
     assert all_of([yes, unsure]).label.startswith("inconclusive")
+
+
+def test_identical_differences_prove_nothing_until_the_sign_test_does():
+    assert paired([0.57, 0.57], [0.52, 0.52]).label == "inconclusive (2 seeds, identical differences)"
+    assert differences([0.05] * 6).label == "holds"
+    assert differences([-0.05] * 6).label == "does not hold"

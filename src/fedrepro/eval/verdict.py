@@ -4,7 +4,8 @@ A claim "A beats B" is judged on the per-seed differences d_s = a_s - b_s (same 
 same partition). The test is a two-sided Student t interval of the mean difference at `LEVEL`:
 - "holds" when the whole interval lies above `margin`;
 - "does not hold" when the whole interval lies below `margin`;
-- "inconclusive (n seeds)" otherwise, and always with fewer than `MIN_SEEDS` seeds;
+- "inconclusive (n seeds)" otherwise, and always with fewer than `MIN_SEEDS` seeds; when every seed
+  gives the same difference the t interval has zero width, and the sign test decides instead;
 - "not tested (why)" when a side is degenerate (diverged, collapsed, at chance) for a reason other
   than the mechanism under test. A side at chance under its own DP noise, while the same method
   trains without noise, is a result: `chance_under_dp` turns its health into `ok` with that note.
@@ -113,9 +114,24 @@ def differences(
     effect = float(d.mean())
     if n < MIN_SEEDS:
         return Verdict(f"inconclusive ({n} seed)", effect, seeds=n, wins=wins, note=notes)
+    if np.ptp(d) == 0:  # identical differences: the t interval has zero width and proves nothing
+        return _sign_verdict(d, margin, level, effect, wins, notes)
     low, high = _t_interval(d, level)
     label = HOLDS if low > margin else FAILS if high < margin else f"inconclusive ({n} seeds)"
     return Verdict(label, effect, low, high, n, wins, notes)
+
+
+def _sign_verdict(d: np.ndarray, margin: float, level: float, effect: float, wins: int, notes: str) -> Verdict:
+    """Every seed gave the same difference (quantised accuracies on a small test set can): the sign
+    test decides, which needs every seed on one side and 2 * 0.5**n < 1 - level (6 seeds at 95 %)."""
+    n = len(d)
+    decisive = 2 * 0.5**n < 1 - level
+    label = f"inconclusive ({n} seeds, identical differences)"
+    if decisive and d[0] > margin:
+        label = HOLDS
+    elif decisive and d[0] < margin:
+        label = FAILS
+    return Verdict(label, effect, seeds=n, wins=wins, note="; ".join(filter(None, [notes, "sign test"])))
 
 
 def all_of(verdicts: Iterable[Verdict]) -> Verdict:
