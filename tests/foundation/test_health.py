@@ -14,7 +14,6 @@ from fedrepro.eval.health import (
     effective_rank,
     embedding_collapse,
     relative_spread,
-    verdict,
     worst,
 )
 from fedrepro.report.tables import compare, wide
@@ -117,11 +116,9 @@ def test_status_severity_is_diverged_then_collapsed_then_chance_then_ok():
     assert cell_status([Health("collapsed", "k"), Health("diverged", "d")]).status == "diverged"
 
 
-def test_worst_and_verdict():
+def test_worst_and_cell_status():
     diverged, chance = Health("diverged", "diverged at round 3"), Health("chance", "at chance")
     assert worst(Health(), chance, diverged) == diverged
-    assert verdict(True, {"DPZV": Health(), "VAFL": diverged}).startswith("not tested (VAFL: diverged")
-    assert verdict(False, {"a": Health(), "b": Health()}) == "does not hold"
     assert cell_status([Health(), diverged]).reason.endswith("(1/2 seeds diverged)")
 
 

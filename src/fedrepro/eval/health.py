@@ -201,12 +201,3 @@ def cell_status(statuses: list[Health]) -> Health:
         return OK
     head = worst(*bad)
     return Health(head.status, f"{head.reason} ({len(bad)}/{len(statuses)} seeds {head.status})")
-
-
-def verdict(holds: bool, sides: dict[str, Health]) -> str:
-    """A claims-table verdict: `holds` / `does not hold`, or `not tested` when any side is degenerate."""
-    bad = {name: h for name, h in sides.items() if not h.ok}
-    if bad:
-        why = "; ".join(f"{name}: {h.reason or h.status}" for name, h in bad.items())
-        return f"not tested ({why})"
-    return "holds" if holds else "does not hold"
