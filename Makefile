@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install --quiet -e ".[test,lint]"
+	$(BIN)/python -m pip install --quiet -e ".[test,lint,bert]"
 	touch $@
 
 reproduce: install
@@ -42,8 +42,8 @@ smoke: install
 bench: install
 	$(BIN)/python benchmarks/run.py
 
-# Empirical privacy audit at full n (results/privacy/audit_full.{csv,md}); tens of CPU-minutes.
-# The default run builds the small-n version (results/privacy/audit.md).
+# Empirical privacy audit at full n (results/privacy/audit_full.{csv,md}; config.yaml audit.runs.full);
+# tens of CPU-minutes. The default run builds the small-n version (results/privacy/audit.md).
 .PHONY: audit
 audit: install
 	$(BIN)/snakemake -c1 audit_full

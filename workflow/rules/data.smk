@@ -1,6 +1,15 @@
-# Data stage: raw files (download or pre-staged), prepared arrays, partitions.
+# Data stage: raw files (download or pre-staged), pre-trained checkpoint folders, prepared arrays, partitions.
+import re
+
+from fedrepro.data import pretrained
+
+# Checkpoint folders (a BERT tokenizer_dir, a pretrained_dir) that the enabled papers read; "(?!)" matches nothing.
+PRETRAINED_FOLDERS = pretrained.staged_folders(config, PAPERS)
+
+
 localrules:
     download,
+    stage_pretrained,
 
 
 rule download:
@@ -19,9 +28,31 @@ rule download:
         ENTRY
 
 
+# Downloads the pinned bert-base-uncased, or checks a pre-staged folder (config key pretrained_source).
+rule stage_pretrained:
+    input:
+        code=code_for("fedrepro.data.pretrained:stage_job"),
+    output:
+        marker=f"{{folder}}/{pretrained.MARKER}",
+    log:
+        # beside the marker: a folder may be absolute, which a path under results/logs/ cannot hold
+        "{folder}/.staged.log",
+    wildcard_constraints:
+        folder="|".join(re.escape(folder) for folder in PRETRAINED_FOLDERS) or "(?!)",
+    conda:
+        CONDA_ENV
+    params:
+        entry="fedrepro.data.pretrained:stage_job",
+        spec=lambda w: {"folder": w.folder, "source": config.get("pretrained_source", "pinned")},
+    script:
+        ENTRY
+
+
 rule prepare:
     input:
         raw_inputs,
+        # a BERT tokenizer's folder, staged (only with tokenizer: bert)
+        pretrained=lambda w: pretrained.dataset_markers(config, w.dataset),
         # the job runs the shared preparation and its own data set's builder, nothing else
         code=code_for(lambda w: ["fedrepro.data.jobs:prepare_job", BUILDERS[w.dataset]]),
     output:

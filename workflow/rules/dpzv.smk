@@ -22,6 +22,8 @@ rule dpzv_train:
     input:
         data=lambda w: prepared(w.dataset),
         partition=lambda w: partition_file(w.dataset, planned_run(DPZV, w).partition),
+        # the staged checkpoint of a pre-trained client encoder (pretrained_dir), none otherwise
+        pretrained=lambda w: pretrained.markers(planned_run(DPZV, w).spec),
         code=code_for(lambda w: dpzv_methods("dpzv")[w.method]),
     output:
         metrics=f"{DPZV_OUT}/runs/{DPZV_RUN}/metrics.parquet",
@@ -49,6 +51,7 @@ rule dpzv_memory:
     input:
         data=lambda w: prepared(w.dataset),
         partition=lambda w: partition_file(w.dataset, dpzv_plan.partition_tag(config["dpzv"]["datasets"][w.dataset])),
+        pretrained=lambda w: pretrained.markers(dpzv_plan.memory_spec(config, w.dataset)),
         code=code_for("fedrepro.algorithms.dpzv.memory:memory_job"),
     output:
         table=f"{DPZV_OUT}/memory/{{dataset}}.csv",
