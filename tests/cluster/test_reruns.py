@@ -65,6 +65,32 @@ def test_no_op_rerun_plans_nothing(local_slice):
     assert jobs == [] and "Nothing to be done" in output
 
 
+def test_a_results_folder_copied_into_a_fresh_checkout_reruns_nothing(local_slice, tmp_path):
+    """The code record (fingerprints) travels with the results; a clone renews the unchanged
+    entry script's file time, which re-runs nothing (profiles/default drops Snakemake's own code trigger).
+    It runs before the tests that edit and restore code in the slice: a restored module's fingerprint is
+    rewritten after the outputs, which only Snakemake's own checksum records (not copied) forgive."""
+    work, config = local_slice
+    fresh = copy_pipeline(tmp_path / "clone")
+    shutil.copytree(work / "results", fresh / "results")  # file times kept, as cp -a or rsync -a keep them
+    (fresh / "workflow/scripts/entry.py").touch()
+    jobs, output = dry_run(fresh, shutil.copy(config, fresh / "tiny.yaml"))
+    assert jobs == [] and "Nothing to be done" in output
+
+
+def test_a_checkout_with_other_code_never_accepts_a_shared_results_folders_numbers(local_slice, tmp_path):
+    """Two checkouts share one results folder: the one whose training code differs re-plans training."""
+    work, config = local_slice
+    settings = yaml.safe_load(config.read_text())
+    settings["results"] = str(tmp_path / "shared")
+    shutil.copytree(work / "results", settings["results"])
+    first, second = copy_pipeline(tmp_path / "first"), copy_pipeline(tmp_path / "second")
+    assert dry_run(first, write_config(settings, first / "tiny.yaml"))[0] == []
+    with edited(second / "src/fedrepro/algorithms/baselines/fedavg.py"):
+        jobs, _ = dry_run(second, write_config(settings, second / "tiny.yaml"))
+    assert {job.split(":")[0] for job in jobs} >= {"fedavg_train", "fedavg_accuracy_table"}
+
+
 def test_editing_the_paper_code_reruns_its_training_and_reports(local_slice):
     work, config = local_slice
     with edited(work / "src/fedrepro/algorithms/baselines/fedavg.py"):
@@ -194,27 +220,3 @@ def test_adding_a_seed_runs_only_the_new_seed(local_slice, tmp_path, monkeypatch
     new = pd.read_parquet(work / RUNS / "a0.3/s0_1/metrics.parquet")
     pd.testing.assert_frame_equal(new[new.seed == 0].reset_index(drop=True), old)
     assert set(new.seed) == {0, 1}
-
-
-def test_a_results_folder_copied_into_a_fresh_checkout_reruns_nothing(local_slice, tmp_path):
-    """The code record (fingerprints) travels with the results; a clone renews the unchanged
-    entry script's file time, which re-runs nothing (profiles/default drops Snakemake's own code trigger)."""
-    work, config = local_slice
-    fresh = copy_pipeline(tmp_path / "clone")
-    shutil.copytree(work / "results", fresh / "results")  # file times kept, as cp -a or rsync -a keep them
-    (fresh / "workflow/scripts/entry.py").touch()
-    jobs, output = dry_run(fresh, shutil.copy(config, fresh / "tiny.yaml"))
-    assert jobs == [] and "Nothing to be done" in output
-
-
-def test_a_checkout_with_other_code_never_accepts_a_shared_results_folders_numbers(local_slice, tmp_path):
-    """Two checkouts share one results folder: the one whose training code differs re-plans training."""
-    work, config = local_slice
-    settings = yaml.safe_load(config.read_text())
-    settings["results"] = str(tmp_path / "shared")
-    shutil.copytree(work / "results", settings["results"])
-    first, second = copy_pipeline(tmp_path / "first"), copy_pipeline(tmp_path / "second")
-    assert dry_run(first, write_config(settings, first / "tiny.yaml"))[0] == []
-    with edited(second / "src/fedrepro/algorithms/baselines/fedavg.py"):
-        jobs, _ = dry_run(second, write_config(settings, second / "tiny.yaml"))
-    assert {job.split(":")[0] for job in jobs} >= {"fedavg_train", "fedavg_accuracy_table"}

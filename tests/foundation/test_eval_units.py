@@ -24,10 +24,10 @@ from fedrepro.eval.health import (
     check_finite,
     effective_rank,
     majority_rate,
-    verdict,
     worst,
 )
 from fedrepro.eval.knn import knn_accuracy
+from fedrepro.eval.verdict import not_tested
 
 # ------------------------------------------------------------------------------------ health
 
@@ -103,8 +103,8 @@ def test_check_collapse_at_the_threshold_and_for_a_nan_rank():
 
 def test_verdict_and_cell_status_texts():
     sides = {"a": Health("chance", "at chance"), "b": Health("diverged", "")}
-    assert verdict(True, sides) == "not tested (a: at chance; b: diverged)"
-    assert verdict(True, {"a": OK}) == "holds"
+    assert not_tested(sides).label == "not tested (a: at chance; b: diverged)"
+    assert not_tested({"a": OK}) is None
     assert cell_status([OK, OK]) == OK
 
 

@@ -189,7 +189,8 @@ def claim_notes(finals: pd.DataFrame) -> list[str]:
         if not verdicts:
             continue
         text = f"Claim, {claim}: " + "; ".join(f"{panel}: {v.text()}" for panel, v in verdicts) + "."
-        if other == "fedmd_lf" and all(v.tested and v.effect == 0 and v.low == v.high for _, v in verdicts):
+        # no spread and no effect: every seed's accuracy is the same with and without the term
+        if other == "fedmd_lf" and all(v.tested and v.effect == 0 and not v.low < v.high for _, v in verdicts):
             text += " Removing the adversarial term changes no seed's accuracy: it is inert here."
         out.append(text)
     return out
