@@ -198,3 +198,12 @@ def test_standin_table_has_no_published_column_and_samples_figure_shows_every_cl
     )
     report.samples_figure(figure)
     assert (tmp_path / "f.png").stat().st_size > 0 and (tmp_path / "f.pdf").stat().st_size > 0
+
+
+def test_the_privacy_table_names_what_fedsc_epsilon_covers_and_whom_it_holds_against(tmp_path):
+    job = make_job(
+        {"cells": [], "scale": "quick", "decimals": 2}, {k: str(tmp_path / f"p.{k}") for k in ("md", "csv", "tex")}
+    )
+    report.privacy_table(job)
+    text = (tmp_path / "p.md").read_text()
+    assert "correlation matrices only" in text and "model weights are sent in the clear" in text

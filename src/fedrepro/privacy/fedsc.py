@@ -38,6 +38,16 @@ from fedrepro.privacy.checks import non_negative, positive
 if TYPE_CHECKING:
     from torch import Generator, Tensor
 
+# Who FedSC's epsilon holds against (Section 6): the unit is one training image of a client
+# (replace-one); the released object is the client's noised correlation matrix (DP-CalR, Algorithm 2).
+# The model weights each client uploads every round are sent in the clear and the paper's DP does not
+# cover them, so against a party that sees the weights (the server) no epsilon of this module holds.
+THREAT_NOTE = (
+    "ε: one training image of a client (record level, replace-one), for the noised correlation matrices "
+    "only, against the server and other clients who see them; the model weights are sent in the clear and "
+    "are not covered (the paper's DP, Section 6, protects the matrices alone)"
+)
+
 PAPER_SENS_FACTOR = 1.0
 RIGOROUS_SENS_FACTOR = math.sqrt(2.0)
 SENS_FACTORS = {"one": PAPER_SENS_FACTOR, "sqrt2": RIGOROUS_SENS_FACTOR}  # their names in the config

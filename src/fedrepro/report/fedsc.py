@@ -115,11 +115,13 @@ def probe_table(job) -> None:
     )
     caption = CAPTIONS[name]
     if job.spec.get("delta") is not None:
+        from fedrepro.privacy import fedsc as fedsc_privacy
+
         labels = realised_labels(job.spec["cells"], float(job.spec["delta"]))
         table["row"] = table["row"].map(lambda r: labels.get(r, r))
         caption += (
             f". Beside each ε label: the realised tight (PLD) ε at δ = {_delta_label(float(job.spec['delta']))} "
-            "of our run, the largest over clients and seeds"
+            f"of our run, the largest over clients and seeds. {fedsc_privacy.THREAT_NOTE}"
         )
     caption += rule_note(job.spec["cells"])
     if job.spec.get("note"):
@@ -256,13 +258,15 @@ def privacy_frame(cells: list[dict]) -> pd.DataFrame:
 
 
 def privacy_table(job) -> None:
+    from fedrepro.privacy import fedsc as fedsc_privacy
+
     frame = privacy_frame(job.spec["cells"]).round(4)
     caption = (
         "FedSC realised privacy: per private run, the number of matrix shares T_j per client and the "
         "largest epsilon over clients and seeds (paper formula, sqrt(2) sensitivity, library accountant: "
         "RDP, and PLD, the tight value of what the run did). "
         "Under partial participation sigma is scaled by the participation ratio (the authors' code), so the "
-        "realised epsilon can exceed the label"
+        f"realised epsilon can exceed the label. {fedsc_privacy.THREAT_NOTE}"
     )
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
 
