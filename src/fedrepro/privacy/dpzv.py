@@ -455,6 +455,13 @@ KNOWN_BATCH = (
     "against the party that sees them; eps_known_* is the exact GDP bound over the K rounds a sample is used"
 )
 BATCHES = ("public", "secret_subsample")
+# What each epsilon of the DPZV report protects, against whom (THREAT_MODELS in one sentence), and its short
+# form for figures
+THREAT_NOTE = (
+    "DPZV's noise protects the server's labels on the way down (against the clients); the baselines' noise "
+    "protects the clients' embeddings on the way up (against the server), so equal ε is not equal protection"
+)
+THREAT_SHORT = "ε: DPZV one sample's label vs the clients; baselines one sample's embedding vs the server"
 
 
 def threat_model(method: str, label_privacy: str = "none", batch: str = "public") -> ThreatModel:
