@@ -86,6 +86,13 @@ NOT_IN_SMOKE = {
     "audit_full": "a fixed-size privacy audit (make audit), no paper-scale setting; `audit` runs its code at small n",
     "stage_pretrained": "the smoke run's Amazon uses the hash tokenizer and a small random encoder; "
     "tests/dpzv/test_bert.py stages a tiny BERT (pinned and custom) and runs the BERT text path",
+    **dict.fromkeys(
+        ("fedsc_standin_table", "fedsc_standin_claims", "fedsc_standin_samples"),
+        "target fedsc_standin: FedSC's claims on the generated data set `shapes`, a quick-scale target with no "
+        "paper-scale setting; its runs are fedsc_pretrain/fedsc_probe/fedsc_random_probe jobs (scheduled), its "
+        "tables the probe_table and claims_table code of fedsc_table3 and fedsc_claims (scheduled), and "
+        "tests/fedsc/test_report.py runs samples_figure",
+    ),
 }
 
 
