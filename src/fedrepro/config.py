@@ -12,6 +12,7 @@ import importlib
 import math
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import jsonschema
@@ -25,6 +26,10 @@ PAPER_SECTIONS = tuple(PAPERS)  # the paper keys: config sections, `papers:` val
 
 class ConfigError(ValueError):
     """A config that must not start a run; the message names every offending key."""
+
+
+class ConfigWarning(UserWarning):
+    """A config that may start, but probably not as meant (a run of days); the message names the key."""
 
 
 def load_schema(schema_dir: str | Path, papers: list[str]) -> dict:
@@ -241,11 +246,167 @@ def check_config(config: dict, schema_dir: str | Path, fit_cache: str | Path | N
     if not errors:
         errors = dataset_option_errors(config) + planner_errors(config, papers)
     if not errors:
+        errors = data_count_errors(config, papers) + duplicate_run_errors(config, papers)
+    if not errors:
         from fedrepro.experiments.fit import fit_errors
 
         errors = fit_errors(config, papers, fit_cache)
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
+    for warning in duration_warnings(config):
+        warnings.warn(warning, ConfigWarning, stacklevel=2)
+
+
+def train_size(config: dict, dataset: str) -> int:
+    """Training samples that preparing `dataset` with the config's options gives: the catalog's count,
+    or the count the options set (digits' test_fraction, the tabular train_fraction, the generated
+    sets' sizes). CelebA and Retired Adult keep the catalog's estimate (their raw files decide)."""
+    from fedrepro.data.catalog import DATASETS
+    from fedrepro.data.prepared import resolve_options
+
+    info, options = DATASETS[dataset], resolve_options(dataset, config.get("datasets", {}).get(dataset, {}))
+    total = options.get("n", info.n_train + info.n_test)
+    if "test_fraction" in options:  # sklearn's train_test_split: ceil(test_fraction * n) test samples
+        return total - math.ceil(options["test_fraction"] * total)
+    if info.kind == "tabular" and info.sizes_exact:  # pandas' sample(frac): round(frac * n) training rows
+        return round(options["train_fraction"] * total)
+    if "train_per_class" in options:
+        return options["train_per_class"] * options.get("num_classes", info.num_classes)
+    return int(options.get("n_train") or info.n_train)
+
+
+def data_count_errors(config: dict, papers: list[str]) -> list[str]:
+    """Counts the data must hold, checked here so that a partition or report job does not fail
+    after the dry run passed: FedAL's clients, public samples and Figure 2's class, SteFFLe's silos,
+    FedSC's clients per round under partial participation."""
+    checks = {"fedal": _fedal_count_errors, "steffle": _steffle_count_errors, "fedsc": _fedsc_partial_errors}
+    return [error for paper in papers if paper in checks for error in checks[paper](config)]
+
+
+def _fedal_count_errors(config: dict) -> list[str]:
+    from fedrepro.experiments.fit import dataset_options, num_classes
+
+    section, errors = config["fedal"], []
+    for name, exp in section["experiments"].items():
+        if exp.get("partition", "dirichlet") == "natural":
+            continue  # a natural split's groups are known only from the prepared data (partition job)
+        key, dataset, n = f"fedal.experiments.{name}", exp["dataset"], train_size(config, exp["dataset"])
+        for clients, public in ((c, p) for c in exp["clients"] for p in exp["public"] if c + p > n):
+            errors.append(
+                f"config keys '{key}.clients' and '{key}.public': {clients} clients and {public} public samples "
+                f"need at least {clients + public} training samples (one per client), but {dataset!r} has {n}; "
+                f"allowed: clients + public <= {n}"
+            )
+    for name, out in section["outputs"].items():
+        if "class" in out and out.get("experiment") in section["experiments"]:
+            dataset = section["experiments"][out["experiment"]]["dataset"]
+            classes = num_classes(dataset, dataset_options(config, dataset))
+            if not 0 <= out["class"] < classes:
+                errors.append(
+                    f"config key 'fedal.outputs.{name}.class': {out['class']}, but data set {dataset!r} "
+                    f"(experiment {out['experiment']!r}) has {classes} classes; allowed: 0 to {classes - 1}"
+                )
+    return errors
+
+
+def _steffle_count_errors(config: dict) -> list[str]:
+    section, errors = config["steffle"], []
+    blocks = {f"steffle.figures.{name}": fig for name, fig in section["figures"].items() if fig.get("enabled", True)}
+    blocks.update({f"steffle.{name}": section[name] for name in ("eta_w_check", "refcode_grid") if name in section})
+    for key, block in blocks.items():
+        n = train_size(config, block["dataset"])
+        silos = {f"{key}.num_silos": block.get("num_silos")}
+        silos.update({f"{key}.panels[{i}].num_silos": p["num_silos"] for i, p in enumerate(block.get("panels", []))})
+        for where, value in silos.items():
+            for count in value if isinstance(value, list) else [value] if value is not None else []:
+                if count > n:
+                    errors.append(
+                        f"config key '{where}': {count} silos, but data set {block['dataset']!r} has {n} training "
+                        f"samples (Algorithm 3 gives each silo at least one); allowed: 1 to {n}"
+                    )
+    return errors
+
+
+def _fedsc_partial_errors(config: dict) -> list[str]:
+    """FedSC samples max(int(p J), 2) clients a round (the authors' rule, which gives Table 2's 2/5 from
+    p = 0.2), and its noise and column label follow that count. A `partial` p asking for less than one
+    client a round (0.01 of 10) is an error: it would run what p = 2/J runs."""
+    from fedrepro.algorithms.fedsc.participation import clients_per_round
+
+    section, errors = config["fedsc"], []
+    standin = [section["standin"]["dataset"]] if section.get("standin") else []
+    for dataset in dict.fromkeys([*section["run_datasets"], *standin]):
+        ds = section["datasets"].get(dataset, {})
+        p, clients = ds.get("partial"), int(ds.get("clients", 0))
+        if p is not None and p * clients < 1:
+            runs = clients_per_round(clients, float(p))
+            errors.append(
+                f"config key 'fedsc.datasets.{dataset}.partial': {p} of {clients} clients is {p * clients:g} "
+                f"clients a round; FedSC would run max(int(p J), 2) = {runs}, as p = {runs / clients:g} does; "
+                f"allowed: {1 / clients:g} <= p < 1 (at least one client a round)"
+            )
+    return errors
+
+
+def duplicate_run_errors(config: dict, papers: list[str]) -> list[str]:
+    """Two experiments of one paper that plan the same run (one results folder) with different
+    settings; the planners that name experiments expose `experiment_runs(config, name)`."""
+    errors = []
+    for paper in papers:
+        planner = importlib.import_module(f"fedrepro.experiments.{paper}")
+        if not hasattr(planner, "experiment_runs"):
+            continue
+        first: dict[tuple, tuple[str, dict]] = {}
+        for name in config[paper]["experiments"]:
+            for run in planner.experiment_runs(config, name):
+                other, spec = first.setdefault(run.key, (name, run.spec))
+                if spec != run.spec:
+                    differ = sorted(k for k in {*spec, *run.spec} if spec.get(k) != run.spec.get(k))
+                    errors.append(
+                        f"config keys '{paper}.experiments.{other}' and '{paper}.experiments.{name}': both plan "
+                        f"the run {'/'.join(run.key)} (one results folder) with different {differ}; give both "
+                        "the same values, or plan another pool, alpha, clients, public or iterations"
+                    )
+    return list(dict.fromkeys(errors))
+
+
+RUNTIME_MARGIN = 10  # the planner's costs are coarse (GPU rows, scaled): warn an order of magnitude out
+
+
+def duration_warnings(config: dict) -> list[str]:
+    """Jobs the planner (fedrepro.plan) prices at more than RUNTIME_MARGIN x `resources.train.runtime`,
+    one warning per paper naming the iteration keys that give the job its length."""
+    from fedrepro.plan import plan
+
+    runtime = config["resources"]["train"]["runtime"]
+    try:
+        planned = plan(config)
+    except (OSError, ValueError):  # no cost table (an installed package) or a row it needs: no estimate
+        return []
+    warnings_ = []
+    for paper, per in planned.items():
+        long = [job for job in per["all runs"] if job.gpu_hours * 60 > RUNTIME_MARGIN * runtime]
+        if not long:
+            continue
+        job = max(long, key=lambda j: j.gpu_hours)
+        keys = _keys_with_value(config[paper], paper, job.units) or [f"{paper}.<rounds, epochs or iterations>"]
+        warnings_.append(
+            f"config key '{', '.join(keys)}': {len(long)} {paper} job(s) would run far beyond their runtime: the "
+            f"planner prices the longest ({'/'.join(map(str, job.key))}) at {job.gpu_hours:.1f} h ({job.units:g} "
+            f"{job.unit}s x {job.seconds_per_unit:g} s x {job.seeds} seed(s), "
+            f"{'measured' if job.measured else 'estimated'} cost per {job.unit}), more than {RUNTIME_MARGIN} x "
+            f"resources.train.runtime ({runtime} min); check the value (python -m fedrepro.plan prices every job)"
+        )
+    return warnings_
+
+
+def _keys_with_value(value, key: str, wanted: float) -> list[str]:
+    """The iteration keys (rounds, epochs, iterations...) under `key` that hold `wanted`."""
+    if isinstance(value, dict):
+        return [k for child, item in value.items() for k in _keys_with_value(item, f"{key}.{child}", wanted)]
+    name = key.rsplit(".", 1)[-1]
+    found = value == wanted or (isinstance(value, list) and wanted in value)
+    return [key] if ITERATION_KEY.match(name) and found and not isinstance(value, bool) else []
 
 
 def dataset_size_errors(key: str, dataset: str, clients: int) -> list[str]:

@@ -255,20 +255,19 @@ def _simple_jobs(paper: str, config: dict, costs: list[Cost]) -> dict[str, list[
     module = importlib.import_module(f"fedrepro.experiments.{paper}")
     tags = seed_tags(config[paper])
     vectorised = paper == "steffle"  # one job trains all its seeds as one program
+    unit = "epoch" if paper == "steffle" else "round"
 
     def jobs_of(runs) -> list[Job]:
         jobs = []
         for run in runs:
             units = run.spec.get("train", {}).get("epochs") or run.spec.get("rounds") or 1
-            seconds, measured = _lookup(
-                costs, paper, "epoch" if paper == "steffle" else "round", run.dataset, "*", run.method
-            )
+            seconds, measured = _lookup(costs, paper, unit, run.dataset, "*", run.method)
             jobs += [
                 Job(
                     paper,
                     (run.dataset, run.method, run.setting, tag),
                     units,
-                    "epoch",
+                    unit,
                     seconds,
                     1 if vectorised else len(tag[1:].split("_")),
                     measured,

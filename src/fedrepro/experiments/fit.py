@@ -41,6 +41,7 @@ class Data:
         self.shape, self.classes = sample_shape(dataset, options), num_classes(dataset, options)
         self.vocab = options.get("vocab_size")
         self.options = options
+        self.memory_mb = config.get("resources", {}).get("train", {}).get("mem_mb")  # a training job's memory
 
     def describe(self) -> str:
         return f"data set {self.name!r} (one sample {self.shape}, {self.classes} classes)"
@@ -61,7 +62,11 @@ def _run_model(model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
         text = str(error).strip().splitlines()
         return {"error": f"{type(error).__name__}: {text[0] if text else ''}"}
     width = getattr(net, "feature_dim", None)
-    return {"out": list(out.shape), "feature_dim": int(width) if width is not None else None}
+    return {"out": list(out.shape), "feature_dim": int(width) if width is not None else None, "params": _count(net)}
+
+
+def _count(net) -> int:
+    return sum(p.numel() for p in net.parameters())
 
 
 def _build_model(model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
@@ -80,7 +85,7 @@ def _build_model(model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
         text = str(error).strip().splitlines()
         return {"error": f"{type(error).__name__}: {text[0] if text else ''}"}
     last = [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1]
-    return {"out": [1, int(last.out_features)], "feature_dim": None}
+    return {"out": [1, int(last.out_features)], "feature_dim": None, "params": _count(net)}
 
 
 class Results:
@@ -105,7 +110,7 @@ class Results:
         return hashlib.sha256("".join(code_hash(n) for n in names).encode()).hexdigest()[:16]
 
     def run(self, model: str, kwargs: dict, shape: tuple, tokens: bool, forward: bool = True) -> dict:
-        key = json.dumps([self.code, model, kwargs, list(shape), tokens, forward], sort_keys=True)
+        key = json.dumps([self.code, model, kwargs, list(shape), tokens, forward, "params"], sort_keys=True)
         if key not in self.saved:
             self.saved[key] = (_run_model if forward else _build_model)(model, kwargs, tuple(shape), tokens)
             self.changed = True
@@ -138,6 +143,13 @@ def forward_errors(
     result = RESULTS.run(model, kwargs, shape, tokens, forward)
     if "error" in result:
         return [f"{where}: {result['error']}"]
+    if data.memory_mb and result["params"] * 4 > data.memory_mb * 2**20:
+        return [
+            f"config key '{key}': model {model!r} has {result['params']:,} parameters, whose fp32 weights alone "
+            f"({result['params'] * 4 / 2**30:.1f} GiB) exceed a training job's memory, resources.train.mem_mb = "
+            f"{data.memory_mb}; allowed: at most {data.memory_mb * 2**20 // 4:,} parameters (a smaller model, "
+            "or more mem_mb)"
+        ]
     want = result["feature_dim"] if want is None else want
     if result["out"] != [1, want]:
         return [f"{where}: it gives {tuple(result['out'][1:])} outputs per sample, the job needs {want} ({what})"]

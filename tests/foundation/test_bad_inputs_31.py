@@ -1,0 +1,173 @@
+"""Issue 31's bad inputs: each fails in the config check (before any job), naming its key and what is
+allowed, or is warned about (a run far beyond its runtime)."""
+
+import copy
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from fedrepro.config import (
+    ConfigError,
+    ConfigWarning,
+    check_config,
+    data_count_errors,
+    duplicate_run_errors,
+    train_size,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = ROOT / "workflow" / "schemas"
+BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+@pytest.fixture
+def config() -> dict:
+    return copy.deepcopy(BASE)
+
+
+def error_of(config: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        check_config(config, SCHEMAS)
+    return str(info.value)
+
+
+def _set(path: str, value):
+    """A mutation setting config[path] (dots and [i])."""
+
+    def mutate(config):
+        *parents, last = path.replace("[", ".").replace("]", "").split(".")
+        node = config
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[int(last) if last.isdigit() else last] = value
+
+    return mutate
+
+
+BAD = {
+    "fig2 class out of range": (
+        _set("fedal.outputs.fig2.class", 10),
+        "fedal.outputs.fig2.class",
+        "allowed: 0 to 9",
+    ),
+    "test_fraction 1": (
+        _set("datasets.digits.test_fraction", 1.0),
+        "datasets.digits",
+        "strictly between 0 and 1",
+    ),
+    "more SteFFLe silos than samples": (
+        _set("steffle.figures.fig1.num_silos", 30000),
+        "steffle.figures.fig1.num_silos",
+        "allowed: 1 to 22500",
+    ),
+    "more SteFFLe silos in a fig2 panel": (
+        _set("steffle.figures.fig2.panels[2].num_silos", [1, 22501]),
+        "steffle.figures.fig2.panels[2].num_silos",
+        "allowed: 1 to 22500",
+    ),
+    "more FedAL public samples than the data": (
+        _set("fedal.experiments.blackbox.public", [1344]),
+        "fedal.experiments.blackbox.public",
+        "allowed: clients + public <= 1347",
+    ),
+    "more FedAL clients than the data": (
+        _set("fedal.experiments.blackbox.clients", [1148]),
+        "fedal.experiments.blackbox.clients",
+        "allowed: clients + public <= 1347",
+    ),
+    "a 10^8-unit hidden layer (FedAL pool)": (
+        _set("fedal.pools.digits_het[0].options.hidden", [10**8]),
+        "fedal.pools.digits_het[0]",
+        "resources.train.mem_mb = 4000; allowed: at most 1,048,576,000 parameters",
+    ),
+    "a 10^8-unit hidden layer (FedAvg)": (
+        _set("fedavg.methods.fedavg.model_options.hidden", [10**8]),
+        "fedavg.methods.fedavg.model_options",
+        "allowed: at most 1,048,576,000 parameters",
+    ),
+    "partial below one client a round": (
+        _set("fedsc.datasets.digits.partial", 0.01),
+        "fedsc.datasets.digits.partial",
+        "allowed: 0.1 <= p < 1",
+    ),
+    "two FedAL experiments plan one run with different settings": (
+        _set("fedal.experiments.public_size.lr", 0.01),
+        "fedal.experiments.public_size",
+        "different ['lr']",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_fails_in_the_config_check_naming_key_and_allowed_values(config, case):
+    mutate, key, allowed = BAD[case]
+    mutate(config)
+    message = error_of(config)
+    assert f"'{key}" in message and "config key" in message
+    assert allowed in message
+
+
+def test_the_counts_at_their_limits_are_accepted(config):
+    """clients + public == n, silos == n and the last class pass (the checks are not off by one)."""
+    config["fedal"]["experiments"]["blackbox"]["public"] = [1343]
+    config["fedal"]["outputs"]["fig2"]["class"] = 9
+    config["steffle"]["figures"]["fig1"]["num_silos"] = 22500
+    config["fedsc"]["datasets"]["digits"]["partial"] = 0.1
+    assert data_count_errors(config, ["fedal", "steffle", "fedsc"]) == []
+    config["fedal"]["experiments"]["blackbox"]["public"] = [1344]
+    config["steffle"]["figures"]["fig1"]["num_silos"] = 22501
+    config["fedsc"]["datasets"]["digits"]["partial"] = 0.09
+    assert len(data_count_errors(config, ["fedal", "steffle", "fedsc"])) == 3
+
+
+def test_a_disabled_steffle_figure_is_not_checked(config):
+    config["steffle"]["figures"]["fig4"].update(enabled=False, num_silos=10**6)
+    assert data_count_errors(config, ["steffle"]) == []
+
+
+def test_duplicate_runs_with_equal_settings_are_one_run(config):
+    """blackbox and public_size plan the same alpha-1 runs with the same settings: no error."""
+    assert duplicate_run_errors(config, ["fedal"]) == []
+
+
+@pytest.mark.parametrize("test_fraction", [0.25, 0.5, 0.1])
+def test_train_size_is_what_sklearns_split_gives(config, test_fraction):
+    """digits' training samples under its test_fraction, against the split images.py makes."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    y = load_digits().target
+    train, _ = train_test_split(np.arange(len(y)), test_size=test_fraction, stratify=y, random_state=0)
+    config["datasets"]["digits"] = {"test_fraction": test_fraction}
+    assert train_size(config, "digits") == len(train)
+
+
+def test_train_size_of_the_tabular_and_generated_sets(config):
+    """The catalog's counts at the default options; pandas' sample(frac) rounds frac * n."""
+    assert train_size(config, "adult") == 33916 and train_size(config, "credit") == 22500
+    config["datasets"]["credit"] = {"train_fraction": 0.5}
+    assert train_size(config, "credit") == 15000
+    config["datasets"]["synthetic_tabular"] = {"n": 1001, "train_fraction": 0.5}
+    assert train_size(config, "synthetic_tabular") == round(0.5 * 1001)
+    assert train_size(config, "synthetic_text") == 600  # config.yaml's n_train
+    assert train_size(config, "shapes") == 200 * 10
+
+
+def test_a_run_far_beyond_its_runtime_is_warned_naming_the_key(config):
+    """rounds: 999999 (a day per FedAvg job at the planner's 0.05 s a round) is priced and warned."""
+    config["fedavg"]["methods"]["fedavg"]["rounds"] = 999999
+    with pytest.warns(ConfigWarning) as caught:
+        check_config(config, SCHEMAS)
+    message = " ".join(str(w.message) for w in caught)
+    assert "config key 'fedavg.methods.fedavg.rounds'" in message
+    hours = 999999 * 0.05 * 2 / 3600
+    assert f"{hours:.1f} h" in message and "resources.train.runtime (30 min)" in message
+
+
+def test_the_default_config_starts_without_a_warning(config):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        check_config(config, SCHEMAS)
