@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -161,3 +162,35 @@ def test_zoo_vfl_shared_noise_is_one_release_of_h_like_vafl(tiny_data):
     zoo = ZOOVFL(tiny_data, tiny_settings(eps=1.0, extra=options), seed=0)
     vafl = VAFL(tiny_data, tiny_settings(eps=1.0, extra=options), seed=0)
     assert zoo.noise["sigma"] == vafl.noise["sigma"] > 0
+
+
+def test_a_job_killed_while_writing_its_outputs_keeps_the_previous_ones(prepared, tmp_path, monkeypatch):  # noqa: F811
+    """Issue 31: the final metrics and summary are written atomically: a write that dies half-way (a kill, a
+    full disk) leaves the previous files whole, never half a file that the report would read."""
+    job = job_for(prepared, tmp_path, epochs=1, evals_per_epoch=1)
+    run_vfl_job(job, DPZV)
+    summary, metrics = (job.out(k).read_bytes() for k in ("summary", "metrics"))
+    final = {job.out("summary").name, job.out("metrics").name}
+
+    def half_written(write):
+        def dying(self, target, *args, **kwargs):
+            if isinstance(target, str | Path) and Path(target).name.startswith(tuple(final | {".summary", ".metrics"})):
+                Path(target).write_bytes(b"{ half")
+                raise OSError("killed mid-write")
+            return write(self, target, *args, **kwargs)
+
+        return dying
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", half_written(pd.DataFrame.to_parquet))
+    with pytest.raises(OSError):
+        run_vfl_job(job, DPZV)  # the variant comes from its cell; only the job's outputs are written
+    monkeypatch.undo()
+    real_write_text = Path.write_text
+    monkeypatch.setattr(
+        Path, "write_text", lambda self, text, *a, **k: half_written(lambda p, t: real_write_text(p, text))(self, self)
+    )
+    with pytest.raises(OSError):
+        run_vfl_job(job, DPZV)
+    monkeypatch.undo()
+    assert job.out("summary").read_bytes() == summary and job.out("metrics").read_bytes() == metrics
+    assert sorted(p.name for p in job.out("summary").parent.iterdir() if p.is_file()) == sorted(final)

@@ -186,9 +186,10 @@ def run_vfl_job(job: Job, algorithm_class) -> None:
         save_cell(folder, stamp, metrics, seeds)
         frames.append(metrics)
         summaries[tag] = {"eps": eps, "clip": clip, "seeds": seeds}
-    pd.concat(frames, ignore_index=True).to_parquet(job.out("metrics"), index=False)
+    metrics = pd.concat(frames, ignore_index=True)
+    atomic_write(job.out("metrics"), lambda tmp: metrics.to_parquet(tmp, index=False))
     summary = {"spec": job.spec, "variants": summaries}
-    job.out("summary").write_text(json.dumps(summary, indent=2, default=_json_default))
+    atomic_write_text(job.out("summary"), json.dumps(summary, indent=2, default=_json_default))
 
 
 def _json_default(value):

@@ -120,6 +120,7 @@ def memory_job(job) -> None:
     import pandas as pd
 
     from fedrepro.algorithms.dpzv.jobs import load_job_data, settings_for
+    from fedrepro.atomic import atomic_write, atomic_write_text
     from fedrepro.fl.device import pick_device
     from fedrepro.fl.seeding import seed_everything
 
@@ -151,8 +152,8 @@ def memory_job(job) -> None:
         del algorithm
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    pd.DataFrame(rows).to_csv(job.out("table"), index=False)
-    job.out("json").write_text(json.dumps({"spec": spec, "rows": rows}, indent=2, default=float))
+    atomic_write(job.out("table"), lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
+    atomic_write_text(job.out("json"), json.dumps({"spec": spec, "rows": rows}, indent=2, default=float))
 
 
 def algorithm_class(method: str):
