@@ -384,7 +384,43 @@ def test_tran_audit_replays_the_primal_steps_and_counts_the_dual_releases():
     # the primal replay is exact: observed step minus the replica's noiseless step is the noise, std 2 z C_p / m
     data = {w: d.centralised() for w, d in job.steffle_world({**cfg, "silos": 1}, 0).items()}
     real, shadow, _ = job._tran_runs(data, cfg, 60, 0)
-    primal, dual = job._run_tran_world(real["out"], shadow)
-    residual = torch.cat([(obs - clean).flatten() for obs, clean, _ in primal])
+    primal, dual = job._run_tran_world(real["out"], shadow, (1.0, 1.0))
+    residual = torch.cat([(obs - clean).flatten() for step in primal for obs, clean, _, _ in step])
     assert float(residual.std()) == pytest.approx(2 * result.extra["noise_multiplier"] / 8, rel=0.05)
     assert len(dual) == 2 and len(primal) == real["out"].rounds
+
+
+LING_WORLD = {
+    **{k: STEFFLE_WORLD[k] for k in ("eps", "lam", "silos", "num_train", "batch", "epochs", "eta_theta")},
+    "dp_norm": 1.0,
+    "clip_norm_for_loss": 1.0,
+    "canary_scale": 10.0,
+}
+
+
+def test_ling_audit_removes_the_record_and_is_compared_with_the_known_batch_epsilon():
+    import torch
+
+    from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
+    from fedrepro.experiments.audit import ling_scores
+
+    torch.set_num_threads(1)
+    runs = 300
+    result = ling_scores(LING_WORLD, runs, seed=0)
+    schedule, gen = BatchSchedule([20, 20], 8, "poisson"), seed_generator(0, "batches")
+    hits = 0
+    for _ in range(2):
+        local, weight = schedule.epoch(gen)
+        hits += int(((local[0] == 0) & (weight[0] > 0)).any(-1).sum())
+    assert result.extra["canary_rounds"] == hits > 0
+    # known batch: per canary round the update (C/m) and the loss statistic (B_t/m), both multiplier z: mu^2 = 2k/z^2
+    mu = math.sqrt(2 * hits) / result.extra["noise_multiplier"]
+    assert result.eps_adversary == pytest.approx(_gdp_epsilon(mu, result.delta), rel=1e-2)
+    # the outlier the initial model gets wrong sits on both clips: nearly the whole sensitivity (a canary that
+    # stayed in the world without it would attain 0; one that is not clipped, more than mu)
+    m = result.mu_attained
+    assert 0.9 * mu < m <= mu * (1 + 1e-6)
+    tol = 4 * m / math.sqrt(runs)
+    assert result.out.mean() == pytest.approx(-(m**2) / 2, abs=tol)
+    assert result.inn.mean() == pytest.approx(m**2 / 2, abs=tol)
+    assert result.out.std() == pytest.approx(m, rel=0.15) and result.inn.std() == pytest.approx(m, rel=0.15)
