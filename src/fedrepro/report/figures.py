@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedrepro.report.tables import SCALE_NOTE
+from fedrepro.report.tables import SCALE_NOTE, write_together
 
 
 def _plotting():
@@ -40,7 +40,6 @@ def lines_with_band(data, x: str, y: str, hue: str, ax, **kwargs) -> None:
 def save_figure(fig, stem: str | Path, scale: str) -> None:
     """Write stem.png and stem.pdf, stamping the scale under the figure."""
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     if scale != "paper":
         fig.text(
             0.5,
@@ -52,7 +51,8 @@ def save_figure(fig, stem: str | Path, scale: str) -> None:
             color="dimgray",
         )
     fig.tight_layout(rect=(0, 0.04 if scale != "paper" else 0, 1, 1))
-    for suffix in (".png", ".pdf"):
-        fig.savefig(stem.with_suffix(suffix), dpi=150)
-    plt, _ = _plotting()
-    plt.close(fig)
+    try:  # all or none: a failure leaves the previous png and pdf
+        write_together({stem.with_suffix(s): lambda tmp: fig.savefig(tmp, dpi=150) for s in (".png", ".pdf")})
+    finally:
+        plt, _ = _plotting()
+        plt.close(fig)

@@ -6,12 +6,14 @@ Published numbers live only in `fedrepro/report/published/<paper>_<table>.csv`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from fedrepro.atomic import atomic_write
 from fedrepro.eval.health import Health, cell_status
 
 SCALE_NOTE = {
@@ -106,13 +108,31 @@ def wide(table: pd.DataFrame, decimals: int = 2) -> pd.DataFrame:
 
 
 def write_table(table: pd.DataFrame, stem: str | Path, caption: str, scale: str, decimals: int = 2) -> None:
-    """Write stem.csv (long, numeric), stem.md and stem.tex (paper layout) with the caption and scale note."""
+    """Write stem.csv (long, numeric), stem.md and stem.tex (paper layout) with the caption and scale note,
+    all or none (`write_together`)."""
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(stem.with_suffix(".csv"), index=False)
     layout = wide(table, decimals) if "ours_mean" in table else table
     note = SCALE_NOTE.get(scale, f"Scale: {scale}.")
     markdown = f"**{caption}**\n\n{note}\n\n{layout.to_markdown(index=False)}\n"
-    stem.with_suffix(".md").write_text(markdown)
     latex = layout.to_latex(index=False, caption=f"{caption} {note}", escape=True)
-    stem.with_suffix(".tex").write_text(latex)
+    write_together(
+        {
+            stem.with_suffix(".csv"): lambda tmp: table.to_csv(tmp, index=False),
+            stem.with_suffix(".md"): lambda tmp: tmp.write_text(markdown),
+            stem.with_suffix(".tex"): lambda tmp: tmp.write_text(latex),
+        }
+    )
+
+
+def write_together(writers: dict[Path, Callable[[Path], object]]) -> None:
+    """Write each file to a temporary beside it (`fedrepro.atomic.atomic_write`) and rename them only once
+    every one is written, so a report job that fails leaves the previous table or figure whole (a stem's
+    files never mix two versions) and no temporary behind."""
+    items = list(writers.items())
+
+    def write_from(i: int) -> None:
+        if i < len(items):
+            path, write = items[i]
+            atomic_write(path, lambda tmp: (write(tmp), write_from(i + 1)))
+
+    write_from(0)
