@@ -293,12 +293,30 @@ def _tokens(grid, clients):
     return _strips(grid, clients, axis=0)
 
 
-def age_partition(attribute: np.ndarray, clients: int, h: float, seed: int = 100) -> Partition:
+AGE_SORTS = ("stable", "quicksort")
+
+
+def _sort_impl() -> str:
+    """numpy's version and the CPU's sort-relevant SIMD level: numpy's quicksort argsort of 32/64-bit
+    values runs x86-simd-sort on AVX2 / AVX-512 CPUs (numpy >= 2) and a scalar introsort otherwise,
+    and their tie orders differ."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # numpy < 2
+        from numpy.core._multiarray_umath import __cpu_features__ as features
+    simd = next((k for k in ("AVX512_SKX", "AVX2") if features.get(k)), "no x86 SIMD")
+    return f"numpy {np.__version__}, {simd}"
+
+
+def age_partition(attribute: np.ndarray, clients: int, h: float, seed: int = 100, sort: str = "stable") -> Partition:
     """SteFFLe Algorithm 3 (App. E.2.3), following the authors' ``dataloader_fed.py``.
 
-    Sort by the attribute (a stable sort, so ties keep data order; the
-    reference's pandas quicksort leaves tie order unspecified) and cut K = clients
-    blocks of size m = int(n / K), the last taking the remainder. Then for k = 0..K-1
+    Sort by the attribute and cut K = clients blocks of size m = int(n / K), the last taking
+    the remainder. ``sort`` decides the order of ties, hence which block a tied sample is in:
+    "stable" keeps data order; "quicksort" is the reference's own sort, ``df.sort_values(by=age)``,
+    which is numpy's quicksort argsort (pandas' default kind), called here the same way. Its tie
+    order depends on numpy's implementation for the CPU (``meta["sort_impl"]`` records it): with
+    numpy 2.4 on an AVX2 CPU it reproduces the reference's silos exactly. Then for k = 0..K-1
     silo k draws int(m * h) indices from its own block; then for k = 0..K-1 it is
     filled up to m from all not yet assigned indices, at random. The n mod K left
     over keep their block label and join that silo. One legacy
@@ -315,9 +333,11 @@ def age_partition(attribute: np.ndarray, clients: int, h: float, seed: int = 100
     n = attribute.size
     if clients > n:
         raise ValueError(f"age: clients={clients} exceeds the {n} training samples")
+    if sort not in AGE_SORTS:
+        raise ValueError(f"age: sort must be one of {AGE_SORTS}, got {sort!r}")
     size = n // clients
     block = np.empty(n, dtype=np.int64)
-    block[np.argsort(attribute, kind="stable")] = np.minimum(np.arange(n) // size, clients - 1)
+    block[np.argsort(attribute, kind=sort)] = np.minimum(np.arange(n) // size, clients - 1)
     rs = np.random.RandomState(seed)
     taken = np.zeros(n, dtype=bool)
     silos = []
@@ -333,6 +353,8 @@ def age_partition(attribute: np.ndarray, clients: int, h: float, seed: int = 100
         silos[block[i]].append(np.array([i]))
     p = _horizontal([np.concatenate(s) for s in silos], None)
     p.meta["own_block"] = int(size * h)
+    if sort == "quicksort":
+        p.meta["sort_impl"] = _sort_impl()
     return p
 
 
@@ -384,6 +406,7 @@ SCHEMES: dict[str, Scheme] = {
     "age": Scheme(age_partition, "age_train", (
         Param("clients", "c", int, required=True),
         Param("h", "h", float, required=True),
+        Param("sort", "", str, "stable", choices=AGE_SORTS),
         Param("seed", "s", int, 100, always=True))),
 }
 

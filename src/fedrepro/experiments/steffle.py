@@ -29,8 +29,10 @@ COMPARISON_FIGURES = ("fig1", "fig3", "fig4", "fig5")
 TABLES = ("points", "headline", "claims", "privacy", "eta_w")
 
 
-def partition_tag(section: dict, num_silos: int, h: float) -> str:
-    return make_tag("age", clients=num_silos, h=float(h), seed=section["partition_seed"])
+def partition_tag(section: dict, num_silos: int, h: float, age_sort: str | None = None) -> str:
+    """Algorithm 3's silos; age_sort (default the section's, else stable) orders tied ages."""
+    sort = age_sort or section.get("age_sort", "stable")
+    return make_tag("age", clients=num_silos, h=float(h), seed=section["partition_seed"], sort=sort)
 
 
 def setting_tag(fairness: str, method: str, num_silos: int, h: float, variant: str = "") -> str:
@@ -152,6 +154,7 @@ def refcode_runs(config: dict) -> list[Run]:
             variant=REFCODE,
             overrides=grid["train"],
             lambdas=grid["lambdas"],
+            age_sort=grid.get("age_sort"),
         )
         for h in grid["h"]
     ]
@@ -166,7 +169,9 @@ def _eps_sorted(values) -> list:
     return sorted(values, key=float)  # float("inf") is inf
 
 
-def _run(section, config, dataset, method, fairness, n, h, eps_set, variant="", overrides=None, lambdas=None) -> Run:
+def _run(
+    section, config, dataset, method, fairness, n, h, eps_set, variant="", overrides=None, lambdas=None, age_sort=None
+) -> Run:
     spec = {
         "method": method,
         "fairness": fairness,
@@ -177,7 +182,7 @@ def _run(section, config, dataset, method, fairness, n, h, eps_set, variant="", 
         "train": _train_spec(section, method, overrides),
         "checkpoint_every": config.get("checkpoint_every", 1),
     }
-    partition = partition_tag(section, n, h) if has_trait(method, "federated") else None
+    partition = partition_tag(section, n, h, age_sort) if has_trait(method, "federated") else None
     return Run(dataset, method, setting_tag(fairness, method, n, h, variant), spec, partition)
 
 
@@ -249,6 +254,12 @@ def check(config: dict) -> list[str]:
     for method in section["methods"]:
         if not has_trait(method, "sgda") and method not in section["baselines"]:
             errors.append(f"config key '{PAPER}.baselines': missing the settings of {method!r}")
+        if not has_trait(method, "sgda") and section["train"].get("sampling") == "shuffle_keep_last":
+            errors.append(
+                f"config key '{PAPER}.train.sampling': 'shuffle_keep_last' (batch means over each batch's real "
+                f"size) is for the SGDA methods only, and {method!r} (in {PAPER}.methods) inherits it; allowed "
+                "for it: poisson, shuffle, replacement"
+            )
     return errors
 
 

@@ -399,6 +399,9 @@ SAMPLING_NOTES = {
     "subsampled Gaussian the accountant composes, if the batch membership stays secret",
     "shuffle": "shuffled fixed-size batches (remainder dropped); the accountant assumes Poisson "
     "subsampling at q = m/n_j, which does not cover shuffling",
+    "shuffle_keep_last": "shuffled batches keeping the short last one of each epoch (the authors' code), "
+    "means over the real batch size; the accountant composes each silo's real batch sizes b (sensitivity "
+    "over b, Poisson q = b/n_j), which does not cover shuffling",
     "replacement": "batches drawn with replacement; the accountant assumes Poisson subsampling at "
     "q = m/n_j and one copy per sample, which does not cover this sampling",
 }
@@ -433,8 +436,12 @@ def steffle_noise(
     noise: str = "theorem",
     loss_batch: str = "same",
     rho_w: float | None = None,
+    batch_sizes: list[list[tuple[int, int]]] | None = None,
 ) -> dict:
     """Per-silo sigma_theta, sigma_w (Theorem 3.3), precondition flags and the realised epsilon.
+
+    batch_sizes (default: every silo `rounds` batches of `batch`): per silo, (real batch size, rounds)
+    pairs of what the trainer ran (sampling shuffle_keep_last: the short last batch of every epoch).
 
     rho_w (default rho) is the smallest p the W-gradient divides by: the marginal p_S for demographic
     parity, min over (s, y) of P(S = s | Y = y) for equalized odds (eq. 6); it sets h_w's
@@ -489,6 +496,11 @@ def steffle_noise(
     checks = [check_preconditions(eps, delta, rounds, n_j, batch) for n_j in silo_sizes]
     lams = sorted({float(v) for v in lambdas}) if compat_refcode else [1.0]
     scale = 1.0
+
+    def silo_compositions(st, sw, n_j, lam):  # silos of equal size run equal batch sizes
+        pairs = batch_sizes[silo_sizes.index(n_j)] if batch_sizes else [(batch, rounds)]
+        return [steffle_composition(st, sw, clip, rho_w, b, n_j, r, compat_refcode, lam) for b, r in pairs]
+
     if noise == "calibrated":  # one factor for every silo: the largest any silo needs
 
         def needed(n_j):
@@ -496,9 +508,7 @@ def steffle_noise(
             return calibrate_multiplier(
                 eps,
                 delta,
-                lambda k: [
-                    steffle_composition(k * st0, k * sw0, clip, rho_w, batch, n_j, rounds, compat_refcode, lams[-1])
-                ],
+                lambda k: silo_compositions(k * st0, k * sw0, n_j, lams[-1]),
                 z0=1.0,
             )[0]
 
@@ -509,7 +519,7 @@ def steffle_noise(
         worst = {"pld": 0.0, "rdp": 0.0, "known": 0.0}
         for n_j in sorted(set(silo_sizes)):  # silos of equal size have equal noise and rate
             st, sw = sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)]
-            comp = [steffle_composition(st, sw, clip, rho_w, batch, n_j, rounds, compat_refcode, lam)]
+            comp = silo_compositions(st, sw, n_j, lam)
             got = {**realised_epsilon(comp, delta), "known": known_membership_epsilon(comp, delta)}
             worst = {k: max(worst[k], got[k]) for k in worst}
         by_lambda[lam] = worst

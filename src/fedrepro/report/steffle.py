@@ -846,11 +846,30 @@ def within_counts(table: pd.DataFrame, fairness: str) -> str:
     return ", ".join(parts)
 
 
+def run_conditions(summary_paths: list[str]) -> str:
+    """Which batching (train.sampling) and which Algorithm 3 age sort the runs of a table used."""
+    batching, sorts = set(), set()
+    for path in summary_paths:
+        summary = json.loads(Path(path).read_text())
+        batching.add(summary["spec"]["train"].get("sampling", "poisson"))
+        if "partition" not in summary:
+            sorts.add("not recorded (run predates the record)")
+        elif summary["partition"]:  # None: a central run, no silos
+            part = summary["partition"]
+            sorts.add(part["age_sort"] + (f" ({part['sort_impl']})" if part.get("sort_impl") else ""))
+    return (
+        f"Batches: {', '.join(sorted(batching))} (steffle.train.sampling; the privacy table's accountant_sampling "
+        f"says what each means for the accountant). Algorithm 3's age sort: {', '.join(sorted(sorts)) or 'none'} "
+        "(stable: tied ages in data order; quicksort: the authors' pandas sort, numpy's quicksort)"
+    )
+
+
 def refcode(job) -> None:
     """Report job of the refcode grid (target steffle_refcode)."""
     spec = job.spec
     points = load_points(job.input["metrics"])
-    table = refcode_table(points, [str(Path(p).parent / "summary.json") for p in job.input["metrics"]])
+    summaries = [str(Path(p).parent / "summary.json") for p in job.input["metrics"]]
+    table = refcode_table(points, summaries)
     fairness = points["fairness"].iloc[0]
     authors = authors_refcode()
     beside = ""
@@ -872,10 +891,10 @@ def refcode(job) -> None:
         f"per-silo group numbering), the authors' grid{epochs}: error and violation per cell, mean and std "
         "over seeds. NOT PRIVATE: realised_epsilon_pld is the accountant's epsilon for what ran "
         "(0 at lambda = 0, where nothing sensitive is released); eps_label is only the label "
-        "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor. Known differences from "
-        "the authors' code: each epoch drops the short remainder batch (theirs runs ceil(n~/m) batches, the last "
-        "short, with batch means over its real size), and at h > 0 Algorithm 3 sorts ages stably (their pandas "
-        "quicksort orders ties differently, so the silos differ)." + beside,
+        "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor. "
+        f"{run_conditions(summaries)}: the authors' code runs shuffle_keep_last (ceil(n~/m) batches per epoch, "
+        "the last short, means over its real size) and quicksort (with numpy 2.4 on an AVX2 CPU the same "
+        "silos as theirs; another numpy or CPU orders tied ages differently)." + beside,
         spec["scale"],
         spec["decimals"],
     )
@@ -922,8 +941,10 @@ def tables(job) -> None:
     spec = job.spec
     points = load_points(job.input["metrics"])
     scale, decimals = spec["scale"], spec["decimals"]
+    conditions = run_conditions([str(Path(p).parent / "summary.json") for p in job.input["metrics"]])
 
     def write(name, table, caption):
+        caption = f"{caption}. {conditions}"
         table_io.write_table(table, job.output[f"{name}_md"].removesuffix(".md"), caption, scale, decimals)
 
     write(

@@ -9,6 +9,7 @@ a seed's numbers do not depend on which other seeds or settings share the batch.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -88,7 +89,7 @@ class FairData:
         )
 
 
-SAMPLINGS = ("poisson", "shuffle", "replacement")
+SAMPLINGS = ("poisson", "shuffle", "shuffle_keep_last", "replacement")
 
 
 class BatchSchedule:
@@ -105,12 +106,18 @@ class BatchSchedule:
       exactly m; the remainder is dropped (re-shuffled into the next epoch), so no batch
       is short and under-noised. The accountant's Poisson assumption does not cover
       shuffling (the privacy table says so).
+    * "shuffle_keep_last": the authors' code (a DataLoader per silo with shuffle=True and no
+      drop_last, `federated_sampler.py`): ceil(n~/m) rounds per epoch with n~ = n // N
+      (`dp_fermi_federated.py`'s number_of_batches_per_epoch); each silo walks a fresh permutation
+      in batches of m, the last one short, and starts a new permutation if its batches run out
+      before the epoch does. Sums are divided by each batch's REAL size (`divisor`), as their
+      batch means are; `epoch_batch_sizes` gives the accountant every silo's real batch sizes.
     * "replacement": m uniform draws with replacement (Algorithm 2, line 5); a sample
       drawn twice counts twice, which the accountant does not model either.
 
-    One epoch is ceil(max_j n_j / m) rounds (Poisson, replacement) or
-    floor(min_j n_j / m) rounds (shuffle). `epoch` returns padded index and weight
-    tensors (padding slots have weight 0).
+    One epoch is ceil(max_j n_j / m) rounds (Poisson, replacement), floor(min_j n_j / m)
+    rounds (shuffle) or ceil((n // N) / m) rounds (shuffle_keep_last). `epoch` returns padded
+    index and weight tensors (padding slots have weight 0).
     """
 
     def __init__(self, silo_sizes: list[int], batch: int, sampling: str = "poisson"):
@@ -123,6 +130,9 @@ class BatchSchedule:
         if sampling == "shuffle":
             self.batch = min(batch, min(self.sizes))
             self.rounds_per_epoch = min(self.sizes) // self.batch
+        elif sampling == "shuffle_keep_last":
+            self.batch = min(batch, max(self.sizes))
+            self.rounds_per_epoch = math.ceil(sum(self.sizes) // len(self.sizes) / self.batch)
         else:
             self.batch = min(batch, max(self.sizes))
             self.rounds_per_epoch = math.ceil(max(self.sizes) / self.batch)
@@ -131,9 +141,39 @@ class BatchSchedule:
         """q_j = m / n_j: each sample's chance to be in one round's batch (exact for Poisson)."""
         return [min(1.0, self.batch / n_j) for n_j in self.sizes]
 
+    def _silo_batches(self, n_j: int, perms) -> list:
+        """shuffle_keep_last: silo j's R batches of one epoch, each a slice of a permutation of its
+        n_j samples (`perms` yields the permutations; a new one starts when one is used up)."""
+        out = []
+        while len(out) < self.rounds_per_epoch:
+            perm = next(perms)
+            out += [perm[i : i + self.batch] for i in range(0, n_j, self.batch)]
+        return out[: self.rounds_per_epoch]
+
+    def epoch_batch_sizes(self) -> list[list[int]]:
+        """Every silo's real batch sizes over one epoch, in round order (fixed for every sampling
+        but Poisson, where the size is random with mean m and the list holds m)."""
+        if self.sampling != "shuffle_keep_last":
+            return [[self.batch] * self.rounds_per_epoch for _ in self.sizes]
+        return [[len(b) for b in self._silo_batches(n_j, itertools.repeat(range(n_j)))] for n_j in self.sizes]
+
+    def divisor(self, weight: torch.Tensor) -> torch.Tensor | float:
+        """What a round's batch sums are divided by: the expected size m, or (shuffle_keep_last)
+        each silo's real batch size, (S, N) from the round's weights (S, N, width)."""
+        if self.sampling != "shuffle_keep_last":
+            return float(self.batch)
+        return weight.sum(-1)
+
     def epoch(self, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Local indices (N, R, width) and weights (N, R, width) for one epoch of one seed."""
         R, m, N = self.rounds_per_epoch, self.batch, len(self.sizes)
+        if self.sampling == "shuffle_keep_last":
+            idx, w = torch.zeros(N, R, m, dtype=torch.long), torch.zeros(N, R, m)
+            for j, n_j in enumerate(self.sizes):
+                perms = (torch.randperm(n_j, generator=gen) for _ in itertools.count())
+                for r, rows in enumerate(self._silo_batches(n_j, perms)):
+                    idx[j, r, : len(rows)], w[j, r, : len(rows)] = rows, 1.0
+            return idx, w
         if self.sampling != "poisson":
             idx = torch.zeros(N, R, m, dtype=torch.long)
             for j, n_j in enumerate(self.sizes):
@@ -268,10 +308,16 @@ class GridTrainer:
     """
 
     noise_shapes: dict[str, tuple[int, ...]] = {}
+    real_batch_means = False  # divides batch sums by `batch_mean` (needed for shuffle_keep_last)
 
     def __init__(self, data: FairData, cfg: ScheduleConfig, seeds: list[int], groups: int):
         self.data, self.cfg, self.seeds = data, cfg, list(seeds)
         self.schedule = BatchSchedule(data.silo_sizes, cfg.batch, cfg.sampling)
+        if cfg.sampling == "shuffle_keep_last" and not self.real_batch_means:
+            raise ValueError(
+                f"sampling 'shuffle_keep_last' needs batch means over each batch's real size, which only the "
+                f"SGDA trainers compute; {type(self).__name__} divides by m: use poisson, shuffle or replacement"
+            )
         self.m = float(self.schedule.batch)  # every batch sum is divided by the expected size m
         self.silo_index = padded_silo_index(data)
         self.rounds = cfg.epochs * self.schedule.rounds_per_epoch
@@ -284,6 +330,14 @@ class GridTrainer:
         self.t_hat = torch.tensor(t_hat)
         self.theta_hat = self.theta.clone()
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
+
+    def batch_mean(self, summed: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Batch sums (S, G, N, ...) over the schedule's divisor: m, or each silo's real batch size
+        (shuffle_keep_last) from the round's weights (S, N, width)."""
+        d = self.schedule.divisor(weight)
+        if isinstance(d, float):
+            return summed / d
+        return summed / d.clamp_min(1.0).view(d.shape[0], 1, d.shape[1], *([1] * (summed.dim() - 3)))
 
     def lr(self) -> float:
         return step_lr(self.cfg.eta_theta, self.epoch, self.cfg.lr_decay, self.cfg.decay_every)

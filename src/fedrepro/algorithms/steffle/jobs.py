@@ -30,17 +30,19 @@ import json
 import logging
 import math
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from fedrepro.atomic import atomic_write, atomic_write_text
 from fedrepro.data.arrays import load_prepared
 from fedrepro.data.partition import load_partition
 from fedrepro.eval import health
 from fedrepro.fl.loop import Checkpoint
-from fedrepro.pipeline import atomic_write, claim_scratch, fingerprint
+from fedrepro.pipeline import claim_scratch, fingerprint
 from fedrepro.privacy import steffle as accounting
 
 from . import METHODS, has_trait
@@ -69,6 +71,19 @@ def load_data(job) -> FairData:
     )
 
 
+def partition_record(job) -> dict | None:
+    """Which Algorithm 3 split a federated job trained on: its tag, age sort and (quicksort) numpy's
+    sort implementation, whose tie order decides the silos; None for the central methods."""
+    if not has_trait(job.spec["method"], "federated"):
+        return None
+    meta = load_partition(job.input["partition"]).meta
+    return {
+        "tag": meta.get("tag"),
+        "age_sort": meta.get("params", {}).get("sort", "stable"),
+        "sort_impl": meta.get("sort_impl"),
+    }
+
+
 def grid(spec: dict) -> tuple[list, list[float]]:
     """(eps, lambda) of every setting, eps-major; non-private / non-fair methods collapse their axis."""
     method = spec["method"]
@@ -78,8 +93,9 @@ def grid(spec: dict) -> tuple[list, list[float]]:
 
 
 def privacy_context(data: FairData, cfg) -> dict:
-    """What the accountant needs, from the same BatchSchedule the trainer uses (rounds, m, q);
-    rho (Theorem 3.3's, marginal) and rho_w (the smallest p that h_w divides by, per fairness notion)."""
+    """What the accountant needs, from the same BatchSchedule the trainer uses (rounds, m, q, and with
+    shuffle_keep_last every silo's real batch sizes as (size, rounds) pairs); rho (Theorem 3.3's,
+    marginal) and rho_w (the smallest p that h_w divides by, per fairness notion)."""
     n = len(data.y)
     sizes = data.silo_sizes
     schedule = BatchSchedule(sizes, cfg.batch, cfg.sampling)
@@ -94,7 +110,18 @@ def privacy_context(data: FairData, cfg) -> dict:
         "delta": accounting.delta_for_n(n),
         "sampling": cfg.sampling,
         "sampling_note": accounting.SAMPLING_NOTES[cfg.sampling],
+        "batch_sizes": real_batch_sizes(schedule, cfg.epochs),
     }
+
+
+def real_batch_sizes(schedule: BatchSchedule, epochs: int) -> list[list[tuple[int, int]]] | None:
+    """Per silo, (batch size, rounds) over the run when batches are not all of size m, else None."""
+    if schedule.sampling != "shuffle_keep_last":
+        return None
+    return [
+        sorted((size, count * epochs) for size, count in Counter(sizes).items())
+        for sizes in schedule.epoch_batch_sizes()
+    ]
 
 
 def method_module(method: str):
@@ -227,7 +254,7 @@ def run_job(job) -> None:
     metrics = pd.concat(frames, ignore_index=True)
     metrics = metrics.assign(_cell=[order[(e, lam)] for e, lam in zip(metrics["eps"], metrics["lam"])])
     metrics = metrics.sort_values(["_cell", "epoch", "kind", "seed"], kind="stable").drop(columns="_cell")
-    metrics.to_parquet(job.out("metrics"), index=False)
+    atomic_write(job.out("metrics"), lambda tmp: metrics.to_parquet(tmp, index=False))
     log.info("trained %d of %d (eps, lambda) cells; %d from the cell cache", len(todo), len(settings), len(cached))
     if rounds is None:
         cfg = method_module(job.spec["method"]).config(job.spec)
@@ -237,11 +264,12 @@ def run_job(job) -> None:
         "spec": job.spec,
         "rounds": rounds,
         "privacy": privacy,
+        "partition": partition_record(job),
         "seconds": time.time() - start,
         "models": len(job.seeds) * len(settings),
         "cells_trained": len(todo),
         "cells_cached": len(cached),
         "seeds": {str(s): {"final": {}, **_seed_health(metrics[metrics["seed"] == s]).as_dict()} for s in job.seeds},
     }
-    job.out("summary").write_text(json.dumps(_jsonable(summary), indent=1))
+    atomic_write_text(job.out("summary"), json.dumps(_jsonable(summary), indent=1))
     log.info("trained %d models in %.1f s", summary["models"], summary["seconds"])

@@ -34,7 +34,8 @@ Choices the paper leaves open (config keys in brackets):
   sigma_theta (Theorem 3.3).
 * [sampling="poisson"] Poisson batches with every sum divided by the expected size m
   (base.BatchSchedule), so no batch is under-noised; shuffled fixed-size batches and Algorithm 2's
-  replacement as options. The clear-text g of line 7 is computed on the same batch B_t, so the
+  replacement as options, and "shuffle_keep_last" (the authors' code: every sample once per epoch,
+  the last batch short, sums divided by the real batch size, `GridTrainer.batch_mean`). The clear-text g of line 7 is computed on the same batch B_t, so the
   server learns B_t and the Poisson amplification of the paper's accounting does not hold against
   it (privacy.steffle section 4: every record also carries the bound with the batches revealed).
 * [loss_batch="same"] Algorithm 1 as written. "independent" is our sound variant: g comes from a
@@ -136,6 +137,8 @@ class SteffleTrainer(GridTrainer):
     per-silo noise std of h_theta and h_w (0 = non-private).
     """
 
+    real_batch_means = True
+
     def __init__(
         self,
         data: FairData,
@@ -184,12 +187,12 @@ class SteffleTrainer(GridTrainer):
     def _loss_grad(self, t, resid, xb):
         """g of line 7: on the sensitive batch (paper) or on this round's independent batch."""
         if self.cfg.loss_batch == "same":
-            return torch.einsum("sgnm,snmd->sgnd", resid, xb) / self.m
+            return self.batch_mean(torch.einsum("sgnm,snmd->sgnd", resid, xb), self._weight)
         r = t - self.epoch * self.schedule.rounds_per_epoch
         local, weight = (b[:, :, r] for b in self.loss_batches)
         xl, yl, _, _ = self.batch(local)
         p1 = torch.sigmoid(torch.einsum("snmd,sgd->sgnm", xl, self.theta))
-        return torch.einsum("sgnm,snmd->sgnd", (p1 - yl[:, None]) * weight[:, None], xl) / self.m
+        return self.batch_mean(torch.einsum("sgnm,snmd->sgnd", (p1 - yl[:, None]) * weight[:, None], xl), weight)
 
     def _sensitive(self, logits, p1, xb, xnorm, cell, weight, V, messages=None):
         """Line 8 without the theta-noise: clipped per-sample coefficients c (grad psi_i = c_i x_i;
@@ -197,7 +200,7 @@ class SteffleTrainer(GridTrainer):
         cfg, (Z, k, l) = self.cfg, self.W.shape[2:]
         S_, N, m = cell.shape
         C1 = fermi.onehot(cell, Z * k) * weight[..., None]  # (S, N, m, Zk); pads -> 0
-        weight = weight[:, None]  # (S, 1, N, m) over settings
+        silo_weight, weight = weight, weight[:, None]  # (S, 1, N, m) over settings
         scale = self.lam.view(1, -1, 1, 1) if cfg.compat_refcode else torch.ones(1, 1, 1, 1)
         table = fermi.coef_table(self.W, self.inv_sqrt_p)  # (S, G, Z, k, l)
         if messages is None:  # factorised: grad psi_i = sigma(1-sigma)(a_i1 - a_i0) x_i
@@ -212,7 +215,7 @@ class SteffleTrainer(GridTrainer):
             c = grads * weight[..., None]  # (S, G, N, m, D)
         F1 = torch.einsum("sgnm,snmc->sgnc", p1, C1)  # cell sums of F_1
         Fcell = torch.stack([C1.sum(2)[:, None] - F1, F1], dim=-1).view(S_, -1, N, Z, k, l)
-        h_w = fermi.grad_w_from_cells(self.W[:, :, None], Fcell, self.inv_sqrt_p) / self.m
+        h_w = self.batch_mean(fermi.grad_w_from_cells(self.W[:, :, None], Fcell, self.inv_sqrt_p), silo_weight)
         if cfg.compat_refcode:
             h_w = h_w * self.lam[None, :, None, None, None, None]
         h_w = (h_w + self.sigma_w[None, :, :, None, None, None] * V[:, None]) * self.mask
@@ -234,6 +237,7 @@ class SteffleTrainer(GridTrainer):
         self.wire.round = t
         for j in range(N):
             self.wire.send("server", f"silo{j}", "model", {"theta": self.theta, "W": self.W})
+        self._weight = weight
         xb, yb, xnorm, cell = self.batch(local, self.cells_of)
         logits = torch.einsum("snmd,sgd->sgnm", xb, self.theta)  # line 7 (non-sensitive)
         p1 = torch.sigmoid(logits)
@@ -259,7 +263,7 @@ class SteffleTrainer(GridTrainer):
         else:  # one contraction against x for the loss residuals and the sensitive coefficients
             c, h_w = self._sensitive(logits, p1, xb, xnorm, cell, weight, noise["V"])
             both = torch.einsum("sgnm,snmd->sgnd", torch.cat([resid, c], dim=1), xb)
-            g = both[:, :G] / self.m if self.cfg.loss_batch == "same" else self._loss_grad(t, resid, xb)
+            g = self.batch_mean(both[:, :G], weight) if self.cfg.loss_batch == "same" else self._loss_grad(t, resid, xb)
             h_theta = self._finish_h_theta(both[:, G:], noise["u"])
         received = [
             (
@@ -272,9 +276,9 @@ class SteffleTrainer(GridTrainer):
         self._server_update(t, received)
 
     def _finish_h_theta(self, summed, u):
-        """Batch mean over the expected size m (paper) or sum (compat_refcode) of the clipped
-        grad psi_i, plus N(0, sigma_theta^2)."""
-        h = summed if self.cfg.compat_refcode else summed / self.m
+        """Batch mean (paper; `batch_mean`) or sum (compat_refcode) of the clipped grad psi_i,
+        plus N(0, sigma_theta^2)."""
+        h = summed if self.cfg.compat_refcode else self.batch_mean(summed, self._weight)
         return h + self.sigma_theta[None, :, :, None] * u[:, None]
 
     def _server_update(self, t, received):
@@ -343,6 +347,7 @@ def build(spec, data, seeds, settings, epsilons):
             cfg.noise,
             cfg.loss_batch,
             ctx["rho_w"],
+            ctx["batch_sizes"],
         )
         for e in epsilons
     }
