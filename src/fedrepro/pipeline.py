@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrepro.atomic import atomic_write, atomic_write_text  # noqa: F401 (re-exported: jobs write through the pipeline)
-from fedrepro.fl.options import DETERMINISTIC_ENV
+from fedrepro.fl.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV
 from fedrepro.registry import resolve
 
 CHECKPOINT_DIR = ".checkpoint"
@@ -267,10 +267,13 @@ def run_job(job: Job, entry: str) -> None:
 
 def hand_over_process_settings(config: dict) -> None:
     """Top-level keys that change no job's numbers reach the job's process as environment variables,
-    not through its params.spec, so changing them re-runs nothing: `checkpoint_minutes` (wall-time
-    checkpoints, fedrepro.fl.loop) and `deterministic` (deterministic GPU kernels, fedrepro.fl.device)."""
+    not through its params.spec, so changing them re-runs nothing: `checkpoint_every` and
+    `checkpoint_minutes` (checkpoint policy, fedrepro.fl.loop.Checkpoint) and `deterministic`
+    (deterministic GPU kernels, fedrepro.fl.device)."""
+    if config.get("checkpoint_every") is not None:
+        os.environ[EVERY_ENV] = str(config["checkpoint_every"])
     if config.get("checkpoint_minutes") is not None:
-        os.environ["FEDREPRO_CHECKPOINT_MINUTES"] = str(config["checkpoint_minutes"])
+        os.environ[MINUTES_ENV] = str(config["checkpoint_minutes"])
     if config.get("deterministic"):
         os.environ[DETERMINISTIC_ENV] = "1"
 

@@ -120,22 +120,22 @@ def test_adding_one_eps_runs_only_the_new_variant(prepared, tmp_path, monkeypatc
 def test_checkpoint_every_counts_loop_rounds(prepared, tmp_path, monkeypatch):
     """`checkpoint_every` counts rounds of the shared loop (here an evaluation period: half an epoch),
     as for every paper; it is not scaled by evals_per_epoch."""
-    import fedrepro.algorithms.dpzv.jobs as jobs
+    from fedrepro.fl.loop import Checkpoint
+    from fedrepro.fl.options import EVERY_ENV
 
     seen = []
-    real = jobs.run_seeds
-    monkeypatch.setattr(
-        jobs, "run_seeds", lambda sub, *a, **k: seen.append(k["checkpoint_every"]) or real(sub, *a, **k)
-    )
+    real = Checkpoint.save
+    monkeypatch.setattr(Checkpoint, "save", lambda self, *a: seen.append(self.every) or real(self, *a))
+    monkeypatch.setenv(EVERY_ENV, "3")  # the config's checkpoint_every, handed to the job's process
     out = tmp_path / "dpzv/runs/tiny/vafl/x/s0"
     job = make_job(
-        {**spec("vafl", [{"eps": "inf"}]), "checkpoint_every": 3},
+        spec("vafl", [{"eps": "inf"}]),
         {"metrics": str(out / "metrics.parquet"), "summary": str(out / "summary.json")},
         input=prepared,
         seeds=[0],
     )
     resolve(ENTRIES["vafl"])(job)
-    assert job.spec["evals_per_epoch"] == 2 and seen == [3]
+    assert job.spec["evals_per_epoch"] == 2 and set(seen) == {3}
 
 
 def test_each_table_entry_runs_the_algorithm_of_its_method():

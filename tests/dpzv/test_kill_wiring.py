@@ -86,21 +86,25 @@ def test_zoo_vfl_records_its_clip_and_steps_an_sgd_server_with_the_shared_moment
 
 
 def test_job_hands_checkpoint_every_to_the_loop_and_uses_its_threads(prepared, tmp_path, monkeypatch):  # noqa: F811
-    import fedrepro.algorithms.dpzv.jobs as jobs
+    """The job's `checkpoint_every` (from the config, never the spec: fedrepro.fl.options.EVERY_ENV) reaches
+    the loop's Checkpoint."""
+    from fedrepro.fl.loop import Checkpoint
+    from fedrepro.fl.options import EVERY_ENV
 
     asked = []
-    real = jobs.run_seeds
-    monkeypatch.setattr(jobs, "run_seeds", lambda *a, **k: asked.append(k["checkpoint_every"]) or real(*a, **k))
+    real = Checkpoint.save
+    monkeypatch.setattr(Checkpoint, "save", lambda self, *a: asked.append(self.every) or real(self, *a))
+    monkeypatch.setenv(EVERY_ENV, "3")
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        job = job_for(prepared, tmp_path, checkpoint_every=3, epochs=1, evals_per_epoch=1)
+        job = job_for(prepared, tmp_path, epochs=1, evals_per_epoch=1)
         job.threads = 1
         run_vfl_job(job, DPZV)
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
-    assert asked == [3]
+    assert set(asked) == {3}
 
 
 def test_a_half_rewritten_cell_does_not_count_as_finished(tmp_path, monkeypatch):

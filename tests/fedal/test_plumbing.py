@@ -211,10 +211,10 @@ def test_load_setting_splits_by_the_partition_on_the_requested_device(tiny_job):
 @pytest.mark.parametrize(
     "spec, rounds, eval_every, checkpoint_every",
     [
-        ({"iterations": 12, "tau": 3, "evals": 1}, 4, 4, 1),
-        ({"iterations": 12, "tau": 3, "evals": 2, "checkpoint_every": 3}, 4, 2, 3),
-        ({"iterations": 40, "tau": 2}, 20, 2, 1),  # evals default 10
-        ({"iterations": 5, "tau": 2, "iteration_unit": "round", "device": "cpu"}, 5, 1, 1),
+        ({"iterations": 12, "tau": 3, "evals": 1}, 4, 4, None),  # checkpoint_every: the loop's (config) value
+        ({"iterations": 12, "tau": 3, "evals": 2}, 4, 2, None),
+        ({"iterations": 40, "tau": 2}, 20, 2, None),  # evals default 10
+        ({"iterations": 5, "tau": 2, "iteration_unit": "round", "device": "cpu"}, 5, 1, None),
     ],
 )
 def test_run_turns_the_budget_into_rounds_and_evaluation_points(
@@ -225,7 +225,7 @@ def test_run_turns_the_budget_into_rounds_and_evaluation_points(
 
     calls = {}
 
-    def fake_run_seeds(job, build, num_rounds, eval_every, checkpoint_every):
+    def fake_run_seeds(job, build, num_rounds, eval_every, checkpoint_every=None):
         calls.update(algo=build(0), rounds=num_rounds, eval_every=eval_every, checkpoint=checkpoint_every)
 
     monkeypatch.setattr(runner, "run_seeds", fake_run_seeds)

@@ -58,7 +58,7 @@ def run_job(job):
     data = to_tensors(load_prepared(Path(job.input["data"]).parent), device)
     clients = load_partition(job.input["partition"]).clients
     run_seeds(job, lambda seed: ServerStepFedAvg(job.spec, data, clients, seed, device), job.spec["rounds"],
-              eval_every=job.spec.get("eval_every", 1), checkpoint_every=job.spec.get("checkpoint_every", 1))
+              eval_every=job.spec.get("eval_every", 1))
 '''
 TOY = "server_step"
 

@@ -14,8 +14,9 @@ from fedrepro.data.partition import Partition, save_partition
 from fedrepro.data.tensors import TensorData
 from fedrepro.eval.health import chance_margin
 from fedrepro.fl import seeding
+from fedrepro.fl.options import EVERY_ENV
 from fedrepro.fl.transport import Message, Wire
-from fedrepro.pipeline import make_job
+from fedrepro.pipeline import hand_over_process_settings, make_job
 from tests.foundation.conftest import FEDAVG_SPEC, saved_rounds
 
 CPU = torch.device("cpu")
@@ -174,7 +175,7 @@ def test_run_job_trains_on_the_prepared_data_and_partition(tmp_path, job_inputs,
 
 
 def test_run_job_passes_eval_every_and_the_device_on(tmp_path, job_inputs):
-    metrics, _ = run_job(tmp_path, job_inputs, eval_every=2, checkpoint_every=2)
+    metrics, _ = run_job(tmp_path, job_inputs, eval_every=2)
     assert metrics["test_acc"].isna().tolist() == [True, False, False]
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError):
@@ -182,7 +183,11 @@ def test_run_job_passes_eval_every_and_the_device_on(tmp_path, job_inputs):
 
 
 @pytest.mark.parametrize("every,saved", [(None, [1, 2, 3]), (2, [2, 3])])
-def test_run_job_passes_checkpoint_every_on(tmp_path, job_inputs, monkeypatch, every, saved):
+def test_run_job_checkpoints_every_checkpoint_every_rounds(tmp_path, job_inputs, monkeypatch, every, saved):
+    """The job's process gets `checkpoint_every` from the config (never from its spec)."""
     rounds = saved_rounds(monkeypatch)
-    run_job(tmp_path, job_inputs, checkpoint_every=every)
+    monkeypatch.delenv(EVERY_ENV, raising=False)
+    if every is not None:
+        hand_over_process_settings({"checkpoint_every": every})
+    run_job(tmp_path, job_inputs)
     assert rounds == saved

@@ -141,11 +141,13 @@ def test_registry_rejects_an_unknown_method():
         jobs.build({"method": "bogus"}, None, [0])
 
 
-def test_checkpoint_every_is_the_top_level_key():
-    """One meaning for every paper: rounds of fedrepro.fl.loop, for SteFFLe epochs."""
+def test_checkpoint_every_is_in_no_spec():
+    """The top-level key reaches the job's process, not its spec: changing it re-runs nothing."""
     cfg = _config()
+    before = [r.spec for r in plan.runs(cfg)]
     cfg["checkpoint_every"] = 7
-    assert {r.spec["checkpoint_every"] for r in plan.runs(cfg)} == {7}
+    assert [r.spec for r in plan.runs(cfg)] == before
+    assert not [spec for spec in before if "checkpoint_every" in spec]
     assert "checkpoint_every" not in cfg["steffle"]
 
 
@@ -192,13 +194,16 @@ def test_adding_a_lambda_trains_only_the_new_cells(tmp_path, caplog):
 
 
 def test_a_job_checkpoints_every_checkpoint_every_epochs(tmp_path, monkeypatch):
-    """run_job hands the spec's checkpoint_every (epochs) to fl.loop's Checkpoint; the last epoch is always saved."""
+    """The job's checkpoint_every (epochs; from the config: fedrepro.fl.options.EVERY_ENV) reaches fl.loop's
+    Checkpoint; the last epoch is always saved."""
     from fedrepro.algorithms.steffle import jobs
     from fedrepro.fl.loop import Checkpoint
+    from fedrepro.fl.options import EVERY_ENV
     from fedrepro.pipeline import make_job
 
     saved = []
     monkeypatch.setattr(Checkpoint, "save", lambda self, algorithm, done, rows: saved.append(done))
+    monkeypatch.setenv(EVERY_ENV, "2")
     data, part = prepared_synthetic(tmp_path)
     spec = {
         "method": "fedavg",
@@ -208,7 +213,6 @@ def test_a_job_checkpoints_every_checkpoint_every_epochs(tmp_path, monkeypatch):
         "epsilons": ["inf"],
         "lambdas": [0.0],
         "train": {"batch": 64, "epochs": 5, "eval_every": 5},
-        "checkpoint_every": 2,
     }
     out = tmp_path / "steffle" / "runs" / "synthetic_tabular" / "fedavg" / "N3_h0.75" / "s0_1"
     job = make_job(

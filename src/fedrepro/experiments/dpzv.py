@@ -56,7 +56,6 @@ def method_spec(config: dict, dataset: str, method: str) -> dict:
         "lr_client": lr["client"],
         "delta": section["delta"],
         "device": config.get("device", "auto"),
-        "checkpoint_every": config.get("checkpoint_every", 1),
     }
     spec.update({k: shared[k] for k in COMMON_KEYS if k in shared})
     spec.update({k: shared[k] for k in method_table(PAPER)[method].config_keys if k in shared})
@@ -197,7 +196,7 @@ def memory_spec(config: dict, dataset: str) -> dict:
             )
         spec["batch_size"] = local.get("batch_size", spec["batch_size"])
         spec["epochs"] = 1
-        for key in ("dataset", "method", "device", "checkpoint_every"):
+        for key in ("dataset", "method", "device"):
             spec.pop(key)
         momenta = fig6.get("zo_momentum", [spec.get("zo_momentum", 0.9)]) if "zo_momentum" in spec else [None]
         name = method_table(PAPER)[method].label

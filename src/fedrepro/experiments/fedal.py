@@ -98,7 +98,6 @@ def run_spec(config: dict, exp: dict, method: str, point: dict) -> dict:
         "pool": section["pools"][exp["pool"]],
         "iterations": point["iterations"],
         "device": config.get("device", "auto"),
-        "checkpoint_every": config.get("checkpoint_every", 1),
     }
     if _has(method, "adversarial") and method_keys.get("use_al", True):
         spec["discriminator"] = dict(section["discriminator"])

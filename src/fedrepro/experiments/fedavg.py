@@ -34,7 +34,6 @@ def runs(config: dict) -> list[Run]:
                 **settings,
                 "device": config.get("device", "auto"),
                 **training_options(config),
-                "checkpoint_every": config.get("checkpoint_every", 1),
             }
             out.append(Run(section["dataset"], method, f"a{number_tag(alpha)}", spec, partition_tag(section, alpha)))
     return out

@@ -72,7 +72,6 @@ def _base_spec(config: dict, section: dict, dataset: str, method: str) -> dict:
         "knn": section["knn"],
         "device": config.get("device", "auto"),
         **training_options(config),
-        "checkpoint_every": config.get("checkpoint_every", 1),
     }
     if "normalize" in ds:
         spec["normalize_mean"], spec["normalize_std"] = ds["normalize"]["mean"], ds["normalize"]["std"]

@@ -180,7 +180,6 @@ def _run(
         "epsilons": _eps_sorted(eps_set) if has_trait(method, "private") else ["inf"],
         "lambdas": [float(v) for v in (lambdas or section["lambdas"])] if has_trait(method, "fair") else [0.0],
         "train": _train_spec(section, method, overrides),
-        "checkpoint_every": config.get("checkpoint_every", 1),
     }
     partition = partition_tag(section, n, h, age_sort) if has_trait(method, "federated") else None
     return Run(dataset, method, setting_tag(fairness, method, n, h, variant), spec, partition)

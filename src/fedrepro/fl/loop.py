@@ -3,7 +3,8 @@
 A round is one call of `algorithm.round(t)` and one row of the job's metrics: a communication
 round for FedSC, FedAL and FedAvg, an evaluation period for DPZV (a fraction of an epoch), an
 epoch for SteFFLe. The top-level config key `checkpoint_every` counts these rounds, for every
-paper.
+paper; it reaches the job's process as an environment variable (`fedrepro.fl.options.EVERY_ENV`),
+never in a job's spec, and `Checkpoint` reads it here and nowhere else.
 
 Checkpoint policy (docs/architecture.md, "Checkpoints"): a checkpoint is due after every
 `every`-th round (`checkpoint_every`), but when `minutes` is set (`checkpoint_minutes`,
@@ -37,15 +38,29 @@ from tqdm.auto import tqdm
 
 from fedrepro.atomic import atomic_write, remove_stray_temporaries
 from fedrepro.fl import seeding
+from fedrepro.fl.options import EVERY_ENV, MINUTES_ENV
 
 log = logging.getLogger(__name__)
 
-# Wall-time policy of a job: the top-level config key `checkpoint_minutes` (null at quick scale,
-# 10 at paper scale), handed to the job's process by `fedrepro.pipeline.run_snakemake_job` in this
-# environment variable. It is deliberately not part of any job's params.spec: how often a run is
-# checkpointed does not change its numbers, so changing it must neither re-run jobs nor empty
-# their scratch folders (`fedrepro.pipeline.claim_scratch`).
-MINUTES_ENV = "FEDREPRO_CHECKPOINT_MINUTES"
+# Checkpoint policy of a job: the top-level config keys `checkpoint_every` and `checkpoint_minutes` (null
+# at quick scale, 10 at paper scale), handed to the job's process by
+# `fedrepro.pipeline.hand_over_process_settings` in the environment variables EVERY_ENV and MINUTES_ENV.
+# They are deliberately not part of any job's params.spec: how often a run is checkpointed does not
+# change its numbers, so changing them must neither re-run jobs nor empty their scratch folders
+# (`fedrepro.pipeline.claim_scratch`) nor the seed store.
+
+
+def parse_every(value) -> int:
+    """`checkpoint_every` as a whole number of rounds >= 1 (1 when unset)."""
+    if value is None or value == "":
+        return 1
+    try:
+        every = int(str(value))
+    except ValueError:
+        every = 0
+    if isinstance(value, bool) or every < 1:
+        raise ValueError(f"checkpoint_every must be a whole number of rounds >= 1, got {value!r}")
+    return every
 
 
 def parse_minutes(value) -> float | None:
@@ -77,17 +92,22 @@ def _default_minutes() -> float | None:
     return parse_minutes(os.environ.get(MINUTES_ENV))
 
 
+def _default_every() -> int:
+    return parse_every(os.environ.get(EVERY_ENV))
+
+
 @dataclass
 class Checkpoint:
     """A file holding the algorithm, every RNG state and the metric rows so far.
 
-    `every`: rounds between checkpoints; `minutes`: at most one checkpoint per that much wall
-    time (default: the job's `checkpoint_minutes`, see MINUTES_ENV; None or 0: by rounds only).
+    `every`: rounds between checkpoints (default: the job's `checkpoint_every`, see EVERY_ENV);
+    `minutes`: at most one checkpoint per that much wall time (default: the job's
+    `checkpoint_minutes`, see MINUTES_ENV; None or 0: by rounds only).
     `clock` is injectable for tests. `bytes_written` / `saves` count what this object wrote.
     """
 
     path: Path
-    every: int = 1
+    every: int = field(default_factory=_default_every)
     minutes: float | None = field(default_factory=_default_minutes)
     clock: Callable[[], float] = time.monotonic
     bytes_written: int = 0

@@ -38,9 +38,10 @@ def run_seeds(
     build: Callable[[int], FederatedAlgorithm],
     num_rounds: int,
     eval_every: int = 1,
-    checkpoint_every: int = 1,
+    checkpoint_every: int | None = None,
 ) -> pd.DataFrame:
-    """Run `build(seed)` for `num_rounds` per seed; write metrics (Parquet) and summary (JSON)."""
+    """Run `build(seed)` for `num_rounds` per seed; write metrics (Parquet) and summary (JSON).
+    `checkpoint_every`: None (the pipeline) takes the job's `checkpoint_every` (fedrepro.fl.loop.Checkpoint)."""
     claim_scratch(job)
     frames, summaries = [], {}
     for seed in job.seeds:
@@ -109,7 +110,9 @@ def _run_one_seed(job, build, seed, num_rounds, eval_every, checkpoint_every):
         return finished
     seeding.seed_everything(seed)
     algorithm = build(seed)
-    checkpoint = Checkpoint(checkpoint_file, every=checkpoint_every)
+    checkpoint = (
+        Checkpoint(checkpoint_file) if checkpoint_every is None else Checkpoint(checkpoint_file, checkpoint_every)
+    )
     metrics = run_rounds(algorithm, num_rounds, checkpoint, eval_every, desc=f"seed {seed}")
     metrics.insert(0, "seed", seed)
     summary = {"final": _last_values(metrics)}

@@ -151,5 +151,4 @@ def run_job(job) -> None:
         lambda seed: FedAvg(job.spec, data, clients, seed, device),
         job.spec["rounds"],
         eval_every=job.spec.get("eval_every", 1),
-        checkpoint_every=job.spec.get("checkpoint_every", 1),
     )

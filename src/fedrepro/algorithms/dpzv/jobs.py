@@ -180,7 +180,6 @@ def run_vfl_job(job: Job, algorithm_class) -> None:
             build,
             settings.epochs * settings.evals_per_epoch,
             eval_every=1,
-            checkpoint_every=int(job.spec.get("checkpoint_every", 1)),
         ).assign(variant=tag, eps=eps, clip=clip)
         seeds = json.loads(Path(sub.output["summary"]).read_text())["seeds"]
         save_cell(folder, stamp, metrics, seeds)

@@ -3,8 +3,8 @@
 A job's spec (made by `fedrepro.experiments.fedal`) holds: `method`, `pool` (list
 of {name, options}), `iterations`, `tau`, `lr`, `batch_size`, `kd_temperature`,
 `evals`, the method's own keys, `discriminator` (adversarial methods only),
-`diagnostics` (optional), `device`, `checkpoint_every` (rounds of
-`fedrepro.fl.loop`, each tau iterations). Inputs: `data`
+`diagnostics` (optional), `device`. A round of `fedrepro.fl.loop` (what the job's
+`checkpoint_every` counts) is tau iterations. Inputs: `data`
 (arrays.npz of the prepared set) and `partition` (the partition file).
 """
 
@@ -90,5 +90,4 @@ def run(job, build: Builder) -> None:
         lambda seed: build(data, list(spec["pool"]), cfg, seed, spec),
         rounds,
         eval_every=eval_every,
-        checkpoint_every=int(spec.get("checkpoint_every", 1)),
     )

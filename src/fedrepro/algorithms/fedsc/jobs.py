@@ -64,7 +64,6 @@ def pretrain(job, cls, centralized: bool = False) -> None:
         lambda seed: cls(job.spec, data, seed, device),
         int(job.spec["rounds"]),
         eval_every=int(job.spec.get("knn", {}).get("every", 1)),
-        checkpoint_every=int(job.spec.get("checkpoint_every", 1)),
     )
     save_backbones(job)
 

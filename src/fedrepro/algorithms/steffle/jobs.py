@@ -3,8 +3,8 @@ panel family, with every seed, epsilon and lambda of it trained as one program.
 
 Spec keys (built by `fedrepro.experiments.steffle`):
   method, fairness ("dp" | "eo"), num_silos, h, epsilons (numbers or "inf"),
-  lambdas, train (the method's hyper-parameters), checkpoint_every (epochs: one epoch is
-  one round of `fedrepro.fl.loop`).
+  lambdas, train (the method's hyper-parameters). One epoch is one round of `fedrepro.fl.loop`
+  (what the job's `checkpoint_every` counts).
 Inputs: data (arrays.npz), partition (Algorithm 3 silos; federated methods only).
 Outputs: metrics (Parquet: seed, eps, lam, epoch, kind = eval | final, error,
 dp_violation, eo_violation) and summary (JSON: spec, rounds, per-eps privacy
@@ -240,7 +240,7 @@ def run_job(job) -> None:
     cached = _load_cells(job, settings)
     todo = [st for st in settings if st not in cached]
     trainer, privacy, _ = build(job.spec, data, job.seeds, only=todo)
-    checkpoint = Checkpoint(Path(job.scratch) / "state.pt", every=int(job.spec.get("checkpoint_every", 1)))
+    checkpoint = Checkpoint(Path(job.scratch) / "state.pt")
     claim_scratch(job)
     frames, rounds = [], None
     if trainer is not None:
