@@ -306,14 +306,14 @@ THREAT_MODELS = {
         "sensitive attribute s_i (replace-one; x, y public), central DP (one silo holds all rows)",
         "whoever receives the curator's per-round releases",
         "per round g (clear text), h_theta and h_w of one batch: the batch is revealed",
-        "attribute, central",
+        "attribute, central DP vs who sees the releases",
     ),
     "tran2021": ThreatModel(
         "sensitive attribute s_i (replace-one; x, y public), central DP",
         "whoever sees the model iterates and the dual releases",
         "per round the primal step g + clipped Lagrangian gradient + noise (g unclipped, same batch); "
         "per epoch the noisy group sums",
-        "attribute, central",
+        "attribute, central DP vs who sees the releases",
     ),
     "ling2024": ThreatModel(
         "a whole record (x_i, y_i) of one client (add/remove), record-level DP per client",
