@@ -12,7 +12,6 @@ import importlib
 import math
 import re
 import sys
-import warnings
 from pathlib import Path
 
 import jsonschema
@@ -26,10 +25,6 @@ PAPER_SECTIONS = tuple(PAPERS)  # the paper keys: config sections, `papers:` val
 
 class ConfigError(ValueError):
     """A config that must not start a run; the message names every offending key."""
-
-
-class ConfigWarning(UserWarning):
-    """A config that may start, but probably not as meant (a run of days); the message names the key."""
 
 
 def load_schema(schema_dir: str | Path, papers: list[str]) -> dict:
@@ -253,8 +248,8 @@ def check_config(config: dict, schema_dir: str | Path, fit_cache: str | Path | N
         errors = fit_errors(config, papers, fit_cache)
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
-    for warning in duration_warnings(config):
-        warnings.warn(warning, ConfigWarning, stacklevel=2)
+    for warning in duration_warnings(config):  # printed: Snakemake shows no Python warning raised in a Snakefile
+        print(f"config warning: {warning}", file=sys.stderr)
 
 
 def train_size(config: dict, dataset: str) -> int:
