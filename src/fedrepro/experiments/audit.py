@@ -58,6 +58,7 @@ class Audited:
     note: str
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+    unit: str = ""  # the privacy unit the canary is (the mechanism's threat model)
 
 
 def _rms(values) -> float:
@@ -207,6 +208,7 @@ def fedsc_scores(cfg: dict, runs: int, seed: int) -> Audited:
     p = base["out"].per_round / base["out"].num_clients
     return Audited(
         mechanism="FedSC DP-CalR (FedSC class, Algorithms 1-2)",
+        unit=fedsc_privacy.THREAT_NOTE.removeprefix("ε: ").split(", against")[0],
         variant=f"participation {p:g} (sigma x p), {shares} shares of the canary's client",
         adversary="the server: every matrix the canary's client uploads, the schedule and the weights (frozen)",
         out=scores["out"],
@@ -479,6 +481,7 @@ def dpzv_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
         rows.append(
             Audited(
                 mechanism="DPZV label channel (DPZV class, Algorithm 1)",
+                unit=dpzv_privacy.threat_model("dpzv", "dp_head" if variant == "dp_head" else "none").protects,
                 variant=variant,
                 adversary=adversary,
                 out=out,
@@ -509,16 +512,24 @@ def dpzv_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
 def steffle_world(cfg: dict, seed: int):
     """Two `FairData` that differ in the sensitive attribute of row 0 (silo 0): SteFFLe's privacy unit.
 
-    Row 0 is an outlier (features times `canary_scale`), so its clipped theta-gradient sits on the clip."""
-    from fedrepro.algorithms.steffle.base import FairData
+    Row 0 is an outlier (features times `canary_scale`, signed so that theta_0 predicts it positive, label 1), so
+    its clipped gradients sit on their clips and its predictions saturate. The training groups are exactly balanced (P(S = s) = 1/2 without the canary): the
+    sensitivities 2 sqrt(2/rho)/m of h_w and sqrt(2) of Tran's group sums assume both groups at the smallest
+    frequency rho, which only balanced groups attain (with P_S = 0.35 / 0.65 a flip reaches 0.82 of h_w's)."""
+    from fedrepro.algorithms.steffle.base import FairData, init_theta
 
     rng = np.random.default_rng(seed)
     n, d = int(cfg["num_train"]), 4
-    s = (rng.random(n + 64) < 0.35).astype(np.int64)
+    s = np.concatenate([rng.permutation(np.arange(n) % 2), rng.integers(0, 2, 64)]).astype(np.int64)
     x = rng.normal(size=(n + 64, d)).astype(np.float32)
     x[:, 0] += 1.5 * s
     y = (rng.random(n + 64) < 1 / (1 + np.exp(-(1.2 * x[:, 0] + x[:, 1] - 0.5)))).astype(np.int64)
     x[0] *= float(cfg["canary_scale"])
+    # the canary is predicted positive by theta_0 (so by every model near it), with label 1: its probability,
+    # which the group sums carry, sits near 1
+    theta0 = init_theta([seed], d + 1, 1)[0, 0].double().numpy()
+    x[0] *= np.sign(theta0[:d] @ x[0] + theta0[d]) or 1.0
+    y[0] = 1
     silos = np.array_split(np.arange(n), int(cfg["silos"]))
     worlds = {}
     for name, flip in (("out", 0), ("in", 1)):
@@ -672,6 +683,7 @@ def steffle_scores(cfg: dict, runs: int, seed: int) -> Audited:
     mu_att = math.sqrt(float(np.mean(np.concatenate(list(mu2.values())))))
     return Audited(
         mechanism="SteFFLe silo releases (SteffleTrainer, Algorithm 1)",
+        unit=steffle_privacy.THREAT_MODELS["steffle"].unit,
         variant=f"lambda {cfg['lam']:g}, {len(worlds['out'].silos)} silos, canary in {k} of {real['out'].rounds} rounds",
         adversary="the server: h_theta, h_w of the canary's silo, theta and W, and the batch (g reveals it)",
         out=scores["out"],
@@ -686,8 +698,8 @@ def steffle_scores(cfg: dict, runs: int, seed: int) -> Audited:
         note=(
             f"sigma_theta {sig_t:.3g}, sigma_w {sig_w:.3g} (Theorem 3.3 at eps = {cfg['eps']:g}); joint multiplier "
             f"{joint:.3g} per round with the canary (2C/m and 2 sqrt(2/rho)/m, rho = {rho_w:.3g}); canary GDP mu "
-            f"{mu_att:.3g} of {math.sqrt(k) / joint:.3g}; privacy unit: the sensitive attribute of one row; P_S public "
-            "(both worlds normalise h_w by the P_S without the canary, as the paper's sensitivity assumes)"
+            f"{mu_att:.3g} of {math.sqrt(k) / joint:.3g}; P_S public (both worlds normalise h_w by the P_S without "
+            "the canary, as the paper's sensitivity assumes)"
         ),
         seconds=time.time() - start,
         extra={"canary_rounds": k, "joint_multiplier": joint},
@@ -759,6 +771,8 @@ def tran_scores(cfg: dict, runs: int, seed: int) -> Audited:
     noisy dual release, which the attacker (the curator's observer: it knows the batches, theta, the multipliers)
     replays in both worlds."""
 
+    from fedrepro.privacy import steffle as steffle_privacy
+
     start = time.time()
     data = {w: d.centralised() for w, d in steffle_world({**cfg, "silos": 1}, seed).items()}
     real, shadow, ctx = _tran_runs(data, cfg, runs, seed)
@@ -779,6 +793,7 @@ def tran_scores(cfg: dict, runs: int, seed: int) -> Audited:
     mu_att = math.sqrt(float(np.mean(np.concatenate(mu2))))
     return Audited(
         mechanism="Tran et al. 2021 PF-LD (TranTrainer)",
+        unit=steffle_privacy.THREAT_MODELS["tran2021"].unit,
         variant=f"lambda {cfg['lam']:g}, canary in {k} of {real['out'].rounds} primal steps, {epochs} dual releases",
         adversary="an observer of every noisy primal step and dual release who knows the batches and the model",
         out=scores["out"],
@@ -863,6 +878,7 @@ def ling_scores(cfg: dict, runs: int, seed: int) -> Audited:
     theta, the global loss L and the loss clip B_t (all computed from earlier releases), and the batch (a
     stronger attacker than the paper's, whose batch stays secret), and replays both worlds from its replicas."""
     from fedrepro.algorithms.steffle import ling2024
+    from fedrepro.privacy import steffle as steffle_privacy
 
     start = time.time()
     data, spec = ling_world(cfg, seed), ling_spec(cfg)
@@ -899,6 +915,7 @@ def ling_scores(cfg: dict, runs: int, seed: int) -> Audited:
     mu_att = math.sqrt(float(np.mean(np.concatenate(mu2))))
     return Audited(
         mechanism="Ling et al. 2024 FedFDP (FedFDPTrainer)",
+        unit=steffle_privacy.THREAT_MODELS["ling2024"].unit,
         variant=f"lambda {cfg['lam']:g}, {len(data.silos)} silos, canary in {k} of {real['out'].rounds} rounds",
         adversary="the server: silo 0's noisy update and loss statistic, theta, L, B_t, and the batch",
         out=scores["out"],

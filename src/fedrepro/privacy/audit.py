@@ -172,12 +172,20 @@ def detection_rate(
     mu-GDP canary: N(0, 1) without it, N(mu, 1) with it (the likelihood-ratio
     score of a Gaussian mechanism, up to a monotone map).
     """
+    return _detections(mu, eps_target, delta, runs, confidence, trials, seed) / trials
+
+
+def _detections(mu, eps_target, delta, runs, confidence, trials, seed, needed: int | None = None) -> int:
+    """Detections among `trials` simulated audits; with `needed`, stops once the count has reached it or can no
+    longer reach it (the answer to "at least `needed`?" is then known; the draws are the same either way)."""
     rng = np.random.default_rng(seed)
     hits = 0
-    for _ in range(trials):
+    for done in range(trials):
+        if needed is not None and (hits >= needed or hits + trials - done < needed):
+            break
         out, inn = rng.standard_normal(runs), rng.standard_normal(runs) + mu
         hits += epsilon_lower_bound(out, inn, delta, confidence).eps_lower > eps_target
-    return hits / trials
+    return hits
 
 
 def largest_detected_scaling(
@@ -195,10 +203,17 @@ def largest_detected_scaling(
     at sigma * k); 0 when none is. The test is one-sided in k: less noise is easier to detect."""
     if not mu > 0 or math.isinf(eps_target):
         return 0.0
-    for k in SCALINGS:
-        if detection_rate(mu / k, eps_target, delta, runs, confidence, trials, seed) >= power:
-            return k
-    return 0.0
+    needed = math.ceil(power * trials - 1e-9)
+
+    def detected(k):
+        return _detections(mu / k, eps_target, delta, runs, confidence, trials, seed, needed) >= needed
+
+    # detection grows as k falls (a larger mu / k): bisect for the first k of SCALINGS that is detected
+    lo, hi = 0, len(SCALINGS)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if detected(SCALINGS[mid]) else (mid + 1, hi)
+    return SCALINGS[lo] if lo < len(SCALINGS) else 0.0
 
 
 # ------------------------------------------------------------------------------ FedSC DP-CalR

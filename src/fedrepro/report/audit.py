@@ -12,7 +12,9 @@ reaches against the same attacker (`eps_reference`): only a bound above it shows
 
 Power: the largest noise under-scaling sigma * k that an audit of this size refutes with the configured
 probability, for a Gaussian canary of the GDP mu this canary attained (`privacy.audit.largest_detected_scaling`);
-k = 0 means it detects no under-scaling in the tried range.
+k = 0 means it detects no under-scaling in the tried range. Beside it, the same for a canary at the full
+sensitivity (the GDP mu of the adversary's epsilon): the best any canary can do at this number of runs, so that
+a row whose full canary detects sigma/2 and whose own does not is limited by its canary, not by its size.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ COLUMNS = [
     "eps_point",
     "mu_attained",
     "detects_scaling",
+    "detects_scaling_full_canary",
+    "unit",
     "sigma",
     "verdict",
     "note",
@@ -64,17 +68,19 @@ def verdict(lower: float, eps_adversary: float, eps_reference: float, scaling: f
 
 
 def audit_row(result, confidence: float, power: dict) -> dict:
+    from fedrepro.privacy.dpzv import mu_from_eps_delta
+
     bound = stats.epsilon_lower_bound(result.out, result.inn, result.delta, confidence)
     target = result.eps_adversary if math.isfinite(result.eps_adversary) else result.eps_reference
-    scaling = stats.largest_detected_scaling(
-        result.mu_attained,
-        target,
-        result.delta,
-        len(result.out),
-        confidence,
-        float(power["probability"]),
-        int(power["trials"]),
-    )
+
+    def detects(mu):
+        return stats.largest_detected_scaling(
+            mu, target, result.delta, len(result.out), confidence, float(power["probability"]), int(power["trials"])
+        )
+
+    scaling = detects(result.mu_attained)
+    # the adversary's epsilon is that of k Gaussians (exact GDP): its mu is the full canary's
+    full = detects(mu_from_eps_delta(target, result.delta)) if math.isfinite(target) else 0.0
     return {
         "mechanism": result.mechanism,
         "variant": result.variant,
@@ -91,6 +97,8 @@ def audit_row(result, confidence: float, power: dict) -> dict:
         "eps_point": bound.eps_point,
         "mu_attained": result.mu_attained,
         "detects_scaling": scaling,
+        "detects_scaling_full_canary": full,
+        "unit": result.unit,
         "sigma": result.sigma,
         "verdict": verdict(bound.eps_lower, result.eps_adversary, result.eps_reference, scaling),
         "note": result.note,
@@ -114,6 +122,7 @@ SHOWN = [
     "eps_lower_bound",
     "mu_attained",
     "detects_scaling",
+    "detects_scaling_full_canary",
     "verdict",
 ]
 
@@ -132,7 +141,9 @@ def write_markdown(table: pd.DataFrame, path: Path, level: str, power: dict) -> 
         "not tested. `eps_reference`: for a leaking mechanism, what the leak-free variant reaches against the "
         "same attacker. `mu_attained`: the canary's GDP mu, measured by the noiseless replay. `detects_scaling` "
         f"k: the smallest noise under-scaling (sigma x k, largest k) this audit refutes with probability "
-        f"{power['probability']:g} (0: none down to sigma x 0.05).",
+        f"{power['probability']:g} (0: none down to sigma x 0.05); `detects_scaling_full_canary`: the same for a "
+        "canary at the full sensitivity (the mu of `eps_adversary`), the most any canary detects at this number "
+        "of runs: where it reaches 0.5 and `detects_scaling` does not, the canary is the limit, not the size.",
         "",
         "| " + " | ".join(SHOWN) + " |",
         "|" + "---|" * len(SHOWN),
@@ -142,7 +153,8 @@ def write_markdown(table: pd.DataFrame, path: Path, level: str, power: dict) -> 
     lines += ["", "Adversaries and notes:", ""]
     for _, row in table.iterrows():
         lines.append(
-            f"- {row['mechanism']}, {row['variant']}: attacker = {row['adversary']}; eps_claimed "
+            f"- {row['mechanism']}, {row['variant']}: privacy unit = {row['unit']}; attacker = {row['adversary']}; "
+            "eps_claimed "
             f"{_fmt(row['eps_claimed'])} is for {row['claimed_for']}. {row['note']}. ({row['seconds']:.0f} s)"
         )
     if level == "quick":
