@@ -481,3 +481,11 @@ def test_the_canaries_attain_nearly_the_full_sensitivity_where_the_audit_sizes_f
     tran = job.tran_scores({**cfg, "canary_scale": 10.0}, 40, seed=0)
     mu = math.sqrt(tran.extra["canary_rounds"] + 3) / tran.extra["noise_multiplier"]
     assert 0.9 * mu < tran.mu_attained <= mu * (1 + 1e-6)
+
+
+def test_power_limit_names_the_size_or_the_canary():
+    from fedrepro.report.audit import power_limit
+
+    assert power_limit(0.55, 0.6) == "detects sigma x 0.5"
+    assert power_limit(0.35, 0.6).startswith("canary-limited")
+    assert power_limit(0.35, 0.45).startswith("size-limited")

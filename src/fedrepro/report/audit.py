@@ -106,6 +106,21 @@ def audit_row(result, confidence: float, power: dict) -> dict:
     }
 
 
+def power_limit(own: float, full: float, target: float = 0.5) -> str:
+    """Why a row does or does not detect sigma x `target`: its size or its canary."""
+    if own >= target:
+        return f"detects sigma x {target:g}"
+    if full >= target:
+        return (
+            f"canary-limited: a canary at the full sensitivity would detect sigma x {full:g} at this n, this one "
+            f"sigma x {own:g}"
+        )
+    return (
+        f"size-limited: even a canary at the full sensitivity detects only sigma x {full:g} at this n, so no canary "
+        f"detects sigma x {target:g} without more runs"
+    )
+
+
 def _fmt(value) -> str:
     if isinstance(value, float):
         return "–" if math.isnan(value) else f"{value:.3g}"
@@ -155,7 +170,8 @@ def write_markdown(table: pd.DataFrame, path: Path, level: str, power: dict) -> 
         lines.append(
             f"- {row['mechanism']}, {row['variant']}: privacy unit = {row['unit']}; attacker = {row['adversary']}; "
             "eps_claimed "
-            f"{_fmt(row['eps_claimed'])} is for {row['claimed_for']}. {row['note']}. ({row['seconds']:.0f} s)"
+            f"{_fmt(row['eps_claimed'])} is for {row['claimed_for']}. {row['note']}. Power: "
+            f"{power_limit(row['detects_scaling'], row['detects_scaling_full_canary'])}. ({row['seconds']:.0f} s)"
         )
     if level == "quick":
         lines += ["", "Quick run: few runs per world, so the bounds are weak; `make audit` runs the full audit."]
