@@ -1,5 +1,6 @@
-# Empirical privacy audit (fedrepro.experiments.audit): canary runs of FedSC's, DPZV's and SteFFLe's classes, a
-# Clopper-Pearson lower bound on epsilon against the epsilon of the attacker's adversary, and power.
+# Empirical privacy audit (fedrepro.experiments.audit): canary runs of the classes of every private mechanism
+# (FedSC, DPZV paper / frozen head / dp_head, SteFFLe, Tran, Ling), a Clopper-Pearson lower bound on epsilon
+# against the epsilon of the attacker's adversary, and power.
 # `audit` (config audit.runs.quick) is part of the default run; `audit_full` (make audit) uses audit.runs.full.
 AUDIT_ENTRY = "fedrepro.experiments.audit:write_audit"
 # each level's spec: the audit block with that level's runs per world only
