@@ -489,3 +489,4 @@ def test_power_limit_names_the_size_or_the_canary():
     assert power_limit(0.55, 0.6) == "detects sigma x 0.5"
     assert power_limit(0.35, 0.6).startswith("canary-limited")
     assert power_limit(0.35, 0.45).startswith("size-limited")
+    assert "no under-scaling down to sigma x 0.05" in power_limit(0.0, 0.0)

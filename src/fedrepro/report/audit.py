@@ -115,9 +115,10 @@ def power_limit(own: float, full: float, target: float = 0.5) -> str:
             f"canary-limited: a canary at the full sensitivity would detect sigma x {full:g} at this n, this one "
             f"sigma x {own:g}"
         )
+    reach = f"only sigma x {full:g}" if full > 0 else "no under-scaling down to sigma x 0.05"
     return (
-        f"size-limited: even a canary at the full sensitivity detects only sigma x {full:g} at this n, so no canary "
-        f"detects sigma x {target:g} without more runs"
+        f"size-limited: even a canary at the full sensitivity detects {reach} at this n, so no canary detects "
+        f"sigma x {target:g} without more runs"
     )
 
 
