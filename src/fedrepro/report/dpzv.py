@@ -19,7 +19,7 @@ import pandas as pd
 from fedrepro.algorithms import method_table
 from fedrepro.eval.health import Health, cell_status
 from fedrepro.eval.verdict import FAILS, HOLDS, TEST_NAME, Verdict, chance_under_dp, paired
-from fedrepro.privacy.dpzv import KNOWN_BATCH, THREAT_MODELS
+from fedrepro.privacy.dpzv import KNOWN_BATCH, THREAT_MODELS, THREAT_NOTE, THREAT_SHORT
 from fedrepro.report import figures, tables
 from fedrepro.report.runs import identity, load_metrics
 
@@ -47,10 +47,12 @@ LABEL_LEAK = (
     "the raw labels without noise and enters every later Delta, so none of them bounds what the "
     "clients receive about the labels (the paper's guarantee does not cover its own Algorithm 1)"
 )
-PROTECTS = (
-    "DPZV's noise protects the server's labels on the way down (against the clients); the baselines' noise "
-    "protects the clients' embeddings on the way up (against the server), so equal ε is not equal protection"
-)
+PROTECTS = THREAT_NOTE
+
+
+def threat_footnote(fig) -> None:
+    """Under a figure that shows an epsilon: what it protects and against whom (privacy.dpzv.THREAT_SHORT)."""
+    fig.text(0.5, 0.022, THREAT_SHORT, ha="center", va="bottom", fontsize=6)
 
 
 def server_note(spec: dict) -> str:
@@ -184,6 +186,7 @@ def figure2(job) -> None:
             xlabel="epoch",
             ylabel="test accuracy (%)",
         )
+    threat_footnote(fig)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 
@@ -211,9 +214,10 @@ def figure3(job) -> None:
         ax.set(
             title=f"{dataset}, δ = {spec['delta']:g}{dropped}\n{server_tag(spec, dataset)}",
             xlabel="ε: paper's accounting (Poisson B/D, PLD) / DPZV's known-batch ε vs pooled clients\n"
-            "DPZV protects labels (down), baselines embeddings (up); label leak: privacy table",
+            "label leak: privacy table",
             ylabel="test accuracy (%)",
         )
+    threat_footnote(fig)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 
@@ -295,6 +299,7 @@ def figure5(job) -> None:
             xlabel="epoch",
             ylabel="test accuracy (%)",
         )
+    threat_footnote(fig)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 
