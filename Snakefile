@@ -7,6 +7,7 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 from fedrepro.config import check_config, check_config_files, coerce_overrides, enabled_papers
+from fedrepro.plan import print_duration_warnings
 
 # config.yaml beside this file is the base; a working folder of its own (`-d .test`, the workflow
 # catalog's test configuration) may hold a config.yaml of overrides, read after it
@@ -32,6 +33,7 @@ report: "workflow/report/workflow.rst"
 
 
 check_config(config, f"{workflow.basedir}/workflow/schemas", fit_cache=".snakemake/fedrepro_fit.json")
+print_duration_warnings(config)
 PAPERS = enabled_papers(config)
 
 

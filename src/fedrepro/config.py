@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from fedrepro.algorithms import PAPERS
-from fedrepro.experiments import number_tag
+from fedrepro.pipeline import number_tag
 
 PAPER_SECTIONS = tuple(PAPERS)  # the paper keys: config sections, `papers:` values, method tables
 
@@ -248,8 +248,6 @@ def check_config(config: dict, schema_dir: str | Path, fit_cache: str | Path | N
         errors = fit_errors(config, papers, fit_cache)
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
-    for warning in duration_warnings(config):  # printed: Snakemake shows no Python warning raised in a Snakefile
-        print(f"config warning: {warning}", file=sys.stderr)
 
 
 def train_size(config: dict, dataset: str) -> int:
@@ -363,90 +361,6 @@ def duplicate_run_errors(config: dict, papers: list[str]) -> list[str]:
                         "the same values, or plan another pool, alpha, clients, public or iterations"
                     )
     return list(dict.fromkeys(errors))
-
-
-RUNTIME_MARGIN = 10  # the planner's costs are coarse (GPU rows, scaled): warn an order of magnitude out
-
-
-def duration_warnings(config: dict) -> list[str]:
-    """Jobs the planner (fedrepro.plan) prices at more than RUNTIME_MARGIN x `resources.train.runtime`,
-    one warning per paper naming the iteration keys that give the job its length."""
-    from fedrepro.plan import plan
-
-    runtime = config["resources"]["train"]["runtime"]
-    try:
-        planned = plan(config)
-    except (OSError, ValueError):  # no cost table (an installed package) or a row it needs: no estimate
-        return []
-    warnings_ = []
-    for paper, per in planned.items():
-        long = [job for job in per["all runs"] if job.gpu_hours * 60 > RUNTIME_MARGIN * runtime]
-        if not long:
-            continue
-        job = max(long, key=lambda j: j.gpu_hours)
-        keys = _keys_with_value(config[paper], paper, job.units) or [f"{paper}.<rounds, epochs or iterations>"]
-        warnings_.append(
-            f"config key '{', '.join(keys)}': {len(long)} {paper} job(s) would run far beyond their runtime: the "
-            f"planner prices the longest ({'/'.join(map(str, job.key))}) at {job.gpu_hours:.1f} h ({job.units:g} "
-            f"{job.unit}s x {job.seconds_per_unit:g} s x {job.seeds} seed(s), "
-            f"{'measured' if job.measured else 'estimated'} cost per {job.unit}), more than {RUNTIME_MARGIN} x "
-            f"resources.train.runtime ({runtime} min); check the value (python -m fedrepro.plan prices every job)"
-        )
-    return warnings_
-
-
-def _keys_with_value(value, key: str, wanted: float) -> list[str]:
-    """The iteration keys (rounds, epochs, iterations...) under `key` that hold `wanted`."""
-    if isinstance(value, dict):
-        return [k for child, item in value.items() for k in _keys_with_value(item, f"{key}.{child}", wanted)]
-    name = key.rsplit(".", 1)[-1]
-    found = value == wanted or (isinstance(value, list) and wanted in value)
-    return [key] if ITERATION_KEY.match(name) and found and not isinstance(value, bool) else []
-
-
-def dataset_size_errors(key: str, dataset: str, clients: int) -> list[str]:
-    """'more clients than samples' for one partition setting."""
-    from fedrepro.data.catalog import DATASETS
-
-    n_train = DATASETS[dataset].n_train
-    if clients > n_train:
-        return [f"config key '{key}': {clients} clients but data set {dataset!r} has only {n_train} training samples"]
-    return []
-
-
-def model_fit_errors(key: str, options: dict, dataset: str, dataset_options: dict | None = None) -> list[str]:
-    """A model's `in_features` / `in_channels` / `num_classes` (config key `key`) against the
-    data set's shape and classes (the catalog, or the data set's own options where they set
-    them), so that a model that does not fit its data fails here and not inside a job."""
-    import numpy as np
-
-    from fedrepro.data.catalog import DATASETS
-    from fedrepro.data.prepare import resolve_options, sample_shape
-
-    info, dataset_options = DATASETS[dataset], dataset_options or {}
-    try:
-        shape = sample_shape(dataset, resolve_options(dataset, dataset_options))
-    except ValueError:
-        return []  # an unknown data set option: its own check names it
-    classes = dataset_options.get("num_classes", info.num_classes)
-    errors = []
-    if options.get("num_classes", 0) and options["num_classes"] != classes:
-        errors.append(
-            f"config key '{key}.num_classes': {options['num_classes']}, but data set {dataset!r} has {classes} classes"
-        )
-    if "in_features" in options and info.kind in ("image", "tabular"):
-        features = int(np.prod(shape))
-        if options["in_features"] != features:
-            errors.append(
-                f"config key '{key}.in_features': {options['in_features']}, but a sample of "
-                f"{dataset!r} has {features} features (shape {tuple(shape)})"
-            )
-    if "in_channels" in options and info.kind == "image" and options["in_channels"] != shape[0]:
-        errors.append(
-            f"config key '{key}.in_channels': {options['in_channels']}, but {dataset!r} "
-            f"images have {shape[0]} channel(s)"
-        )
-    return errors
 
 
 def merge_configs(base: dict, override: dict) -> dict:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedrepro.atomic import atomic_write, atomic_write_text  # noqa: F401 (re-exported: jobs write through the pipeline)
-from fedrepro.fl.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV
+from fedrepro.atomic import atomic_write_text
+from fedrepro.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV
 from fedrepro.registry import resolve
 
 CHECKPOINT_DIR = ".checkpoint"
@@ -31,6 +31,13 @@ log = logging.getLogger(__name__)
 def seed_tag(seeds: list[int]) -> str:
     """The `{seeds}` wildcard of a job: [0, 1] -> "s0_1"."""
     return "s" + "_".join(str(s) for s in seeds)
+
+
+def number_tag(value: float) -> str:
+    """A compact, filesystem-safe number for setting tags: 0.5 -> '0.5', 1e-05 -> '1e-05', inf -> 'inf'."""
+    if value == float("inf") or value == "inf":
+        return "inf"
+    return f"{float(value):g}"
 
 
 def parse_seed_tag(tag: str) -> list[int]:

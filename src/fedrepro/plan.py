@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedrepro.config import ITERATION_KEY, check_config, enabled_papers
+
 REPO = Path(__file__).resolve().parents[2]
 COSTS = REPO / "benchmarks" / "unit_costs.csv"
 
@@ -298,8 +300,6 @@ def _unique(jobs: Iterable[Job]) -> list[Job]:
 
 def plan(config: dict, costs: list[Cost] | None = None) -> dict[str, dict[str, list[Job]]]:
     """Per enabled paper: {table or figure: its training jobs, "all runs": every training job}."""
-    from fedrepro.config import enabled_papers
-
     costs = load_costs() if costs is None else costs
     out = {}
     for paper in enabled_papers(config):
@@ -316,12 +316,53 @@ def plan(config: dict, costs: list[Cost] | None = None) -> dict[str, dict[str, l
     return out
 
 
+RUNTIME_MARGIN = 10  # the planner's costs are coarse (GPU rows, scaled): warn an order of magnitude out
+
+
+def duration_warnings(config: dict) -> list[str]:
+    """Jobs the planner (fedrepro.plan) prices at more than RUNTIME_MARGIN x `resources.train.runtime`,
+    one warning per paper naming the iteration keys that give the job its length."""
+    runtime = config["resources"]["train"]["runtime"]
+    try:
+        planned = plan(config)
+    except (OSError, ValueError):  # no cost table (an installed package) or a row it needs: no estimate
+        return []
+    warnings_ = []
+    for paper, per in planned.items():
+        long = [job for job in per["all runs"] if job.gpu_hours * 60 > RUNTIME_MARGIN * runtime]
+        if not long:
+            continue
+        job = max(long, key=lambda j: j.gpu_hours)
+        keys = _keys_with_value(config[paper], paper, job.units) or [f"{paper}.<rounds, epochs or iterations>"]
+        warnings_.append(
+            f"config key '{', '.join(keys)}': {len(long)} {paper} job(s) would run far beyond their runtime: the "
+            f"planner prices the longest ({'/'.join(map(str, job.key))}) at {job.gpu_hours:.1f} h ({job.units:g} "
+            f"{job.unit}s x {job.seconds_per_unit:g} s x {job.seeds} seed(s), "
+            f"{'measured' if job.measured else 'estimated'} cost per {job.unit}), more than {RUNTIME_MARGIN} x "
+            f"resources.train.runtime ({runtime} min); check the value (python -m fedrepro.plan prices every job)"
+        )
+    return warnings_
+
+
+def _keys_with_value(value, key: str, wanted: float) -> list[str]:
+    """The iteration keys (rounds, epochs, iterations...) under `key` that hold `wanted`."""
+    if isinstance(value, dict):
+        return [k for child, item in value.items() for k in _keys_with_value(item, f"{key}.{child}", wanted)]
+    name = key.rsplit(".", 1)[-1]
+    found = value == wanted or (isinstance(value, list) and wanted in value)
+    return [key] if ITERATION_KEY.match(name) and found and not isinstance(value, bool) else []
+
+
+def print_duration_warnings(config: dict) -> None:
+    """`duration_warnings` on stderr: Snakemake shows no Python warning raised while it reads the Snakefile."""
+    for warning in duration_warnings(config):
+        print(f"config warning: {warning}", file=sys.stderr)
+
+
 def load_config(configfiles: list[str], overrides: list[str] | None = None) -> dict:
     """The config Snakemake would see: config.yaml, then each --configfile merged in order."""
     import yaml
     from snakemake.utils import update_config
-
-    from fedrepro.config import check_config
 
     config: dict = {}
     for path in configfiles:

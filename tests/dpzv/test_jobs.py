@@ -121,7 +121,7 @@ def test_checkpoint_every_counts_loop_rounds(prepared, tmp_path, monkeypatch):
     """`checkpoint_every` counts rounds of the shared loop (here an evaluation period: half an epoch),
     as for every paper; it is not scaled by evals_per_epoch."""
     from fedrepro.fl.loop import Checkpoint
-    from fedrepro.fl.options import EVERY_ENV
+    from fedrepro.options import EVERY_ENV
 
     seen = []
     real = Checkpoint.save

@@ -86,10 +86,10 @@ def test_zoo_vfl_records_its_clip_and_steps_an_sgd_server_with_the_shared_moment
 
 
 def test_job_hands_checkpoint_every_to_the_loop_and_uses_its_threads(prepared, tmp_path, monkeypatch):  # noqa: F811
-    """The job's `checkpoint_every` (from the config, never the spec: fedrepro.fl.options.EVERY_ENV) reaches
+    """The job's `checkpoint_every` (from the config, never the spec: fedrepro.options.EVERY_ENV) reaches
     the loop's Checkpoint."""
     from fedrepro.fl.loop import Checkpoint
-    from fedrepro.fl.options import EVERY_ENV
+    from fedrepro.options import EVERY_ENV
 
     asked = []
     real = Checkpoint.save

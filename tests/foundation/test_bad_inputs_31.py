@@ -15,6 +15,7 @@ from fedrepro.config import (
     duplicate_run_errors,
     train_size,
 )
+from fedrepro.plan import print_duration_warnings
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "workflow" / "schemas"
@@ -159,6 +160,7 @@ def test_a_run_far_beyond_its_runtime_is_warned_naming_the_key(config, capsys):
     (where Snakemake shows it; it hides Python warnings raised while it reads the Snakefile)."""
     config["fedavg"]["methods"]["fedavg"]["rounds"] = 999999
     check_config(config, SCHEMAS)
+    print_duration_warnings(config)
     message = capsys.readouterr().err
     assert "config warning: config key 'fedavg.methods.fedavg.rounds'" in message
     hours = 999999 * 0.05 * 2 / 3600
@@ -167,4 +169,5 @@ def test_a_run_far_beyond_its_runtime_is_warned_naming_the_key(config, capsys):
 
 def test_the_default_config_starts_without_a_warning(config, capsys):
     check_config(config, SCHEMAS)
+    print_duration_warnings(config)
     assert "warning" not in capsys.readouterr().err

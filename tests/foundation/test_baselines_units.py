@@ -14,8 +14,8 @@ from fedrepro.data.partition import Partition, save_partition
 from fedrepro.data.tensors import TensorData
 from fedrepro.eval.health import chance_margin
 from fedrepro.fl import seeding
-from fedrepro.fl.options import EVERY_ENV
 from fedrepro.fl.transport import Message, Wire
+from fedrepro.options import EVERY_ENV
 from fedrepro.pipeline import hand_over_process_settings, make_job
 from tests.foundation.conftest import FEDAVG_SPEC, saved_rounds
 

@@ -12,8 +12,8 @@ import yaml
 
 from fedrepro.experiments import dpzv, fedal, fedavg, fedsc, steffle
 from fedrepro.fl.loop import Checkpoint, parse_every
-from fedrepro.fl.options import EVERY_ENV
 from fedrepro.fl.runner import run_seeds
+from fedrepro.options import EVERY_ENV
 from fedrepro.pipeline import hand_over_process_settings, make_job
 
 ROOT = Path(__file__).resolve().parents[2]

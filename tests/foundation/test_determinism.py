@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedrepro.fl.device import apply_determinism, pick_device
-from fedrepro.fl.options import DETERMINISTIC_ENV
+from fedrepro.options import DETERMINISTIC_ENV
 from fedrepro.pipeline import hand_over_process_settings
 
 

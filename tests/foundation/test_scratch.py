@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedrepro.atomic import atomic_write, atomic_write_text
 from fedrepro.fl.runner import run_seeds, seed_store
-from fedrepro.pipeline import Job, atomic_write, atomic_write_text, run_job, scratch_for
+from fedrepro.pipeline import Job, run_job, scratch_for
 
 
 def test_atomic_write_keeps_the_old_file_when_the_writer_dies(tmp_path):

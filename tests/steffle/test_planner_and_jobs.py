@@ -194,11 +194,11 @@ def test_adding_a_lambda_trains_only_the_new_cells(tmp_path, caplog):
 
 
 def test_a_job_checkpoints_every_checkpoint_every_epochs(tmp_path, monkeypatch):
-    """The job's checkpoint_every (epochs; from the config: fedrepro.fl.options.EVERY_ENV) reaches fl.loop's
+    """The job's checkpoint_every (epochs; from the config: fedrepro.options.EVERY_ENV) reaches fl.loop's
     Checkpoint; the last epoch is always saved."""
     from fedrepro.algorithms.steffle import jobs
     from fedrepro.fl.loop import Checkpoint
-    from fedrepro.fl.options import EVERY_ENV
+    from fedrepro.options import EVERY_ENV
     from fedrepro.pipeline import make_job
 
     saved = []

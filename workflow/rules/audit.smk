@@ -2,7 +2,7 @@
 # (FedSC, DPZV paper / frozen head / dp_head, SteFFLe, Tran, Ling), a Clopper-Pearson lower bound on epsilon
 # against the epsilon of the attacker's adversary, and power.
 # `audit` (config audit.runs.quick) is part of the default run; `audit_full` (make audit) uses audit.runs.full.
-AUDIT_ENTRY = "fedrepro.experiments.audit:write_audit"
+AUDIT_ENTRY = "fedrepro.report.audit:write_audit"
 # each level's spec: the audit block with that level's runs per world only
 AUDIT_SPECS = {
     level: {**{k: v for k, v in config["audit"].items() if k != "runs"}, "level": level, "runs": runs}

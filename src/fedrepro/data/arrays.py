@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedrepro.pipeline import atomic_write
+from fedrepro.atomic import atomic_write
 
 CORE = ("x_train", "y_train", "x_test", "y_test")
 
@@ -24,7 +24,7 @@ class Prepared:
 
 
 def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
-    """`np.savez` of `arrays` to `path`, atomically (`fedrepro.pipeline.atomic_write`)."""
+    """`np.savez` of `arrays` to `path`, atomically (`fedrepro.atomic.atomic_write`)."""
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as stream:   # a file object keeps numpy from appending ".npz"
             np.savez(stream, **arrays)

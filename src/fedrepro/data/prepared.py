@@ -20,7 +20,7 @@ import numpy as np
 from fedrepro.data import sources
 from fedrepro.data.arrays import save_npz
 from fedrepro.data.catalog import get as catalog_get
-from fedrepro.pipeline import atomic_write_text
+from fedrepro.atomic import atomic_write_text
 
 DEFAULT_OPTIONS: dict[str, dict] = {
     "digits": {"seed": 0, "test_fraction": 0.25},

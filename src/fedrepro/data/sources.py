@@ -8,7 +8,7 @@ each file in this order:
 2. a copy shipped inside the package (`fedrepro/data/files/*.gz`: Adult, Credit Card),
    decompressed into `data_root/<dataset>/`;
 3. a download (urllib, to a temporary file in the target folder, then an atomic rename:
-   `fedrepro.pipeline.atomic_write`).
+   `fedrepro.atomic.atomic_write`).
 
 Every copy is checked against its checksum. Where no checksum is published
 (`md5 = sha256 = None`, each marked with a comment) the file's sha256 is computed,
@@ -32,7 +32,7 @@ from pathlib import Path
 from urllib.request import urlopen
 
 from fedrepro.data.catalog import get as catalog_get
-from fedrepro.pipeline import atomic_write
+from fedrepro.atomic import atomic_write
 
 log = logging.getLogger(__name__)
 

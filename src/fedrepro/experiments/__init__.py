@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fedrepro.fl.options import TRAINING_DEFAULTS
+from fedrepro.options import TRAINING_DEFAULTS
 from fedrepro.pipeline import seed_batches, seed_tag
 
 
@@ -50,10 +50,3 @@ def training_options(config: dict) -> dict:
     """`precision`, `channels_last` and `compile` for the spec of a job that honours them: only values that
     differ from the defaults, so adding these keys changed (and re-ran) no job that keeps fp32."""
     return {key: config[key] for key, default in TRAINING_DEFAULTS.items() if config.get(key, default) != default}
-
-
-def number_tag(value: float) -> str:
-    """A compact, filesystem-safe number for setting tags: 0.5 -> '0.5', 1e-05 -> '1e-05', inf -> 'inf'."""
-    if value == float("inf") or value == "inf":
-        return "inf"
-    return f"{float(value):g}"

@@ -958,17 +958,3 @@ def audits(spec: dict) -> list[Audited]:
     if runs.get("ling"):
         done.append(ling_scores(spec["ling"], int(runs["ling"]), seed))
     return done
-
-
-def write_audit(job) -> None:
-    """Pipeline entry (rules `audit` and `audit_full`): the audit table as csv and md."""
-    import logging
-
-    import torch
-
-    from fedrepro.report import audit as report
-
-    torch.set_num_threads(1)
-    # the RDP accountant warns for every order it drops while DPZV builds its privacy record
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    report.write(audits(job.spec), job.spec, job.output["csv"], job.output["md"])

@@ -16,7 +16,8 @@ import math
 
 from fedrepro.algorithms import method_table
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, number_tag
+from fedrepro.experiments import Run
+from fedrepro.pipeline import number_tag
 
 PAPER = "dpzv"
 COMMON_KEYS = ("schedule", "client_weights", "table_init", "val", "val_fraction", "library_accountant")

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from fedrepro.algorithms import method_table
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, number_tag
+from fedrepro.experiments import Run
+from fedrepro.pipeline import number_tag
 
 PAPER = "fedal"
 METHODS = tuple(method_table(PAPER))

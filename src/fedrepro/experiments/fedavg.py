@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from fedrepro.algorithms import method_table
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, number_tag, training_options
+from fedrepro.experiments import Run, training_options
+from fedrepro.pipeline import number_tag
 
 PAPER = "fedavg"
 
@@ -42,7 +43,7 @@ def runs(config: dict) -> list[Run]:
 def check(config: dict) -> list[str]:
     """Errors a schema cannot express: more clients than training samples, a model that does
     not fit the data set."""
-    from fedrepro.config import dataset_size_errors, model_fit_errors
+    from fedrepro.experiments.fit import dataset_size_errors, model_fit_errors
 
     section = config[PAPER]
     errors = dataset_size_errors(

@@ -22,7 +22,8 @@ from __future__ import annotations
 from fedrepro.algorithms.fedsc import METHODS
 from fedrepro.algorithms.fedsc.participation import clients_per_round
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, number_tag, seed_tags, training_options
+from fedrepro.experiments import Run, seed_tags, training_options
+from fedrepro.pipeline import number_tag
 
 PAPER = "fedsc"
 DATASET_NAMES = {"svhn": "SVHN", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
@@ -459,7 +460,7 @@ def standin_errors(config: dict) -> list[str]:
         return [
             f"{where}.dataset: {standin['dataset']!r} is also in fedsc.run_datasets; its runs would be planned twice"
         ]
-    from fedrepro.config import dataset_size_errors
+    from fedrepro.experiments.fit import dataset_size_errors
 
     errors = [
         f"{where}.methods: {m!r} has no block in fedsc.methods ({', '.join(section['methods'])})"
@@ -479,7 +480,7 @@ def standin_errors(config: dict) -> list[str]:
 
 def check(config: dict) -> list[str]:
     """Errors a schema cannot express."""
-    from fedrepro.config import dataset_size_errors
+    from fedrepro.experiments.fit import dataset_size_errors
 
     section = config[PAPER]
     errors = [

@@ -118,12 +118,54 @@ class Results:
 
     def save(self) -> None:
         if self.path and self.changed:
-            from fedrepro.pipeline import atomic_write_text
+            from fedrepro.atomic import atomic_write_text
 
             atomic_write_text(self.path, json.dumps(self.saved, sort_keys=True))
 
 
 RESULTS = Results()
+
+
+def dataset_size_errors(key: str, dataset: str, clients: int) -> list[str]:
+    """'more clients than samples' for one partition setting."""
+    n_train = DATASETS[dataset].n_train
+    if clients > n_train:
+        return [f"config key '{key}': {clients} clients but data set {dataset!r} has only {n_train} training samples"]
+    return []
+
+
+def model_fit_errors(key: str, options: dict, dataset: str, dataset_options: dict | None = None) -> list[str]:
+    """A model's `in_features` / `in_channels` / `num_classes` (config key `key`) against the
+    data set's shape and classes (the catalog, or the data set's own options where they set
+    them), so that a model that does not fit its data fails here and not inside a job."""
+    import numpy as np
+
+    from fedrepro.data.prepare import resolve_options, sample_shape
+
+    info, dataset_options = DATASETS[dataset], dataset_options or {}
+    try:
+        shape = sample_shape(dataset, resolve_options(dataset, dataset_options))
+    except ValueError:
+        return []  # an unknown data set option: its own check names it
+    classes = dataset_options.get("num_classes", info.num_classes)
+    errors = []
+    if options.get("num_classes", 0) and options["num_classes"] != classes:
+        errors.append(
+            f"config key '{key}.num_classes': {options['num_classes']}, but data set {dataset!r} has {classes} classes"
+        )
+    if "in_features" in options and info.kind in ("image", "tabular"):
+        features = int(np.prod(shape))
+        if options["in_features"] != features:
+            errors.append(
+                f"config key '{key}.in_features': {options['in_features']}, but a sample of "
+                f"{dataset!r} has {features} features (shape {tuple(shape)})"
+            )
+    if "in_channels" in options and info.kind == "image" and options["in_channels"] != shape[0]:
+        errors.append(
+            f"config key '{key}.in_channels': {options['in_channels']}, but {dataset!r} "
+            f"images have {shape[0]} channel(s)"
+        )
+    return errors
 
 
 def forward_errors(

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from fedrepro.algorithms.steffle import has_trait
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, number_tag
+from fedrepro.experiments import Run
+from fedrepro.pipeline import number_tag
 
 PAPER = "steffle"
 FIGURES = ("fig1", "fig2", "fig3", "fig4", "fig5")

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from fedrepro.fl.options import DETERMINISTIC_ENV
+from fedrepro.options import DETERMINISTIC_ENV
 
 ALLOWED = ("auto", "cpu", "cuda")
 

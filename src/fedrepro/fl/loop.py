@@ -3,7 +3,7 @@
 A round is one call of `algorithm.round(t)` and one row of the job's metrics: a communication
 round for FedSC, FedAL and FedAvg, an evaluation period for DPZV (a fraction of an epoch), an
 epoch for SteFFLe. The top-level config key `checkpoint_every` counts these rounds, for every
-paper; it reaches the job's process as an environment variable (`fedrepro.fl.options.EVERY_ENV`),
+paper; it reaches the job's process as an environment variable (`fedrepro.options.EVERY_ENV`),
 never in a job's spec, and `Checkpoint` reads it here and nowhere else.
 
 Checkpoint policy (docs/architecture.md, "Checkpoints"): a checkpoint is due after every
@@ -11,7 +11,7 @@ Checkpoint policy (docs/architecture.md, "Checkpoints"): a checkpoint is due aft
 paper scale: 10) a due round is only written once at least that much wall time has passed since
 the last write; the last round is always written. A file holds exactly what exact resume needs:
 rounds done, the metric rows so far, every global RNG state and the algorithm's `state_dict()`.
-It is written with `fedrepro.pipeline.atomic_write` (a temporary file in the same folder, renamed
+It is written with `fedrepro.atomic.atomic_write` (a temporary file in the same folder, renamed
 over the old one), so a kill at any moment leaves either the previous or the new checkpoint, never
 a torn one; under the wall-time policy the file and the rename are also fsynced, so a node crash
 cannot leave a torn file either (about 20 ms per write: skipped at quick scale, which writes every
@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from fedrepro.atomic import atomic_write, remove_stray_temporaries
 from fedrepro.fl import seeding
-from fedrepro.fl.options import EVERY_ENV, MINUTES_ENV
+from fedrepro.options import EVERY_ENV, MINUTES_ENV
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedrepro.fl.options import TRAINING_DEFAULTS
+from fedrepro.options import TRAINING_DEFAULTS
 
 PRECISIONS = ("fp32", "bf16")
 

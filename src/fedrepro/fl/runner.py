@@ -25,10 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedrepro.atomic import atomic_write, atomic_write_text
 from fedrepro.eval.health import Health, check_finite, worst
 from fedrepro.fl import seeding
 from fedrepro.fl.loop import Checkpoint, FederatedAlgorithm, run_rounds
-from fedrepro.pipeline import Job, atomic_write, atomic_write_text, claim_scratch, fingerprint
+from fedrepro.pipeline import Job, claim_scratch, fingerprint
 
 log = logging.getLogger(__name__)
 

@@ -186,3 +186,18 @@ def write(results: list, spec: dict, csv: str, md: str) -> pd.DataFrame:
     table.to_csv(csv, index=False)
     write_markdown(table, Path(md), spec["level"], spec["power"])
     return table
+
+
+def write_audit(job) -> None:
+    """Pipeline entry (rules `audit` and `audit_full`): run the audit (fedrepro.experiments.audit) and
+    write its table as csv and md."""
+    import logging
+
+    import torch
+
+    from fedrepro.experiments.audit import audits
+
+    torch.set_num_threads(1)
+    # the RDP accountant warns for every order it drops while DPZV builds its privacy record
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    write(audits(job.spec), job.spec, job.output["csv"], job.output["md"])

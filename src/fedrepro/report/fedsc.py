@@ -179,6 +179,10 @@ def claims_table(job) -> None:
         "'does not hold' when the whole interval lies above / below 0, 'inconclusive' otherwise; a comparison "
         "with a collapsed, diverged or chance-level side is 'not tested'"
     )
+    if "claim" in frame and frame["claim"].str.contains("ε=[0-9]").any():
+        from fedrepro.privacy import fedsc as fedsc_privacy
+
+        caption += f". {fedsc_privacy.THREAT_NOTE}"
     if job.spec.get("note"):
         caption += ". " + job.spec["note"]
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
@@ -218,13 +222,15 @@ def table6_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def table6(job) -> None:
+    from fedrepro.privacy import fedsc as fedsc_privacy
+
     frame = table6_frame(job.spec["rows"])
     eps_columns = [c for c in frame.columns if c.startswith("ε")]
     frame[eps_columns] = frame[eps_columns].round(3)
     caption = (
         "FedSC Table 6 re-accounted: epsilon of each published noise configuration (full participation) "
         "under the paper's formula, the sqrt(2) sensitivity and the dp-accounting library "
-        "(pure computation; independent of the experiment scale)"
+        f"(pure computation; independent of the experiment scale). {fedsc_privacy.THREAT_NOTE}"
     )
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, "paper", job.spec["decimals"])
 

@@ -299,7 +299,8 @@ def ablation_figure(job, points: pd.DataFrame) -> None:
         ax.set_visible(False)
     fig.suptitle(f"SteFFLe ablation on {layout['dataset']} ({job.spec['scale']} scale)", fontsize=9)
     threat = THREAT_MODELS["steffle"]
-    fig.text(0.5, 0.022, f"SteFFLe: {threat.unit}; vs {threat.adversary}", ha="center", va="bottom", fontsize=5)
+    note = f"SteFFLe ε ({threat.short}): {threat.unit}; vs {threat.adversary}"
+    fig.text(0.5, 0.022, note, ha="center", va="bottom", fontsize=5)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
 
 
@@ -889,8 +890,9 @@ def refcode(job) -> None:
         job.output["md"].removesuffix(".md"),
         "SteFFLe under compat_refcode (the authors' code conventions: batch-sum noise, 1 x 1 W, "
         f"per-silo group numbering), the authors' grid{epochs}: error and violation per cell, mean and std "
-        "over seeds. NOT PRIVATE: realised_epsilon_pld is the accountant's epsilon for what ran "
-        "(0 at lambda = 0, where nothing sensitive is released); eps_label is only the label "
+        "over seeds. NOT PRIVATE: realised_epsilon_pld is the accountant's epsilon for what ran, in the paper's "
+        f"accounting ({THREAT_MODELS['steffle'].short}; 0 at lambda = 0, where nothing sensitive is released); "
+        "eps_label is only the label "
         "Theorem 3.3's sigma was sized for. status 'chance' marks a constant predictor. "
         f"{run_conditions(summaries)}: the authors' code runs shuffle_keep_last (ceil(n~/m) batches per epoch, "
         "the last short, means over its real size) and quicksort (with numpy 2.4 on an AVX2 CPU the same "
@@ -941,9 +943,11 @@ def tables(job) -> None:
     spec = job.spec
     points = load_points(job.input["metrics"])
     scale, decimals = spec["scale"], spec["decimals"]
+    units = units_note(set(points["method"]))  # every table below shows an eps: name its unit and adversary
     conditions = run_conditions([str(Path(p).parent / "summary.json") for p in job.input["metrics"]])
 
     def write(name, table, caption):
+        caption = f"{caption}. {units}" if units else caption
         caption = f"{caption}. {conditions}"
         table_io.write_table(table, job.output[f"{name}_md"].removesuffix(".md"), caption, scale, decimals)
 

@@ -28,9 +28,10 @@ import pandas as pd
 import torch
 
 from fedrepro.algorithms.dpzv.base import VFLData, VFLSettings, build_vfl_data
+from fedrepro.atomic import atomic_write, atomic_write_text
 from fedrepro.fl.device import pick_device
 from fedrepro.fl.runner import run_seeds
-from fedrepro.pipeline import Job, atomic_write, atomic_write_text, claim_scratch, fingerprint
+from fedrepro.pipeline import Job, claim_scratch, fingerprint, number_tag
 from fedrepro.privacy.dpzv import parse_clip, parse_eps
 
 SETTING_KEYS = (
@@ -100,8 +101,6 @@ def settings_for(spec: dict, variant: dict) -> VFLSettings:
 
 
 def variant_tag(variant: dict) -> str:
-    from fedrepro.experiments import number_tag
-
     tag = f"eps{number_tag(parse_eps(variant['eps']))}"
     if "clip" in variant:
         tag += f"-C{number_tag(parse_clip(variant['clip']))}"

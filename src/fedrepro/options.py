@@ -1,6 +1,8 @@
-"""Config keys of `fedrepro.fl.precision` and their defaults (the papers' own setting).
+"""Top-level config keys shared by the planners, the pipeline bridge and the training loop: the keys of
+`fedrepro.fl.precision` with their defaults (the papers' own setting), and the environment variables that
+hand the keys changing no number to a job's process.
 
-Torch-free, so the planners read the defaults without importing the training code.
+Torch-free and importing nothing, so every layer reads them without importing the training code.
 """
 
 TRAINING_DEFAULTS = {"precision": "fp32", "channels_last": False, "compile": False}

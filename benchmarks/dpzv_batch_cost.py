@@ -8,7 +8,7 @@ Rows (all DPZV with the quick digits settings of config.yaml, SGD server):
   secret_subsample dp_head, the server keeps each sent id with probability p, calibrated at p
 The last two are (eps, delta)-DP for the labels against the pooled clients, who see the batch ids.
 
-    python -m fedrepro.algorithms.dpzv.batch_cost --data <prepared digits dir> --partition <partition.npz>
+    python benchmarks/dpzv_batch_cost.py --data <prepared digits dir> --partition <partition.npz>
 """
 
 from __future__ import annotations
