@@ -21,8 +21,9 @@ reproduce: install
 
 # Two pytest-xdist workers, one test file at a time each, in tests/conftest.py's order: the
 # paper-scale smoke test starts first and keeps both cores busy while the other worker runs the rest.
+# --durations: the 30 slowest tests end the log, so every run says where the suite's time goes.
 test: install
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 
 # ruff and snakefmt settings: pyproject.toml. `snakemake --lint` only parses the workflow; its
 # results folder is a name under .snakemake/ so that linting never touches results/.
