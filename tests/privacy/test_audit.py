@@ -329,21 +329,28 @@ STEFFLE_WORLD = {
 }
 
 
+def _canary_rounds(silo_sizes=(20, 20), batch=8, epochs=2) -> int:
+    """Rounds in which the canary (row 0: silo 0's local index 0) is in its silo's batch, from the audit
+    seed's Poisson schedule replayed here."""
+    from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
+
+    schedule, gen = BatchSchedule(list(silo_sizes), batch, "poisson"), seed_generator(0, "batches")
+    hits = 0
+    for _ in range(epochs):
+        local, weight = schedule.epoch(gen)
+        hits += int(((local[0] == 0) & (weight[0] > 0)).any(-1).sum())
+    return hits
+
+
 def test_steffle_audit_replays_the_trainer_and_is_compared_with_the_known_membership_epsilon():
     import torch
 
-    from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
     from fedrepro.experiments.audit import steffle_scores
 
     torch.set_num_threads(1)
     runs = 300
     result = steffle_scores(STEFFLE_WORLD, runs, seed=0)
-    # the canary's rounds, from the shared Poisson schedule replayed here: row 0 is silo 0's local index 0
-    schedule, gen = BatchSchedule([20, 20], 8, "poisson"), seed_generator(0, "batches")
-    hits = 0
-    for _ in range(2):
-        local, weight = schedule.epoch(gen)
-        hits += int(((local[0] == 0) & (weight[0] > 0)).any(-1).sum())
+    hits = _canary_rounds()
     assert result.extra["canary_rounds"] == hits > 0
     # against the server, who sees the batch: k unamplified Gaussians of the joint multiplier (exact GDP)
     mu = math.sqrt(hits) / result.extra["joint_multiplier"]
@@ -401,17 +408,12 @@ LING_WORLD = {
 def test_ling_audit_removes_the_record_and_is_compared_with_the_known_batch_epsilon():
     import torch
 
-    from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
     from fedrepro.experiments.audit import ling_scores
 
     torch.set_num_threads(1)
     runs = 300
     result = ling_scores(LING_WORLD, runs, seed=0)
-    schedule, gen = BatchSchedule([20, 20], 8, "poisson"), seed_generator(0, "batches")
-    hits = 0
-    for _ in range(2):
-        local, weight = schedule.epoch(gen)
-        hits += int(((local[0] == 0) & (weight[0] > 0)).any(-1).sum())
+    hits = _canary_rounds()
     assert result.extra["canary_rounds"] == hits > 0
     # known batch: per canary round the update (C/m) and the loss statistic (B_t/m), both multiplier z: mu^2 = 2k/z^2
     mu = math.sqrt(2 * hits) / result.extra["noise_multiplier"]
