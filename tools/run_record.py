@@ -2,6 +2,12 @@
 
     python tools/run_record.py write results > record.json      # the numbers of a finished run
     python tools/run_record.py check results record.json         # exit 1 and list what differs
+    python tools/run_record.py check results tools/records/default_run.json.gz   # against the stored default run
+
+`tools/records/default_run.json.gz` is the default run's record (`snakemake -c2` of config.yaml on 2 CPU
+cores; its commit says which code made it): a refactor that should change no number re-runs the default
+configuration and checks against it. Another CPU or library build may differ in the last digits: pass
+`--rtol` and read what differs.
 
 The record holds every number of every table (`*/tables/*.csv`) and of every run summary
 (`*/runs/**/summary.json`), keyed by the file's path inside the results folder and the number's
@@ -13,6 +19,7 @@ agree when they hold the same files and places, equal strings, and numbers withi
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -100,6 +107,13 @@ def _same(a, b, rtol: float) -> bool:
     return a == b
 
 
+def load(path: str | Path) -> dict:
+    """A stored record, plain or gzipped JSON."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as stream:
+        return json.load(stream)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -112,7 +126,7 @@ def main(argv: list[str]) -> int:
     if args.command == "write":
         json.dump(record(args.results), sys.stdout, indent=1, sort_keys=True)
         return 0
-    lines = differences(record(args.results), json.loads(Path(args.record).read_text()), args.rtol)
+    lines = differences(record(args.results), load(args.record), args.rtol)
     print("\n".join(lines) or f"{args.results} matches {args.record}")
     return 1 if lines else 0
 

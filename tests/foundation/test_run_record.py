@@ -54,3 +54,11 @@ def test_check_exits_nonzero_on_a_missing_file(tmp_path, capsys):
     (results / "fedavg" / "tables" / "accuracy.csv").unlink()
     assert run_record.main(["check", str(results), str(stored)]) == 1
     assert "only in the second: fedavg/tables/accuracy.csv" in capsys.readouterr().out
+
+
+def test_the_stored_default_run_record_holds_every_papers_tables_and_agrees_with_itself():
+    stored = run_record.load(Path(__file__).parents[2] / "tools" / "records" / "default_run.json.gz")
+    papers = {path.split("/")[0] for path in stored if "/tables/" in path}
+    assert papers >= {"fedsc", "dpzv", "fedal", "steffle", "fedavg"}
+    assert any(path.endswith("claims.csv") for path in stored)
+    assert run_record.differences(stored, stored) == []
