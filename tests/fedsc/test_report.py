@@ -30,6 +30,7 @@ def test_probe_records_effective_rank_and_flags_a_collapsed_encoder(tmp_path):
         "probe": {"epochs": 2, "batch_size": 64, "collapse_rank": 1.05},
         "device": "cpu",
     }
+    torch.manual_seed(0)  # the weights come from the global generator: other tests' draws must not decide
     net = build_net(tiny, 1)
     projector = dict(net.projector.state_dict())  # z = 1 + a tiny input-dependent part: one vector plus noise
     projector["2.weight"], projector["2.bias"] = 1e-3 * projector["2.weight"], torch.ones_like(projector["2.bias"])
