@@ -636,6 +636,15 @@ def _score(steps: list, runs: int):
     return llr, gap2, changed
 
 
+def _pooled(scored: dict) -> tuple[dict, int, float]:
+    """Per world `_score`'s (llr, squared mu, steps changed) -> each world's scores, the canary's steps (the
+    schedule is shared: the most any world saw changed) and the canary's attained GDP mu over both worlds."""
+    scores = {w: llr.numpy() for w, (llr, _, _) in scored.items()}
+    changed = max(k for _, _, k in scored.values())
+    mu_attained = math.sqrt(float(np.mean(np.concatenate([gap2.numpy() for _, gap2, _ in scored.values()]))))
+    return scores, changed, mu_attained
+
+
 def _gauss_llr(observed, clean_out, clean_in, sigma):
     """Per run: sum of [(o - a)^2 - (o - b)^2] / (2 sigma^2) and the mean shift's squared length over sigma^2."""
     dims = tuple(range(1, observed.dim()))
@@ -673,16 +682,13 @@ def steffle_scores(cfg: dict, runs: int, seed: int) -> Audited:
         h_theta, h_w = uploads[id(tr)][-1][0][1][:, 0], uploads[id(tr)][-1][0][2][:, 0]
         return h_theta, h_w[:, keep.expand(h_w.shape[1:])]
 
-    scores, mu2, in_batch = {}, {}, []
-    for w, trainer in real.items():
-        llr, gap2, k = _score(_replay_with_canary(trainer, shadow, released, (sig_t, sig_w)), runs)
-        scores[w], mu2[w] = llr.numpy(), gap2.numpy()
-        in_batch.append(k)
+    # k: the rounds whose noiseless releases differ, the canary's
+    scores, k, mu_att = _pooled(
+        {w: _score(_replay_with_canary(tr, shadow, released, (sig_t, sig_w)), runs) for w, tr in real.items()}
+    )
     m, rho_w = real["out"].m, ctx["rho_w"]
     joint = steffle_privacy.joint_multiplier([sig_t, sig_w], [2 * float(cfg["clip"]) / m, 2 * math.sqrt(2 / rho_w) / m])
-    k = max(in_batch)  # the rounds whose noiseless releases differ: the canary's (the schedule is shared)
     eps_adv = accountant.epsilon(joint, k, ctx["delta"], 1.0, "pld")
-    mu_att = math.sqrt(float(np.mean(np.concatenate(list(mu2.values())))))
     return Audited(
         mechanism="SteFFLe silo releases (SteffleTrainer, Algorithm 1)",
         unit=steffle_privacy.THREAT_MODELS["steffle"].unit,
@@ -781,18 +787,15 @@ def tran_scores(cfg: dict, runs: int, seed: int) -> Audited:
     record = ctx["per_eps"][str(cfg["eps"])]
     z, m = float(real["out"].z_mult[0]), real["out"].m
     sigma_primal, sigma_dual = z * 2 * float(cfg["clip"]) / m, z * math.sqrt(2.0)
-    scores, mu2, rounds = {}, [], []
+    scored = {}
     for w, trainer in real.items():
         primal, dual = _run_tran_world(trainer, shadow, (sigma_primal, sigma_dual))
-        llr, gap2, k = _score(primal, runs)
-        dual_llr, dual_gap2, _ = _score(dual, runs)
-        scores[w] = (llr + dual_llr).numpy()
-        mu2.append((gap2 + dual_gap2).numpy())
-        rounds.append(k)
-    k, epochs = max(rounds), int(cfg["epochs"])
+        (llr, gap2, k), (dual_llr, dual_gap2, _) = _score(primal, runs), _score(dual, runs)
+        scored[w] = (llr + dual_llr, gap2 + dual_gap2, k)  # k: the primal steps the canary changed
+    scores, k, mu_att = _pooled(scored)
+    epochs = int(cfg["epochs"])
     # known batch: the k primal steps with the canary and every dual release, unamplified, multiplier z each
     eps_adv = accountant.epsilon(z, k + epochs, ctx["delta"], 1.0, "pld")
-    mu_att = math.sqrt(float(np.mean(np.concatenate(mu2))))
     return Audited(
         mechanism="Tran et al. 2021 PF-LD (TranTrainer)",
         unit=steffle_privacy.THREAT_MODELS["tran2021"].unit,
@@ -905,16 +908,11 @@ def ling_scores(cfg: dict, runs: int, seed: int) -> Audited:
         loss_std = (z * before["extra"]["loss_clip"][:, 0, 0] / m).clamp_min(1e-30)
         return update / (z * clip / m), (loss / loss_std)[:, None]
 
-    scores, mu2, rounds = {}, [], []
-    for w, trainer in real.items():
-        llr, gap2, k = _score(_replay_with_canary(trainer, shadow, released, (1.0, 1.0)), runs)
-        scores[w] = llr.numpy()
-        mu2.append(gap2.numpy())
-        rounds.append(k)
-    k = max(rounds)
+    scores, k, mu_att = _pooled(
+        {w: _score(_replay_with_canary(tr, shadow, released, (1.0, 1.0)), runs) for w, tr in real.items()}
+    )
     joint = z / math.sqrt(2.0)  # both releases of a round, each multiplier z: one Gaussian of z / sqrt(2)
     eps_adv = accountant.epsilon(joint, k, ctx["delta"], 1.0, "pld")
-    mu_att = math.sqrt(float(np.mean(np.concatenate(mu2))))
     return Audited(
         mechanism="Ling et al. 2024 FedFDP (FedFDPTrainer)",
         unit=steffle_privacy.THREAT_MODELS["ling2024"].unit,
