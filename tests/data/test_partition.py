@@ -269,16 +269,23 @@ def test_vertical_errors(split, shape, clients, message):
 # --------------------------------------------------------------------------- age (SteFFLe Algorithm 3)
 
 
-def reference_algorithm3(age: np.ndarray, num_silos: int, h: float, seed: int = 100) -> list[np.ndarray]:
-    """The authors' dataloader_fed.py (assign_partitions + get_train_silos_second_method), condensed."""
-    df = pd.DataFrame({"age": age})
+def reference_prior_silos(df: pd.DataFrame, num_silos: int) -> np.ndarray:
+    """The authors' assign_partitions (dataloader_fed.py) as written: pandas sort_values (its default kind,
+    quicksort), reset_index, a label per block of len // n rows (the last takes the rest), mapped back to
+    the rows of `df` in their order."""
     sorted_df = df.sort_values(by="age").reset_index()
     part_size = len(df) // num_silos
     sorted_df["prior_silos"] = 0
     for i in range(num_silos):
         end = (i + 1) * part_size if i < num_silos - 1 else len(df)
         sorted_df.loc[i * part_size:end, "prior_silos"] = i + 1
-    prior = sorted_df.set_index("index").loc[df.index, "prior_silos"].to_numpy() - 1
+    return sorted_df.set_index("index").loc[df.index, "prior_silos"].to_numpy() - 1
+
+
+def reference_algorithm3(age: np.ndarray, num_silos: int, h: float, seed: int = 100) -> list[np.ndarray]:
+    """The authors' dataloader_fed.py (assign_partitions + get_train_silos_second_method), condensed."""
+    df = pd.DataFrame({"age": age})
+    prior = reference_prior_silos(df, num_silos)
     n = len(df)
     rs = np.random.RandomState(seed)
     silos = []

@@ -20,6 +20,7 @@ from fedrepro.experiments import steffle as plan
 from fedrepro.privacy import accountant
 from fedrepro.privacy import steffle as accounting
 from fedrepro.report import steffle as report
+from tests.data.test_partition import reference_prior_silos
 
 from .helpers import pipeline_config, synthetic
 
@@ -132,17 +133,10 @@ def test_planner_rejects_keep_last_where_a_baseline_inherits_it():
 
 
 def _authors_blocks(ages, clients):
-    """The authors' assign_partitions (dataloader_fed.py) as written: pandas sort_values (its default
-    kind, quicksort), reset_index, a label per block of len // n rows (the last takes the rest), mapped
-    back to the data order."""
+    """The authors' assign_partitions on rows whose index is not their position (reset_index then maps them
+    back), as age blocks."""
     df = pd.DataFrame({"age": ages}, index=np.random.default_rng(5).permutation(len(ages)) + 1000)
-    sorted_df = df.sort_values(by="age").reset_index()
-    part_size = len(df) // clients
-    sorted_df["prior_silos"] = 0
-    for i in range(clients):
-        end = (i + 1) * part_size if i < clients - 1 else len(df)
-        sorted_df.loc[i * part_size : end, "prior_silos"] = i + 1
-    labels = sorted_df.set_index("index").loc[df.index, "prior_silos"].to_numpy() - 1
+    labels = reference_prior_silos(df, clients)
     return [np.flatnonzero(labels == k) for k in range(clients)]
 
 
