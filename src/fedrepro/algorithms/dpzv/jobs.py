@@ -92,9 +92,7 @@ def settings_for(spec: dict, variant: dict) -> VFLSettings:
     extra = {
         k: v
         for k, v in spec.items()
-        if k not in SETTING_KEYS
-        and k not in DATA_KEYS
-        and k not in ("variants", "device", "checkpoint_every", "dataset", "method")
+        if k not in SETTING_KEYS and k not in DATA_KEYS and k not in ("variants", "device", "dataset", "method")
     }
     extra.update({k: v for k, v in variant.items() if k not in ("eps", "tag")})
     return VFLSettings(**known, eps=parse_eps(variant["eps"]), extra=extra)

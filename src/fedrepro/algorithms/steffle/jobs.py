@@ -176,7 +176,7 @@ def _jsonable(value):
     return value
 
 
-GRID_KEYS = ("epsilons", "lambdas", "checkpoint_every")  # keys a cell's numbers do not depend on
+GRID_KEYS = ("epsilons", "lambdas")  # keys a cell's numbers do not depend on
 
 
 def cell_cache(job) -> Path:
