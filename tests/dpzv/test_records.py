@@ -46,7 +46,6 @@ def test_settings_for_keeps_setting_and_data_keys_out_of_the_method_options():
         "split_seed": 3,
         "device": "cpu",
         "variants": [],
-        "checkpoint_every": 1,
         "dataset": "digits",
         "method": "dpzv",
         "clip": 5,
