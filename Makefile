@@ -1,4 +1,4 @@
-# Two entry points for a fresh machine (Python 3.11): `make reproduce` and `make test`.
+# Two entry points for a fresh machine (Python 3.11): `make reproduce` and `make test` (+ `make smoke`).
 # Both create .venv and install everything from this repository's own files first.
 # `make lint` runs the checks CI runs before the tests (the same as .pre-commit-config.yaml).
 PYTHON ?= python3
@@ -19,11 +19,11 @@ $(VENV)/.installed: pyproject.toml
 reproduce: install
 	$(BIN)/snakemake --profile profiles/local
 
-# Two pytest-xdist workers, one test file at a time each, in tests/conftest.py's order: the
-# paper-scale smoke test starts first and keeps both cores busy while the other worker runs the rest.
+# Every test but the paper-scale smoke test (`make smoke`), on two pytest-xdist workers, one test
+# file at a time each, in tests/conftest.py's order (the longest files first).
 # --durations: the 30 slowest tests end the log, so every run says where the suite's time goes.
 test: install
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=30
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=30 -m "not paperscale"
 
 # ruff and snakefmt settings: pyproject.toml. `snakemake --lint` only parses the workflow; its
 # results folder is a name under .snakemake/ so that linting never touches results/.
@@ -33,11 +33,11 @@ lint: install
 	$(BIN)/snakefmt --check Snakefile workflow
 	$(BIN)/snakemake --lint --config results=.snakemake/lint-results
 
-# The paper-scale smoke test alone: every paper-scale rule through Snakemake on tiny generated real-format
-# data (tests/paperscale/test_smoke.py; part of `make test`; `-m "not paperscale"` leaves it out).
+# The paper-scale smoke test: every paper-scale rule through Snakemake on tiny generated real-format
+# data (tests/paperscale/test_smoke.py; not part of `make test`; CI runs both).
 .PHONY: smoke
 smoke: install
-	$(BIN)/python -m pytest -m paperscale tests/paperscale
+	$(BIN)/python -m pytest -s -m paperscale tests/paperscale   # -s: the run prints its minutes and log
 
 # Speed benchmarks (not tests): results/benchmarks/summary.md. About 16 min on 2 cores; docs/benchmarks.md.
 bench: install
