@@ -14,11 +14,10 @@ FEDSC_REPORT = {
     "decimals": config["report"]["decimals"],
     "note": config["fedsc"].get("report_note", ""),
 }
+FEDSC_PROBE_TABLES = ("table2", "table3", "table4", "table5")
 FEDSC_CELLS = {
     "table2": fedsc_plan.table2_cells(config),
-    "table3": fedsc_plan.dp_table_cells(config, "table3"),
-    "table4": fedsc_plan.dp_table_cells(config, "table4"),
-    "table5": fedsc_plan.dp_table_cells(config, "table5"),
+    **{name: fedsc_plan.dp_table_cells(config, name) for name in FEDSC_PROBE_TABLES[1:]},
     "privacy": fedsc_plan.privacy_cells(config),
     "figure2": fedsc_plan.figure2_cells(config),
 }
@@ -119,107 +118,37 @@ rule fedsc_claims:
         ENTRY
 
 
-rule fedsc_table2:
-    input:
-        probes=[cell["path"] for cell in FEDSC_CELLS["table2"]],
-        summaries=fedsc_plan.summary_inputs(FEDSC_CELLS["table2"]),
-        code=code_for("fedrepro.report.fedsc:probe_table"),
-    output:
-        md=f"{FEDSC_OUT}/tables/table2.md",
-        csv=f"{FEDSC_OUT}/tables/table2.csv",
-        tex=f"{FEDSC_OUT}/tables/table2.tex",
-    log:
-        f"{RESULTS}/logs/fedsc/table2.log",
-    conda:
-        CONDA_ENV
-    resources:
-        **cpu_resources(),
-    params:
-        entry="fedrepro.report.fedsc:probe_table",
-        spec={**FEDSC_REPORT, "table": "table2", "cells": FEDSC_CELLS["table2"]},
-    script:
-        ENTRY
+# Tables 2-5, the linear-probe tables: one rule each (`snakemake fedsc_table3`), generated here. Table 2 is
+# non-private (no delta); Tables 3-5 carry their delta.
+for _table in FEDSC_PROBE_TABLES:
 
-
-rule fedsc_table3:
-    input:
-        probes=[cell["path"] for cell in FEDSC_CELLS["table3"]],
-        summaries=fedsc_plan.summary_inputs(FEDSC_CELLS["table3"]),
-        code=code_for("fedrepro.report.fedsc:probe_table"),
-    output:
-        md=f"{FEDSC_OUT}/tables/table3.md",
-        csv=f"{FEDSC_OUT}/tables/table3.csv",
-        tex=f"{FEDSC_OUT}/tables/table3.tex",
-    log:
-        f"{RESULTS}/logs/fedsc/table3.log",
-    conda:
-        CONDA_ENV
-    resources:
-        **cpu_resources(),
-    params:
-        entry="fedrepro.report.fedsc:probe_table",
-        spec={
-            **FEDSC_REPORT,
-            "table": "table3",
-            "cells": FEDSC_CELLS["table3"],
-            "delta": config["fedsc"]["tables"]["table3"]["delta"],
-        },
-    script:
-        ENTRY
-
-
-rule fedsc_table4:
-    input:
-        probes=[cell["path"] for cell in FEDSC_CELLS["table4"]],
-        summaries=fedsc_plan.summary_inputs(FEDSC_CELLS["table4"]),
-        code=code_for("fedrepro.report.fedsc:probe_table"),
-    output:
-        md=f"{FEDSC_OUT}/tables/table4.md",
-        csv=f"{FEDSC_OUT}/tables/table4.csv",
-        tex=f"{FEDSC_OUT}/tables/table4.tex",
-    log:
-        f"{RESULTS}/logs/fedsc/table4.log",
-    conda:
-        CONDA_ENV
-    resources:
-        **cpu_resources(),
-    params:
-        entry="fedrepro.report.fedsc:probe_table",
-        spec={
-            **FEDSC_REPORT,
-            "table": "table4",
-            "cells": FEDSC_CELLS["table4"],
-            "delta": config["fedsc"]["tables"]["table4"]["delta"],
-        },
-    script:
-        ENTRY
-
-
-rule fedsc_table5:
-    input:
-        probes=[cell["path"] for cell in FEDSC_CELLS["table5"]],
-        summaries=fedsc_plan.summary_inputs(FEDSC_CELLS["table5"]),
-        code=code_for("fedrepro.report.fedsc:probe_table"),
-    output:
-        md=f"{FEDSC_OUT}/tables/table5.md",
-        csv=f"{FEDSC_OUT}/tables/table5.csv",
-        tex=f"{FEDSC_OUT}/tables/table5.tex",
-    log:
-        f"{RESULTS}/logs/fedsc/table5.log",
-    conda:
-        CONDA_ENV
-    resources:
-        **cpu_resources(),
-    params:
-        entry="fedrepro.report.fedsc:probe_table",
-        spec={
-            **FEDSC_REPORT,
-            "table": "table5",
-            "cells": FEDSC_CELLS["table5"],
-            "delta": config["fedsc"]["tables"]["table5"]["delta"],
-        },
-    script:
-        ENTRY
+    rule:
+        name:
+            f"fedsc_{_table}"
+        input:
+            probes=[cell["path"] for cell in FEDSC_CELLS[_table]],
+            summaries=fedsc_plan.summary_inputs(FEDSC_CELLS[_table]),
+            code=code_for("fedrepro.report.fedsc:probe_table"),
+        output:
+            md=f"{FEDSC_OUT}/tables/{_table}.md",
+            csv=f"{FEDSC_OUT}/tables/{_table}.csv",
+            tex=f"{FEDSC_OUT}/tables/{_table}.tex",
+        log:
+            f"{RESULTS}/logs/fedsc/{_table}.log",
+        conda:
+            CONDA_ENV
+        resources:
+            **cpu_resources(),
+        params:
+            entry="fedrepro.report.fedsc:probe_table",
+            spec={
+                **FEDSC_REPORT,
+                "table": _table,
+                "cells": FEDSC_CELLS[_table],
+                **({} if _table == "table2" else {"delta": config["fedsc"]["tables"][_table]["delta"]}),
+            },
+        script:
+            ENTRY
 
 
 rule fedsc_table6:
@@ -368,10 +297,7 @@ if FEDSC_STANDIN:
 
 
 PAPER_TARGETS["fedsc"] = [
-    *rules.fedsc_table2.output,
-    *rules.fedsc_table3.output,
-    *rules.fedsc_table4.output,
-    *rules.fedsc_table5.output,
+    *[output for name in FEDSC_PROBE_TABLES for output in getattr(rules, f"fedsc_{name}").output],
     *rules.fedsc_table6.output,
     *rules.fedsc_privacy.output,
     *rules.fedsc_claims.output,
