@@ -492,3 +492,79 @@ def test_power_limit_names_the_size_or_the_canary():
     assert power_limit(0.35, 0.6).startswith("canary-limited")
     assert power_limit(0.35, 0.45).startswith("size-limited")
     assert "no under-scaling down to sigma x 0.05" in power_limit(0.0, 0.0)
+
+
+def test_dp_fermi_audit_runs_steffles_trainer_on_the_centralised_rows():
+    import torch
+
+    from fedrepro.experiments.audit import steffle_scores
+    from fedrepro.privacy import steffle
+
+    torch.set_num_threads(1)
+    runs = 300
+    result = steffle_scores({**STEFFLE_WORLD, "lam": 10.0}, runs, seed=0, central=True)
+    # one silo of all 40 rows, batch = every row (q = 1): the canary is in both rounds
+    assert "1 silos" in result.variant and result.extra["canary_rounds"] == 2
+    assert result.unit == steffle.THREAT_MODELS["dp_fermi"].unit
+    mu = math.sqrt(2) / result.extra["joint_multiplier"]
+    assert result.eps_adversary == pytest.approx(_gdp_epsilon(mu, result.delta), rel=1e-2)
+    m = result.mu_attained
+    assert 0.9 * mu < m <= mu * (1 + 1e-6)
+    tol = 4 * m / math.sqrt(runs)
+    assert result.out.mean() == pytest.approx(-(m**2) / 2, abs=tol)
+    assert result.inn.mean() == pytest.approx(m**2 / 2, abs=tol)
+
+
+# ------------------------------------------------------------------------------ DPZV's baselines
+
+
+@pytest.fixture(scope="module")
+def baseline_audits():
+    import logging
+
+    import torch
+
+    from fedrepro.experiments.audit import dpzv_baseline_audits
+
+    torch.set_num_threads(1)
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    cfg = {
+        "eps": 0.5,
+        "delta": 1e-2,
+        "num_train": 32,
+        "clients": 2,
+        "batch_size": 8,
+        "epochs": 1,
+        "clip": 0.05,
+        "lr_server": 1.0,
+        "lr_client": 1e-3,
+        "head_clip": 1.0,
+        "canary_scale": 30.0,
+        "baselines": ["vafl", "zoo_vfl", "vfl_czofo"],
+        "embed_clip": 1.0,
+    }
+    return {name: row for name, row in zip(cfg["baselines"], dpzv_baseline_audits(cfg, 16, seed=0))}
+
+
+def test_baseline_audits_replay_the_embeddings_and_name_the_servers_epsilons(baseline_audits):
+    for name, result in baseline_audits.items():
+        z, k, after = (result.extra[key] for key in ("noise_multiplier", "canary_rounds", "rounds_after"))
+        steps = 2 if name == "zoo_vfl" and "separate" in result.note else 1
+        assert k == 1 and after >= k  # 1 epoch: the canary's id is sent once, in one of client 0's rounds
+        # the record's fixed-model known-batch bound: k unamplified Gaussians of multiplier z (exact GDP)
+        assert result.eps_reference == pytest.approx(_gdp_epsilon(math.sqrt(steps * k) / z, result.delta), rel=1e-3)
+        # the optimised canary pair sits on the clip, opposite: its row moves by the full 2 C_h
+        assert result.extra["mu_canary"] == pytest.approx(2 * 1.0 / result.sigma, rel=1e-3)
+        if name == "zoo_vfl":
+            # h' - h crosses without noise: no finite epsilon, and the scores separate the worlds exactly
+            assert math.isinf(result.eps_adversary) and result.inn.min() > result.out.max()
+            assert result.extra["tau"] < 1e-5
+        else:
+            # the client trains on its raw features: every round of client 0 from the canary's first use may
+            # move the whole batch, 2 C_h sqrt(B) each
+            mu = math.sqrt(after * 8) / z
+            assert result.eps_adversary == pytest.approx(_gdp_epsilon(mu, result.delta), rel=1e-3)
+            # an exact replay: the Gaussian log-likelihood ratio, N(-+ mu^2/2, mu^2) per world
+            assert result.inn.mean() > result.out.mean()
+        # observed minus the replica's clipped embedding of the run's own world is the noise, sigma_h per coordinate
+        assert result.extra["noise_std"] == pytest.approx(result.sigma, rel=0.05)

@@ -508,6 +508,222 @@ def dpzv_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
     return rows
 
 
+# ------------------------------------------------------------------------------ DPZV's baselines
+
+
+def _embedding_canary(algo, x, scale: float, seed: int):
+    """Client 0's canary pair: two slices whose clipped initial embeddings are as far apart as the attacker finds
+    (replace-one moves a row by at most 2 C_h): the farthest of 64 random slices times `scale` and their negatives,
+    then 200 Adam steps on both slices that push their clipped embeddings apart."""
+    import torch
+
+    from fedrepro.privacy.mechanisms import clip_by_norm
+
+    model, clip = copy.deepcopy(algo.clients[0].model), algo.embed_clip
+
+    def clipped(v):
+        return clip_by_norm(model(v), clip, dim=1)
+
+    gen = torch.Generator().manual_seed(seed)
+    noise = torch.randn((64, *x.shape[1:]), generator=gen, dtype=x.dtype) * scale
+    candidates = torch.cat([noise, -noise])
+    with torch.no_grad():
+        h = clipped(candidates)
+    i, j = np.unravel_index(int(torch.argmax(torch.cdist(h, h))), (len(h), len(h)))
+    pair = candidates[[i, j]].clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([pair], lr=0.05 * scale)
+    for _ in range(200):
+        optimizer.zero_grad()
+        h = clipped(pair)
+        (-(h[0] - h[1]).norm()).backward()
+        optimizer.step()
+    pair = pair.detach()
+    return pair[0], pair[1]
+
+
+def _clean_embeddings(algo, client, ids, answer) -> list:
+    """The canary's client's noiseless, clipped release(s) of this round in one world (h, or ZOO-VFL's h and h'),
+    and the client's update with the server's real `answer` (the attacker's replica)."""
+    import torch
+
+    from fedrepro.privacy.mechanisms import clip_by_norm
+
+    x = client.x[algo.ids_tensor(ids)]
+    if algo.method == "zoo_vfl":
+        seed = client.new_seed()
+        with torch.no_grad():
+            twin = algo._perturbed_copy(client.model, seed)
+            clean = [clip_by_norm(m(x), algo.embed_clip, dim=1).double() for m in (client.model, twin)]
+        algo.client_apply(client, seed, float(answer))
+        return clean
+    h = clip_by_norm(client.model(x), algo.embed_clip, dim=1)
+    algo.client_backward(client, h, answer)
+    return [h.detach().double()]
+
+
+def dpzv_embedding_scores(runs: int, method: str, settings, data, canary_scale: float, seed: int = 0):
+    """Scores of `runs` runs per world of one DPZV baseline (VAFL, ZOO-VFL, VFL-CZOFO) whose client 0 holds the
+    canary pair's one slice ("out") or the other ("in"). The attacker is the server: it sees every message, knows
+    the schedule, the data but the canary and the clients' randomness but their noise, and replays client 0 in
+    both worlds (its model and the server's real answers). Per round of client 0 the score adds the Gaussian
+    log-likelihood ratio of the noisy embeddings (sigma_h per coordinate); ZOO-VFL's shared draw on (h, h') sends
+    h' - h exactly, which enters as a Gaussian of the float rounding's std (`tau`, measured)."""
+    import importlib
+
+    import torch
+
+    from fedrepro.algorithms.dpzv import METHODS
+    from fedrepro.algorithms.dpzv.base import VFLData
+
+    cls = importlib.import_module(METHODS[method].entry.split(":")[0]).ALGORITHM
+    probe = cls(data, settings, seed)
+    pair = _embedding_canary(probe, data.train[0], canary_scale, seed)
+    worlds = {}
+    for w, row in zip(("out", "in"), pair):
+        train = [x.clone() for x in data.train]
+        train[0][0] = row
+        worlds[w] = VFLData(train, data.y_train, data.val, data.y_val, data.test, data.y_test, data.num_classes)
+    base = {w: cls(d, settings, seed) for w, d in worlds.items()}
+    sigma = float(base["out"].noise["sigma"])
+    shared = method == "zoo_vfl" and base["out"].noise_mode == "shared"
+    sums = {w: np.zeros((runs, 3)) for w in worlds}  # Gaussian llr, exact part's |d - d_out|^2 - |d - d_in|^2
+    mu2, info = {w: np.zeros((runs, 2)) for w in worlds}, {"first": None, "client_rounds": 0, "canary_rounds": 0}
+    residual2, count, noise = 0.0, 0, []
+    for w in worlds:
+        for r in range(runs):
+            real = copy.deepcopy(base[w])
+            for m, client in enumerate(real.clients):
+                client.noise.manual_seed(1000 + 4 * r + 2 * m + (w == "in"))
+            seen = []
+            answer_of = real.server_answer
+
+            def tapped(m, msg, answer_of=answer_of, seen=seen):
+                answer, stats = answer_of(m, msg)
+                if m == 0:
+                    seen.append((msg, answer))
+                return answer, stats
+
+            real.server_answer = tapped
+            replica = {v: copy.deepcopy(base[v].clients[0]) for v in worlds}
+            client_rounds = canary_rounds = 0
+            for _ in range(real.total_rounds):
+                m = real.next_client()
+                ids = real.clients[m].next_batch()
+                state = copy.deepcopy(real.clients[m].rng.bit_generator.state)
+                real.exchange(m, ids)
+                if m != 0:
+                    continue
+                client_rounds += 1
+                msg, answer = seen[-1]
+                clean = {}
+                for v, client in replica.items():
+                    client.rng.bit_generator.state = copy.deepcopy(state)
+                    clean[v] = _clean_embeddings(real, client, ids, answer)
+                observed = msg["h"].double()
+                a, b = clean["out"][0], clean["in"][0]
+                noise.append((observed - clean[w][0]).flatten())
+                gap2 = float(((b - a) ** 2).sum()) / sigma**2
+                sums[w][r, 0] += float(((observed - a) ** 2 - (observed - b) ** 2).sum()) / (2 * sigma**2)
+                if shared:
+                    d = msg["h_perturbed"].double() - observed
+                    d_out, d_in = clean["out"][1] - a, clean["in"][1] - b
+                    sums[w][r, 1] += float(((d - d_out) ** 2 - (d - d_in) ** 2).sum())
+                    own = d_out if w == "out" else d_in
+                    residual2, count = residual2 + float(((d - own) ** 2).sum()), count + own.numel()
+                if 0 in ids:
+                    canary_rounds += 1
+                    info["first"] = info["first"] if info["first"] is not None else client_rounds
+                mu2[w][r, 0 if 0 in ids else 1] += gap2
+            info["client_rounds"], info["canary_rounds"] = client_rounds, canary_rounds
+    tau = math.sqrt(residual2 / count) if count else math.nan
+    if shared:
+        tau = max(tau, 1e-12)
+    scores = {w: s[:, 0] + (s[:, 1] / (2 * tau**2) if shared else 0.0) for w, s in sums.items()}
+    both = np.concatenate(list(mu2.values()))
+    info.update(
+        sigma=sigma,
+        tau=tau,
+        privacy=base["out"].privacy(),
+        mu_canary=float(np.sqrt(both[:, 0].mean())),
+        noise_std=float(torch.cat(noise).std()),
+        mu_all=float(np.sqrt(both.sum(1).mean())),
+        rounds=base["out"].total_rounds,
+    )
+    return scores["out"], scores["in"], info
+
+
+BASELINE_LEAKS = {
+    "vafl": "the client trains its model by backprop on its raw features (dL/dw through the canary's row), so every "
+    "later embedding of every sample carries the canary unnoised: each of client 0's rounds from the canary's first "
+    "use on may move the whole batch (2 C_h sqrt(B))",
+    "vfl_czofo": "as VAFL: the client backpropagates the server's ZO gradient through its own model on its raw "
+    "features, so every later embedding carries the canary: 2 C_h sqrt(B) per round from its first use on",
+    "zoo_vfl": "zoo_noise 'shared': one draw on h and h', so the server reads h' - h exactly (the client's model "
+    "moves only by the server's scalars, which is post-processing)",
+}
+
+
+def dpzv_baseline_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
+    """One row per baseline of `cfg['baselines']`: its noisy embeddings against the server (which sees the ids)."""
+    import dataclasses
+
+    from fedrepro.privacy import dpzv as dpzv_privacy
+
+    data = tiny_vfl_data(int(cfg["num_train"]), clients=int(cfg["clients"]), seed=seed)
+    rows = []
+    for method in cfg["baselines"]:
+        start = time.time()
+        settings = dataclasses.replace(dpzv_settings(cfg, "paper"), extra={"embed_clip": float(cfg["embed_clip"])})
+        out, inn, info = dpzv_embedding_scores(runs, method, settings, data, float(cfg["canary_scale"]), seed)
+        z = float(info["privacy"]["noise_multiplier"])
+        steps = int(info["privacy"]["releases"]) // info["rounds"]  # ZOO-VFL's pair counted separately: 2
+        k, b = info["canary_rounds"], settings.batch_size
+        fixed_model = dpzv_privacy.known_batch_epsilon(z, steps * k, settings.delta)
+        after = info["client_rounds"] - info["first"] + 1  # client 0's rounds from the canary's first use on
+        leak_bound = dpzv_privacy.known_batch_epsilon(z / math.sqrt(b), after, settings.delta)
+        eps_adv = math.inf if method == "zoo_vfl" else leak_bound
+        record = info["privacy"]
+        rows.append(
+            Audited(
+                mechanism=f"{dpzv_privacy.THREAT_MODELS[method].mechanism.split(' (')[0]} embeddings (DPZV baseline)",
+                unit=dpzv_privacy.THREAT_MODELS[method].protects,
+                variant=f"client 0's slice of one sample replaced; embed_clip {cfg['embed_clip']:g}",
+                adversary="the server: the ids and every noisy embedding of the canary's client, the schedule, the "
+                "clients' models replayed in both worlds",
+                out=out,
+                inn=inn,
+                delta=settings.delta,
+                eps_claimed=float(cfg["eps"]),
+                claimed_for=f"one who does not know the batch (Poisson q = B/D; tight PLD {record['eps_pld']:.3g})",
+                eps_adversary=eps_adv,
+                eps_reference=fixed_model,
+                mu_attained=info["mu_all"] if method != "zoo_vfl" else info["mu_canary"],
+                sigma=info["sigma"],
+                note=(
+                    f"{BASELINE_LEAKS[method]}; eps_reference: the known-batch bound for a fixed client model "
+                    f"(sqrt({steps * k})/z, z = {z:.3g}; the privacy table's eps_known_one_client); eps_adversary: "
+                    + (
+                        "inf (h' - h crosses without noise)"
+                        if method == "zoo_vfl"
+                        else f"sqrt({after} B)/z over client 0's {after} rounds from the canary's first use"
+                    )
+                    + f"; canary GDP mu {info['mu_canary']:.3g} in its {k} rounds, {info['mu_all']:.3g} in all"
+                    + (f"; float rounding tau {info['tau']:.2g}" if method == "zoo_vfl" else "")
+                ),
+                seconds=time.time() - start,
+                extra={
+                    "canary_rounds": k,
+                    "rounds_after": after,
+                    "noise_multiplier": z,
+                    "tau": info["tau"],
+                    "mu_canary": info["mu_canary"],
+                    "noise_std": info["noise_std"],
+                },
+            )
+        )
+    return rows
+
+
 # ------------------------------------------------------------------------------ SteFFLe
 
 
@@ -652,17 +868,23 @@ def _gauss_llr(observed, clean_out, clean_in, sigma):
     return llr, (((clean_in - clean_out) ** 2).sum(dims) / sigma**2).double()
 
 
-def steffle_scores(cfg: dict, runs: int, seed: int) -> Audited:
+def steffle_scores(cfg: dict, runs: int, seed: int, central: bool = False) -> Audited:
     """Audit of SteFFLe's silo releases (Algorithm 1 line 9): `runs` runs per world of `SteffleTrainer`.
 
     The attacker is the server: per round it sees silo 0's h_theta and h_w (and g, which is the same in both
     worlds and reveals the batch, issue 27), knows theta and W (it computes them) and the batch, and replays
-    the silo's noiseless releases in both worlds from its replicas."""
+    the silo's noiseless releases in both worlds from its replicas. `central`: DP-FERMI, the same trainer at
+    N = 1 on the centralised rows (as its pipeline job runs it), batch = every row (q = 1, like the silos')."""
     from fedrepro.algorithms.steffle import sgda
     from fedrepro.privacy import steffle as steffle_privacy
 
     start = time.time()
+    if central:
+        cfg = {**cfg, "silos": 1, "batch": int(cfg["num_train"])}
     worlds, spec = steffle_world(cfg, seed), steffle_spec(cfg)
+    if central:
+        worlds = {w: data.centralised() for w, data in worlds.items()}
+    threat = steffle_privacy.THREAT_MODELS["dp_fermi" if central else "steffle"]
 
     def silence(trainer):
         trainer.sigma_theta, trainer.sigma_w = trainer.sigma_theta * 0, trainer.sigma_w * 0
@@ -690,15 +912,18 @@ def steffle_scores(cfg: dict, runs: int, seed: int) -> Audited:
     joint = steffle_privacy.joint_multiplier([sig_t, sig_w], [2 * float(cfg["clip"]) / m, 2 * math.sqrt(2 / rho_w) / m])
     eps_adv = accountant.epsilon(joint, k, ctx["delta"], 1.0, "pld")
     return Audited(
-        mechanism="SteFFLe silo releases (SteffleTrainer, Algorithm 1)",
-        unit=steffle_privacy.THREAT_MODELS["steffle"].unit,
+        mechanism="DP-FERMI central releases (SteffleTrainer, N = 1)"
+        if central
+        else "SteFFLe silo releases (SteffleTrainer, Algorithm 1)",
+        unit=threat.unit,
         variant=f"lambda {cfg['lam']:g}, {len(worlds['out'].silos)} silos, canary in {k} of {real['out'].rounds} rounds",
-        adversary="the server: h_theta, h_w of the canary's silo, theta and W, and the batch (g reveals it)",
+        adversary=f"{threat.adversary}: h_theta, h_w of the canary's silo, theta and W, and the batch (g reveals it)",
         out=scores["out"],
         inn=scores["in"],
         delta=float(ctx["delta"]),
         eps_claimed=float(noise.get("realised_epsilon", math.nan)),
-        claimed_for="the server without the batch (Poisson q = m/n~ per silo, theta and W joint: the paper's reading)",
+        claimed_for=f"{threat.adversary} without the batch (Poisson q = m/n~ per silo, theta and W joint: the "
+        "paper's reading)",
         eps_adversary=eps_adv,
         eps_reference=math.nan,
         mu_attained=mu_att,
@@ -949,8 +1174,11 @@ def audits(spec: dict) -> list[Audited]:
         done.append(fedsc_scores(spec["fedsc"], int(runs["fedsc"]), seed))
     if runs.get("dpzv"):
         done += dpzv_audits(spec["dpzv"], int(runs["dpzv"]), seed)
+        done += dpzv_baseline_audits(spec["dpzv"], int(runs["dpzv"]), seed)
     if runs.get("steffle"):
         done.append(steffle_scores(spec["steffle"], int(runs["steffle"]), seed))
+    if runs.get("dp_fermi"):
+        done.append(steffle_scores(spec["steffle"], int(runs["dp_fermi"]), seed, central=True))
     if runs.get("tran"):
         done.append(tran_scores(spec["tran"], int(runs["tran"]), seed))
     if runs.get("ling"):

@@ -8,7 +8,9 @@ Like with like: the lower bound is only ever compared with the epsilon of the ad
 models (`eps_adversary`). A label computed for another adversary (a Poisson-amplified epsilon, when the
 attacker knows the batch) is printed, never refuted or confirmed by this attacker. Where no finite
 epsilon holds against the attacker (a leak), the bound is compared with what the leak-free variant
-reaches against the same attacker (`eps_reference`): only a bound above it shows the leak.
+reaches against the same attacker (`eps_reference`): only a bound above it shows the leak. Where a finite but
+larger bound holds for the leak (DPZV's VAFL and VFL-CZOFO: the client's model trained on its raw features), that
+bound is `eps_adversary` and the verdict tests both.
 
 Power: the largest noise under-scaling sigma * k that an audit of this size refutes with the configured
 probability, for a Gaussian canary of the GDP mu this canary attained (`privacy.audit.largest_detected_scaling`);
@@ -57,7 +59,11 @@ def verdict(lower: float, eps_adversary: float, eps_reference: float, scaling: f
         if lower > eps_adversary:
             return f"refuted: lower bound {lower:.2f} > {eps_adversary:.2f} against this adversary"
         power = f"detects sigma x {scaling:g} with the set power" if scaling > 0 else "no power at this n"
-        return f"not refuted at this n: {lower:.2f} <= {eps_adversary:.2f} ({power})"
+        text = f"not refuted at this n: {lower:.2f} <= {eps_adversary:.2f} ({power})"
+        if math.isfinite(eps_reference):  # a leak-free bound against the same adversary, below the sound one
+            shown = "leak shown" if lower > eps_reference else "no evidence of the leak"
+            text += f"; {shown}: {lower:.2f} {'>' if lower > eps_reference else '<='} {eps_reference:.2f}, the leak-free bound"
+        return text
     if math.isfinite(eps_reference):
         if lower > eps_reference:
             return (
