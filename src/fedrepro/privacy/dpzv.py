@@ -449,9 +449,24 @@ THREAT_MODELS = {
             "the server (it receives every client's noisy embeddings)",
             f"{_IDS} with the embeddings (Algorithm 1 line 4's message), and it holds the labels (unprotected)",
             "the server receives the ids, so amplification at q = B/D does not hold against it: one client's "
-            "slice is sqrt(K_m)/z-GDP, the whole row (the server pools every client) sqrt(K)/z",
+            "slice is sqrt(K_m)/z-GDP, the whole row (the server pools every client) sqrt(K)/z, for a fixed client "
+            f"model; {leak} (the audit's rows)",
         )
-        for name, label in (("vafl", "VAFL"), ("zoo_vfl", "ZOO-VFL"), ("vfl_czofo", "VFL-CZOFO"))
+        for name, label, leak in (
+            (
+                "vafl",
+                "VAFL",
+                "the client trains its model by backprop on its raw features, so every later embedding carries the "
+                "record: up to sqrt(B K'_m)/z-GDP over the K'_m rounds from its first use",
+            ),
+            ("zoo_vfl", "ZOO-VFL", "zoo_noise 'shared' sends h' - h without noise: no finite bound"),
+            (
+                "vfl_czofo",
+                "VFL-CZOFO",
+                "the client backpropagates through its model on its raw features, so every later embedding "
+                "carries the record: up to sqrt(B K'_m)/z-GDP over the K'_m rounds from its first use",
+            ),
+        )
     },
 }
 KNOWN_BATCH = (
