@@ -1,8 +1,11 @@
-"""README, "Add a method", followed step by step on a toy method of the `fedavg` paper key.
+"""README, "Add a method", followed step by step on a toy method of every paper.
 
 The four steps are the method's module, one line in the paper's method table, its config block
-and its schema entry. Nothing else is touched: the config check, the planner, the job (run through
-`fedrepro.pipeline.run_job`, as the workflow's entry script does) and the report take it in.
+and its schema entry. Nothing else is touched. For the `fedavg` key the config check, the planner,
+the job (run through `fedrepro.pipeline.run_job`, as the workflow's entry script does) and the report
+take it in; for FedAvg, DPZV, FedSC and FedAL the four steps as file edits in one copy of the repository
+make Snakemake plan each toy method's training jobs; a DPZV method needs no paper-scale rates of its own.
+SteFFLe's toy method: tests/steffle/test_method_table.py.
 """
 
 import filecmp
@@ -95,15 +98,20 @@ def add_config_block(config: dict) -> None:
     config["fedavg"]["methods"][TOY] = {**config["fedavg"]["methods"]["fedavg"], "server_lr": 0.5}
 
 
-def add_schema_entry(schemas: Path) -> None:
-    """Step 4: its entry in fedavg.schema.yaml of `schemas` (a copy of workflow/schemas)."""
-    path = schemas / "fedavg.schema.yaml"
-    schema = yaml.safe_load(path.read_text())
+def add_schema_entry(schema: dict) -> None:
+    """Step 4: its entry in fedavg.schema.yaml (the schema as loaded)."""
     entries = schema["properties"]["methods"]["properties"]
     toy = json.loads(json.dumps(entries["fedavg"]))
     toy["properties"]["server_lr"] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
     toy["required"].append("server_lr")
     entries[TOY] = toy
+
+
+def edit_schema(schemas: Path, paper: str, step) -> None:
+    """Applies `step` to `<paper>.schema.yaml` in `schemas` (a copy of workflow/schemas)."""
+    path = schemas / f"{paper}.schema.yaml"
+    schema = yaml.safe_load(path.read_text())
+    step(schema)
     path.write_text(yaml.safe_dump(schema, sort_keys=False))
 
 
@@ -145,7 +153,7 @@ def test_the_four_steps_add_a_method_to_checks_plan_jobs_and_report(tmp_path, mo
     add_config_block(config)
     assert "config key 'fedavg.methods'" in config_error(config, SCHEMAS)  # no schema entry yet
     schemas = shutil.copytree(SCHEMAS, tmp_path / "schemas")
-    add_schema_entry(schemas)
+    edit_schema(schemas, "fedavg", add_schema_entry)
     assert "not in the method table" in config_error(config, schemas)  # no table line yet
     add_table_line(monkeypatch, toy_module)
     check_config(config, schemas)
@@ -185,57 +193,194 @@ def test_the_fedavg_table_matches_its_schema_and_config():
         assert set(row.config_keys) == set(schema[name]["properties"]), name
 
 
-@pytest.mark.pipeline
-def test_four_files_add_a_method_to_the_workflow(tmp_path):
-    """The four steps as file edits in a copy of the repository: Snakemake plans the new method's
-    training jobs (its code inputs included), and no other file differs from the original."""
-    copy = tmp_path / "repo"
-    copy.mkdir()
+# The same four steps on a toy method of DPZV, FedSC and FedAL, as file edits (tests below). Each module
+# subclasses the paper's own code; each method is a small variation, enough for the workflow to plan it.
+TOY_DPZV = """
+\"\"\"VAFL whose server answers with the sign of dL/dh (the toy DPZV method of tests/foundation/test_add_method.py).\"\"\"
+import torch
+
+from fedrepro.algorithms.dpzv.vafl import VAFL
+
+
+class SignVAFL(VAFL):
+    method = "toy"
+
+    def server_answer(self, m, msg):
+        grad, stats = super().server_answer(m, msg)
+        return torch.sign(grad), stats
+
+
+def run_job(job):
+    from fedrepro.algorithms.dpzv.jobs import run_vfl_job
+
+    run_vfl_job(job, SignVAFL)
+"""
+TOY_FEDSC = """
+\"\"\"FedAvg + SC at half the local step (the toy FedSC method of tests/foundation/test_add_method.py).\"\"\"
+from fedrepro.algorithms.fedsc.fedsc import FedSC
+from fedrepro.algorithms.fedsc.jobs import pretrain
+
+
+class HalfStepSC(FedSC):
+    def client_update(self, j, weights, t, lr):
+        return super().client_update(j, weights, t, lr / 2)
+
+
+def run_toy(job):
+    pretrain(job, HalfStepSC)
+"""
+TOY_FEDAL = """
+\"\"\"FedMD-LF built directly (the toy FedAL method of tests/foundation/test_add_method.py).\"\"\"
+from fedrepro.algorithms.fedal.fedal import FedAL
+
+
+def build(data, pool, cfg, seed, spec):
+    return FedAL(data, pool, cfg, seed, use_al=False, use_lf=True)
+
+
+def run_job(job):
+    from fedrepro.algorithms.fedal.jobs import run
+
+    run(job, build)
+"""
+
+
+def add_dpzv_config(config: dict) -> None:
+    """Step 3 for DPZV: its name in `dpzv.methods` and its quick-scale rates (VAFL's) per data set; at paper
+    scale it trains at each data set's `lr.default`, so configs/paper.yaml is not touched."""
+    config["dpzv"]["methods"].append("toy")
+    for dataset in config["dpzv"]["datasets"].values():
+        dataset["lr"]["toy"] = dict(dataset["lr"]["vafl"])
+
+
+def add_dpzv_schema(schema: dict) -> None:
+    schema["properties"]["methods"]["items"]["enum"].append("toy")
+    rates = schema["properties"]["datasets"]["additionalProperties"]["properties"]["lr"]["properties"]
+    rates["toy"] = json.loads(json.dumps(rates["vafl"]))
+
+
+def add_fedsc_config(config: dict) -> None:
+    config["fedsc"]["methods"]["toy"] = {"lr": 0.03, "grad_clip": 3.0}
+
+
+def add_fedsc_schema(schema: dict) -> None:
+    entries = schema["properties"]["methods"]["properties"]
+    entries["toy"] = json.loads(json.dumps(entries["fedavg_sc"]))
+
+
+def add_fedal_config(config: dict) -> None:
+    """Its block, and its name in the black-box experiment and in Figure 8 (the outputs name their methods)."""
+    section = config["fedal"]
+    section["methods"]["toy"] = {"tau": 5}
+    section["experiments"]["blackbox"]["methods"].append("toy")
+    section["outputs"]["fig8"]["methods"].append("toy")
+
+
+def add_fedal_schema(schema: dict) -> None:
+    schema["$defs"]["method"]["enum"].append("toy")
+    entries = schema["properties"]["methods"]["properties"]
+    entries["toy"] = json.loads(json.dumps(entries["fedmd"]))
+
+
+_FEDAVG_KEYS = (*method_table("fedavg")["fedavg"].config_keys, "server_lr")
+# paper -> (method name, module folder, module text, table line, config step, schema step)
+TOYS = {
+    "fedavg": (
+        TOY,
+        "baselines",
+        TOY_MODULE,
+        f'"{TOY}": Method(entry="fedrepro.algorithms.baselines.{TOY}:run_job", label="Toy", config_keys={_FEDAVG_KEYS}),',
+        add_config_block,
+        add_schema_entry,
+    ),
+    "dpzv": (
+        "toy",
+        "dpzv",
+        TOY_DPZV,
+        '"toy": Method(entry="fedrepro.algorithms.dpzv.toy:run_job", label="Toy", '
+        'traits=frozenset({"first_order"}), config_keys=("embed_clip", "momentum")),',
+        add_dpzv_config,
+        add_dpzv_schema,
+    ),
+    "fedsc": (
+        "toy",
+        "fedsc",
+        TOY_FEDSC,
+        '"toy": _row("toy:run_toy", "Toy", ("sc",)),',
+        add_fedsc_config,
+        add_fedsc_schema,
+    ),
+    "fedal": (
+        "toy",
+        "fedal",
+        TOY_FEDAL,
+        '"toy": _row("toy", "Toy", {"baseline"}, ()),',
+        add_fedal_config,
+        add_fedal_schema,
+    ),
+}
+
+
+def add_methods_in_a_copy(copy: Path) -> dict[str, list[str]]:
+    """The four steps of every paper in TOYS as file edits in `copy`; returns each paper's four files."""
     for name in ("Snakefile", "config.yaml"):
         shutil.copy(ROOT / name, copy / name)
     for name in ("src", "workflow"):
         shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    baselines = copy / "src" / "fedrepro" / "algorithms" / "baselines"
-    (baselines / f"{TOY}.py").write_text(textwrap.dedent(TOY_MODULE))
-    keys = (*method_table("fedavg")["fedavg"].config_keys, "server_lr")
-    line = (
-        f'    "{TOY}": Method(entry="fedrepro.algorithms.baselines.{TOY}:run_job", label="Toy", config_keys={keys}),\n'
-    )
-    table = baselines / "__init__.py"
-    text = table.read_text()
-    table.write_text(text[: text.rindex("}")] + line + text[text.rindex("}") :])
     config = yaml.safe_load((copy / "config.yaml").read_text())
-    add_config_block(config)
+    files = {}
+    for paper, (method, folder, module, line, add_config, add_schema) in TOYS.items():
+        package = copy / "src" / "fedrepro" / "algorithms" / folder
+        (package / f"{method}.py").write_text(textwrap.dedent(module))  # step 1
+        table = package / "__init__.py"
+        text = table.read_text()
+        end = text.rindex("}")
+        table.write_text(text[:end] + f"    {line}\n" + text[end:])  # step 2
+        add_config(config)  # step 3
+        edit_schema(copy / "workflow" / "schemas", paper, add_schema)  # step 4
+        files[paper] = [
+            f"src/fedrepro/algorithms/{folder}/{method}.py",
+            f"src/fedrepro/algorithms/{folder}/__init__.py",
+            "config.yaml",
+            f"workflow/schemas/{paper}.schema.yaml",
+        ]
     (copy / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    add_schema_entry(copy / "workflow" / "schemas")
+    return files
 
-    changed = [
+
+def changed_files(copy: Path) -> list[str]:
+    return sorted(
         str(path.relative_to(copy))
-        for path in sorted(copy.rglob("*"))
+        for path in copy.rglob("*")
         if path.is_file()
         and "__pycache__" not in path.parts
         and not (
             (ROOT / path.relative_to(copy)).exists() and filecmp.cmp(path, ROOT / path.relative_to(copy), shallow=False)
         )
-    ]
-    assert sorted(changed) == sorted(
-        [
-            "config.yaml",
-            f"src/fedrepro/algorithms/baselines/{TOY}.py",
-            "src/fedrepro/algorithms/baselines/__init__.py",
-            "workflow/schemas/fedavg.schema.yaml",
-        ]
     )
 
+
+@pytest.mark.pipeline
+def test_four_files_add_a_method_to_the_workflow_in_every_paper(tmp_path):
+    """The four steps as file edits in a copy of the repository, for a toy method of FedAvg, DPZV, FedSC and
+    FedAL at once (SteFFLe's: tests/steffle/test_method_table.py): no other file differs from the original,
+    and one Snakemake dry run plans every toy method's training jobs (their code inputs included)."""
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    files = add_methods_in_a_copy(copy)
+    assert all(len(paper_files) == 4 for paper_files in files.values())
+    assert changed_files(copy) == sorted({name for paper_files in files.values() for name in paper_files})
+
+    papers = list(TOYS)
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "snakemake",
             "-n",
-            "fedavg",
+            *papers,
             "--config",
-            "papers=[fedavg]",
+            f"papers=[{','.join(papers)}]",
             f"results={tmp_path / 'results'}",
         ],
         cwd=copy,
@@ -246,6 +391,38 @@ def test_four_files_add_a_method_to_the_workflow(tmp_path):
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
+    config = yaml.safe_load((copy / "config.yaml").read_text())
     alphas = len(config["fedavg"]["partition"]["alphas"])
     assert re.search(rf"^fedavg_train\s+{2 * alphas}\s*$", output, flags=re.MULTILINE), output[-3000:]
+    for paper, (method, *_) in TOYS.items():
+        runs = set(re.findall(rf"{paper}/runs/([^/\s]+)/{method}/([^/\s]+)/", output))
+        assert runs, f"no {paper} training job of {method!r} planned:\n{output[-3000:]}"
     assert output.count(f"method={TOY},") == alphas
+
+
+def test_a_new_dpzv_method_needs_no_paper_scale_edit(monkeypatch):
+    """Paper scale: a DPZV method without rates of its own trains at each data set's `lr.default`
+    (configs/paper.yaml untouched); a data set with neither names the method."""
+    from fedrepro.config import load_yaml, merge_configs
+    from fedrepro.experiments import dpzv as dpzv_plan
+
+    config = merge_configs(load_yaml(ROOT / "config.yaml"), load_yaml(ROOT / "configs" / "paper.yaml"))
+    row = Method(entry="fedrepro.algorithms.dpzv.vafl:run_job", label="Toy", config_keys=("embed_clip", "momentum"))
+    monkeypatch.setitem(method_table("dpzv"), "toy", row)
+    config["dpzv"]["methods"].append("toy")
+    assert dpzv_plan.check(config) == []
+    datasets = dpzv_plan.training_datasets(config)
+    toy_runs = [run for run in dpzv_plan.runs(config) if run.method == "toy"]
+    assert sorted({run.dataset for run in toy_runs}) == sorted(datasets)
+    for run in toy_runs:
+        rates = config["dpzv"]["datasets"][run.dataset]["lr"]
+        assert (run.spec["lr_server"], run.spec["lr_client"]) == (
+            rates["default"]["server"],
+            rates["default"]["client"],
+        )
+        assert "toy" not in rates
+    dpzv_run = next(run for run in dpzv_plan.runs(config) if run.method == "dpzv" and run.dataset == datasets[0])
+    assert dpzv_run.spec["lr_client"] == config["dpzv"]["datasets"][datasets[0]]["lr"]["dpzv"]["client"]
+
+    del config["dpzv"]["datasets"][datasets[0]]["lr"]["default"]
+    assert f"dpzv.datasets.{datasets[0]}.lr lacks toy" in dpzv_plan.check(config)

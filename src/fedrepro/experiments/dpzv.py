@@ -34,14 +34,23 @@ def partition_tag(dataset_cfg: dict) -> str:
     return make_tag("vertical", split=part["split"], clients=part["clients"])
 
 
+def learning_rates(rates: dict, dataset: str, method: str) -> dict:
+    """A method's {server, client} rates on a data set (`dpzv.datasets.<dataset>.lr`): its own entry, else
+    the data set's `default` (so a new method runs at paper scale without an entry per data set; the paper
+    tunes each method's rates by grid search, Sec. 6 Setup, so `default` is a starting point, not a tuning)."""
+    if method in rates:
+        return rates[method]
+    if "default" in rates:
+        return rates["default"]
+    raise KeyError(f"dpzv.datasets.{dataset}.lr has no entry for method {method!r} and no default")
+
+
 def method_spec(config: dict, dataset: str, method: str) -> dict:
     """Every setting one (data set, method) reads, shared + dataset + method learning rates."""
     section = config[PAPER]
     data_cfg = section["datasets"][dataset]
     shared = {**section["shared"], **data_cfg.get("overrides", {})}
-    if method not in data_cfg["lr"]:
-        raise KeyError(f"dpzv.datasets.{dataset}.lr has no entry for method {method!r}")
-    lr = data_cfg["lr"][method]
+    lr = learning_rates(data_cfg["lr"], dataset, method)
     model = data_cfg["model"]
     spec = {
         "dataset": dataset,
@@ -331,7 +340,8 @@ def check(config: dict) -> list[str]:
         if dataset not in section["datasets"]:
             errors.append(f"dpzv.figures uses data set {dataset!r}, which dpzv.datasets does not configure")
             continue
-        missing = [m for m in section["methods"] if m not in section["datasets"][dataset]["lr"]]
+        rates = section["datasets"][dataset]["lr"]
+        missing = [m for m in section["methods"] if m not in rates and "default" not in rates]
         if missing:
             errors.append(f"dpzv.datasets.{dataset}.lr lacks {', '.join(missing)}")
     if float(section["shared"]["clip"]) == math.inf:
