@@ -9,8 +9,9 @@ import torch
 
 from fedrepro.algorithms.dpzv.jobs import (
     _json_default,
-    cell_fingerprint,
-    cell_folder,
+    cell_slot,
+    cell_state,
+    cell_store,
     load_cell,
     save_cell,
     variant_tag,
@@ -18,6 +19,7 @@ from fedrepro.algorithms.dpzv.jobs import (
 from fedrepro.algorithms.dpzv.memory import LiveTensorTracker, param_bytes
 from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, num_params
 from fedrepro.pipeline import Job
+from fedrepro.store import Store
 
 # ------------------------------------------------------------------------------------ variant cells
 
@@ -33,6 +35,10 @@ def test_variant_tags_name_eps_and_clip():
     assert variant_tag({"eps": 0.5}) == "eps0.5"
 
 
+def cell_folder(j, tag):
+    return cell_store(j).root / cell_slot(j, tag)
+
+
 def test_cells_are_shared_by_the_settings_of_one_method_and_seed_list_only():
     here = cell_folder(job(), "eps1")
     assert cell_folder(job(setting="b"), "eps1") == here
@@ -44,10 +50,10 @@ def test_cells_are_shared_by_the_settings_of_one_method_and_seed_list_only():
 
 def test_cell_stamp_depends_on_the_variant_and_settings_not_on_the_variant_list():
     base = {"lr": 1, "variants": [{"eps": 1}]}
-    stamp = cell_fingerprint(job(spec=base), {"eps": 1})
-    assert cell_fingerprint(job(spec={**base, "variants": [{"eps": 1}, {"eps": 2}]}), {"eps": 1}) == stamp
-    assert cell_fingerprint(job(spec=base), {"eps": 2}) != stamp
-    assert cell_fingerprint(job(spec={**base, "lr": 2}), {"eps": 1}) != stamp
+    stamp = cell_state(job(spec=base), {"eps": 1})
+    assert cell_state(job(spec={**base, "variants": [{"eps": 1}, {"eps": 2}]}), {"eps": 1}) == stamp
+    assert cell_state(job(spec=base), {"eps": 2}) != stamp
+    assert cell_state(job(spec={**base, "lr": 2}), {"eps": 1}) != stamp
 
 
 def test_cell_stamp_depends_on_the_input_files(tmp_path):
@@ -56,28 +62,29 @@ def test_cell_stamp_depends_on_the_input_files(tmp_path):
     data.write_bytes(b"first")
     spec = {"lr": 1, "variants": [{"eps": 1}]}
     with_input = Job(spec=spec, output={"summary": str(tmp_path / "s.json")}, input={"data": str(data)}, seeds=[0])
-    stamp = cell_fingerprint(with_input, {"eps": 1})
+    stamp = cell_state(with_input, {"eps": 1})
     data.write_bytes(b"second")
-    assert cell_fingerprint(with_input, {"eps": 1}) != stamp
+    assert cell_state(with_input, {"eps": 1}) != stamp
 
 
 def test_a_cell_keeps_numpy_scalars_as_numbers(tmp_path):
-    save_cell(tmp_path / "cell", "stamp", pd.DataFrame({"seed": [0]}), {"0": {"acc": np.float32(0.25)}})
-    assert load_cell(tmp_path / "cell", "stamp")[1] == {"0": {"acc": 0.25}}
+    store = Store(tmp_path)
+    save_cell(store, "cell", "stamp", pd.DataFrame({"seed": [0]}), {"0": {"acc": np.float32(0.25)}})
+    assert load_cell(store, "cell", "stamp")[1] == {"0": {"acc": 0.25}}
 
 
 def test_a_cell_is_read_back_only_under_its_own_stamp(tmp_path):
     metrics = pd.DataFrame({"seed": [0, 0], "test_acc": [0.5, 0.75]})
     seeds = {"0": {"best": {"test_acc": 0.75}, "eps": math.inf}}
-    folder = tmp_path / "cell"
-    assert load_cell(folder, "stamp") is None  # nothing written yet
-    save_cell(folder, "stamp", metrics, seeds)
-    frame, read = load_cell(folder, "stamp")
+    store = Store(tmp_path)
+    assert load_cell(store, "cell", "stamp") is None  # nothing written yet
+    save_cell(store, "cell", "stamp", metrics, seeds)
+    frame, read = load_cell(store, "cell", "stamp")
     pd.testing.assert_frame_equal(frame, metrics)
     assert read["0"]["best"] == {"test_acc": 0.75} and math.isinf(read["0"]["eps"])
-    assert load_cell(folder, "other") is None
-    (folder / "summary.json").unlink()
-    assert load_cell(folder, "stamp") is None
+    assert load_cell(store, "cell", "other") is None
+    (store.entry("cell", "stamp") / "summary.json").unlink()
+    assert load_cell(store, "cell", "stamp") is None
 
 
 def test_json_writes_numpy_and_torch_scalars_as_numbers():

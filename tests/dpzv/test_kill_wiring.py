@@ -16,6 +16,7 @@ from fedrepro.algorithms.dpzv.vafl import VAFL
 from fedrepro.algorithms.dpzv.zo import Direction
 from fedrepro.algorithms.dpzv.zoo_vfl import ZOOVFL
 from fedrepro.data.partition import vertical_partition
+from fedrepro.store import Store
 from tests.dpzv.conftest import tiny_images, tiny_settings
 from tests.dpzv.test_jobs import prepared  # noqa: F401  (fixture: tiny prepared arrays and partition)
 from tests.dpzv.test_kill_jobs import job_for
@@ -108,21 +109,22 @@ def test_job_hands_checkpoint_every_to_the_loop_and_uses_its_threads(prepared, t
 
 
 def test_a_half_rewritten_cell_does_not_count_as_finished(tmp_path, monkeypatch):
-    """save_cell drops the old fingerprint before it writes anything: a crash in between leaves no stamp."""
-    import fedrepro.algorithms.dpzv.jobs as jobs
+    """save_cell drops the entry's state before it writes anything: a crash in between leaves no state."""
+    import fedrepro.store
 
-    folder = tmp_path / "cell"
+    store = Store(tmp_path)
     metrics = pd.DataFrame({"seed": [0], "test_acc": [0.5]})
-    save_cell(folder, "old", metrics, {"0": {}})
-    assert load_cell(folder, "old") is not None
+    save_cell(store, "cell", "stamp", metrics, {"0": {}})
+    assert load_cell(store, "cell", "stamp") is not None
 
     def crash(path, write):
         raise OSError("disk full")
 
-    monkeypatch.setattr(jobs, "atomic_write", crash)
+    monkeypatch.setattr(fedrepro.store, "atomic_write", crash)
     with pytest.raises(OSError):
-        save_cell(folder, "new", metrics, {"0": {}})
-    assert load_cell(folder, "old") is None and load_cell(folder, "new") is None
+        save_cell(store, "cell", "stamp", metrics, {"0": {}})
+    assert load_cell(store, "cell", "stamp") is None
+    folder = store.entry("cell", "stamp")
     assert json.loads((folder / "summary.json").read_text()) == {"seeds": {"0": {}}}
     assert np.isfinite(pd.read_parquet(folder / "metrics.parquet")["test_acc"]).all()
 

@@ -10,7 +10,7 @@ import torch
 from fedrepro.algorithms.baselines.fedavg import FedAvg
 from fedrepro.fl import loop, seeding
 from fedrepro.fl.loop import Checkpoint, run_rounds
-from fedrepro.fl.runner import run_seeds
+from fedrepro.fl.runner import run_seeds, seed_slot
 from fedrepro.pipeline import claim_scratch, make_job
 from tests.foundation.conftest import FEDAVG_SPEC, Killed, killed_at, saved_rounds
 
@@ -77,7 +77,8 @@ def test_run_seeds_writes_outputs_and_reuses_finished_seeds(tmp_path, blobs, cli
     summary = json.loads((tmp_path / "run/summary.json").read_text())
     assert set(summary["seeds"]) == {"0", "1"} and summary["spec"] == FEDAVG_SPEC
     assert summary["seeds"]["0"]["final"]["round"] == 3
-    assert (tmp_path / "run/.checkpoint/seed0.parquet").exists()
+    store, slot, state = seed_slot(job, 0)
+    assert (store.entry(slot, state) / "metrics.parquet").exists()
     again = run_seeds(job, counting_build, num_rounds=3)
     assert calls == [0, 1], "finished seeds must not be recomputed"
     pd.testing.assert_frame_equal(again, metrics)

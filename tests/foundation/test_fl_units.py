@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedrepro import store
 from fedrepro.fl import batched, runner, seeding
 from fedrepro.fl.aggregate import normalised, weighted_average
 from fedrepro.fl.device import pick_device
@@ -371,16 +372,21 @@ def test_run_seeds_outputs_summaries_and_health(tmp_path):
     }
     assert seed0["extra"] == 0.5 and seed0["status"] == "chance" and seed0["status_reason"] == "at chance"
     for seed in (0, 1):
-        store = tmp_path / "run/.checkpoint" / f"seed{seed}.parquet"
-        assert pq.read_schema(store).pandas_metadata["index_columns"] == []
-        assert (tmp_path / f"run/.checkpoint/seed{seed}.json").read_text().startswith("{\n  ")
+        entry = seed_entry(job, seed)
+        assert pq.read_schema(entry / "metrics.parquet").pandas_metadata["index_columns"] == []
+        assert (entry / "summary.json").read_text().startswith("{\n  ")
     assert (tmp_path / "run/.checkpoint/seed0.pt").exists()
+
+
+def seed_entry(job, seed):
+    store, slot, state = runner.seed_slot(job, seed)
+    return store.entry(slot, state)
 
 
 def test_a_seed_with_only_its_metrics_file_is_recomputed(tmp_path):
     job = seed_job(tmp_path, seeds=[0])
     run_seeds(job, lambda seed: Counter(), num_rounds=2)
-    (tmp_path / "run/.checkpoint/seed0.json").unlink()
+    (seed_entry(job, 0) / "summary.json").unlink()
     (tmp_path / "run/.checkpoint/seed0.pt").unlink()
     calls = []
     run_seeds(job, lambda seed: calls.append(seed) or Counter(), num_rounds=2)
@@ -421,8 +427,8 @@ def test_finished_checkpoint_is_copied_where_hard_links_fail(tmp_path, monkeypat
     def no_links(source, target):
         raise OSError("cross-device link")
 
-    monkeypatch.setattr(runner.os, "link", no_links)
+    monkeypatch.setattr(store.os, "link", no_links)
     source, target = tmp_path / "a.pt", tmp_path / "new" / "folder" / "b.pt"
     source.write_bytes(b"checkpoint")
-    runner._share(source, target)
+    store.share(source, target)
     assert target.read_bytes() == b"checkpoint"

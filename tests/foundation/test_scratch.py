@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from fedrepro.atomic import atomic_write, atomic_write_text
-from fedrepro.fl.runner import run_seeds, seed_store
+from fedrepro.fl.runner import run_seeds, seed_slot
 from fedrepro.pipeline import Job, run_job, scratch_for
 
 
@@ -145,10 +145,11 @@ def test_other_settings_do_not_reuse_seeds(tmp_path):
 def test_a_corrupt_finished_seed_is_named_and_recomputed(tmp_path, caplog):
     job = pipeline_job(tmp_path, [0])
     first = run(job)
-    summary = seed_store(job) / "seed0.json"
+    store, slot, state = seed_slot(job, 0)
+    summary = store.entry(slot, state) / "summary.json"
     summary.write_text(summary.read_text()[:20])  # cut short
     with caplog.at_level(logging.WARNING):
         again = run(pipeline_job(tmp_path, [0, 1]))
     assert Counter.built == [0, 1]
-    assert "corrupt finished-seed file" in caplog.text and "seed 0" in caplog.text
+    assert "unreadable entry" in caplog.text and "seed0" in caplog.text
     pd.testing.assert_frame_equal(again[again.seed == 0].reset_index(drop=True), first)

@@ -185,7 +185,7 @@ def test_adding_a_lambda_trains_only_the_new_cells(tmp_path, caplog):
     pd.testing.assert_frame_equal(old, first.reset_index(drop=True))
     alone, _ = run([2.0])  # cached: the same numbers as trained alone
     pd.testing.assert_frame_equal(alone.reset_index(drop=True), grown[grown["lam"] == 2.0].reset_index(drop=True))
-    for path in (out / ".cells").iterdir():  # torn cache files are trained again
+    for path in (out / ".cells").rglob("metrics.parquet"):  # torn stored cells are trained again
         path.write_bytes(b"torn")
     again, s3 = run([0.0, 1.0, 2.0])
     assert (s3["cells_trained"], s3["cells_cached"]) == (3, 0)

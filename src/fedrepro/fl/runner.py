@@ -5,21 +5,19 @@ seed and round where it stopped; a job whose settings or inputs changed since th
 written starts afresh (`fedrepro.pipeline.claim_scratch`). The job's outputs are written only
 once every seed is done.
 
-A finished seed's metrics, summary and last checkpoint are kept in a seed store shared by
-every job of the same run whatever its seed list (`<setting folder>/.seeds/<key>/`, the key
-being a hash of the spec and of the input files, code included): adding a seed to a paper's
-`seeds` makes a new job (`s0_1` -> `s0_1_2`) that runs only the new seed. A seed does not
-depend on which other seeds share its job (each is seeded on its own), so reuse is exact.
-Every file is written atomically; a corrupt one is named in the log and recomputed.
+A finished seed's metrics, summary and last checkpoint are kept in the store of finished work
+(`fedrepro.store`), shared by every job of the same run whatever its seed list
+(`<setting folder>/.seeds/seed<s>/<key>/`, the key a hash of the spec, the seed and the input
+files, code included): adding a seed to a paper's `seeds` makes a new job (`s0_1` -> `s0_1_2`)
+that runs only the new seed. A seed does not depend on which other seeds share its job (each is
+seeded on its own), so reuse is exact. Every file is written atomically; an unreadable entry is
+named in the log and recomputed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +27,8 @@ from fedrepro.atomic import atomic_write, atomic_write_text
 from fedrepro.eval.health import Health, check_finite, worst
 from fedrepro.fl import seeding
 from fedrepro.fl.loop import Checkpoint, FederatedAlgorithm, run_rounds
-from fedrepro.pipeline import Job, claim_scratch, fingerprint
+from fedrepro.pipeline import Job, claim_scratch
+from fedrepro.store import Store, share, state_of
 
 log = logging.getLogger(__name__)
 
@@ -54,60 +53,31 @@ def run_seeds(
     return metrics
 
 
-def seed_store(job: Job) -> Path:
-    """Folder of finished seeds shared by the jobs of one run whatever their seed lists:
-    `<setting folder>/.seeds/<hash of spec and inputs>` for pipeline jobs (a `{seeds}`
-    wildcard), else the job's own scratch."""
+def seed_store(job: Job) -> Store:
+    """Finished seeds shared by the jobs of one run whatever their seed lists (`fedrepro.store`):
+    `<setting folder>/.seeds/seed<s>/<key>/` for pipeline jobs (a `{seeds}` wildcard), else
+    under the job's own scratch."""
     if "seeds" not in job.wildcards:
-        return job.scratch
-    key = hashlib.sha256(fingerprint(job, seeds=False).encode()).hexdigest()[:16]
-    return Path(job.output["metrics"]).parent.parent / ".seeds" / key
+        return Store(job.scratch / ".seeds")
+    return Store(Path(job.output["metrics"]).parent.parent / ".seeds")
 
 
-def _drop_stale_stores(store: Path) -> None:
-    """Seed stores of the same run written for other settings, inputs or code."""
-    if store.parent.name == ".seeds":
-        for other in store.parent.iterdir():
-            if other != store:
-                shutil.rmtree(other, ignore_errors=True)
+def seed_slot(job: Job, seed: int) -> tuple[Store, str, str]:
+    """Where a finished seed is kept: (store, slot, state); its entry is `store.entry(slot, state)`."""
+    return seed_store(job), f"seed{seed}", state_of(job, job.spec, [seed])
 
 
-def _share(source: Path, target: Path) -> None:
-    """Place `source` at `target` (a hard link, or an atomic copy where links fail)."""
-    if not source.exists() or source.resolve() == target.resolve():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        atomic_write(target, lambda tmp: shutil.copyfile(source, tmp))
-
-
-def _finished_seed(store: Path, seed: int):
-    """(metrics, summary) of a finished seed in the store, or None; a corrupt file is named,
-    removed and the seed recomputed."""
-    done_file, summary_file = store / f"seed{seed}.parquet", store / f"seed{seed}.json"
-    if not (done_file.exists() and summary_file.exists()):
-        return None
-    try:
-        return pd.read_parquet(done_file), json.loads(summary_file.read_text())
-    except Exception as error:  # noqa: BLE001 (any unreadable file: recompute the seed)
-        log.warning(
-            "corrupt finished-seed file in %s (%s: %s): recomputing seed %d", store, type(error).__name__, error, seed
-        )
-        done_file.unlink(missing_ok=True)
-        summary_file.unlink(missing_ok=True)
-        return None
+def _read_seed(folder: Path):
+    return pd.read_parquet(folder / "metrics.parquet"), json.loads((folder / "summary.json").read_text())
 
 
 def _run_one_seed(job, build, seed, num_rounds, eval_every, checkpoint_every):
-    store = seed_store(job)
+    store, slot, state = seed_slot(job, seed)
     checkpoint_file = job.scratch / f"seed{seed}.pt"
-    finished = _finished_seed(store, seed)
+    finished = store.load(slot, state, _read_seed)
     if finished is not None:
-        log.info("seed %d already finished, reusing %s", seed, store / f"seed{seed}.parquet")
-        _share(store / f"seed{seed}.pt", checkpoint_file)  # read by later stages (FedSC backbones)
+        log.info("seed %d already finished, reusing %s", seed, store.entry(slot, state))
+        share(store.entry(slot, state) / "checkpoint.pt", checkpoint_file)  # read by later stages (FedSC backbones)
         return finished
     seeding.seed_everything(seed)
     algorithm = build(seed)
@@ -120,11 +90,15 @@ def _run_one_seed(job, build, seed, num_rounds, eval_every, checkpoint_every):
     if hasattr(algorithm, "summary"):
         summary.update(algorithm.summary())
     summary.update(run_health(metrics, summary).as_dict())
-    store.mkdir(parents=True, exist_ok=True)
-    _drop_stale_stores(store)
-    _share(checkpoint_file, store / f"seed{seed}.pt")
-    atomic_write(store / f"seed{seed}.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
-    atomic_write_text(store / f"seed{seed}.json", json.dumps(summary, indent=2, default=float))
+    store.save(
+        slot,
+        state,
+        {
+            "checkpoint.pt": checkpoint_file,
+            "metrics.parquet": lambda tmp: metrics.to_parquet(tmp, index=False),
+            "summary.json": lambda tmp: tmp.write_text(json.dumps(summary, indent=2, default=float)),
+        },
+    )
     return metrics, summary
 
 

@@ -31,8 +31,9 @@ from fedrepro.algorithms.dpzv.base import VFLData, VFLSettings, build_vfl_data
 from fedrepro.atomic import atomic_write, atomic_write_text
 from fedrepro.fl.device import pick_device
 from fedrepro.fl.runner import run_seeds
-from fedrepro.pipeline import Job, claim_scratch, fingerprint, number_tag
+from fedrepro.pipeline import Job, claim_scratch, number_tag
 from fedrepro.privacy.dpzv import parse_clip, parse_eps
+from fedrepro.store import Store, state_of
 
 SETTING_KEYS = (
     "batch_size",
@@ -105,39 +106,48 @@ def variant_tag(variant: dict) -> str:
     return tag
 
 
-def cell_folder(job: Job, tag: str) -> Path:
-    """Finished results of one privacy variant, shared by every job of the same (data set, method):
-    runs/<dataset>/<method>/_cells/<variant>/<seeds>/ beside the jobs' own runs/.../<setting>/<seeds>/.
-    Quick scale batches variants into jobs, so adding one eps renames the job; the cells let the new
-    job reuse every variant already finished under the same settings, inputs and code."""
-    out = Path(job.output["summary"])
-    return out.parents[2] / "_cells" / tag / out.parent.name
+def cell_store(job: Job) -> Store:
+    """Finished privacy variants (`fedrepro.store`), shared by every job of the same (data set, method):
+    runs/<dataset>/<method>/_cells/ beside the jobs' own runs/.../<setting>/<seeds>/. Quick scale
+    batches variants into jobs, so adding one eps renames the job; the store lets the new job reuse
+    every variant already finished under the same settings, seeds, inputs and code."""
+    return Store(Path(job.output["summary"]).parents[2] / "_cells")
 
 
-def cell_fingerprint(job: Job, variant: dict) -> str:
+def cell_slot(job: Job, tag: str) -> str:
+    """One variant of one seed list: `<variant>/<seeds>`."""
+    return f"{tag}/{Path(job.output['summary']).parent.name}"
+
+
+def cell_state(job: Job, variant: dict) -> str:
     """What one variant's results depend on: the job's spec without the variant list, this variant,
     the seeds and every input file (code fingerprints included)."""
     spec = {k: v for k, v in job.spec.items() if k != "variants"}
-    return fingerprint(Job(spec={**spec, "variant": variant}, output={}, input=job.input, seeds=job.seeds))
+    return state_of(job, {**spec, "variant": variant}, job.seeds)
 
 
-def load_cell(folder: Path, stamp: str):
-    """(metrics, seeds' summaries) of a finished cell written under `stamp`, else None."""
-    try:
-        if (folder / "fingerprint").read_text() != stamp:
-            return None
-        return (pd.read_parquet(folder / "metrics.parquet"), json.loads((folder / "summary.json").read_text())["seeds"])
-    except (OSError, ValueError, KeyError):
-        return None
+def load_cell(store: Store, slot: str, state: str):
+    """(metrics, seeds' summaries) of a finished variant, else None."""
+    return store.load(
+        slot,
+        state,
+        lambda folder: (
+            pd.read_parquet(folder / "metrics.parquet"),
+            json.loads((folder / "summary.json").read_text())["seeds"],
+        ),
+    )
 
 
-def save_cell(folder: Path, stamp: str, metrics: pd.DataFrame, seeds: dict) -> None:
-    """Write a finished cell; the fingerprint last, so a half-written cell never counts as finished."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "fingerprint").unlink(missing_ok=True)
-    atomic_write(folder / "metrics.parquet", lambda tmp: metrics.to_parquet(tmp, index=False))
-    atomic_write_text(folder / "summary.json", json.dumps({"seeds": seeds}, indent=2, default=_json_default))
-    atomic_write_text(folder / "fingerprint", stamp)
+def save_cell(store: Store, slot: str, state: str, metrics: pd.DataFrame, seeds: dict) -> None:
+    text = json.dumps({"seeds": seeds}, indent=2, default=_json_default)
+    store.save(
+        slot,
+        state,
+        {
+            "metrics.parquet": lambda tmp: metrics.to_parquet(tmp, index=False),
+            "summary.json": lambda tmp: tmp.write_text(text),
+        },
+    )
 
 
 def run_vfl_job(job: Job, algorithm_class) -> None:
@@ -152,8 +162,8 @@ def run_vfl_job(job: Job, algorithm_class) -> None:
         tag = variant_tag(variant)
         eps = parse_eps(variant["eps"])
         clip = parse_clip(variant["clip"]) if "clip" in variant else math.nan
-        folder, stamp = cell_folder(job, tag), cell_fingerprint(job, variant)
-        cached = load_cell(folder, stamp)
+        store, slot, state = cell_store(job), cell_slot(job, tag), cell_state(job, variant)
+        cached = load_cell(store, slot, state)
         if cached is not None:
             frames.append(cached[0])
             summaries[tag] = {"eps": eps, "clip": clip, "seeds": cached[1]}
@@ -179,7 +189,7 @@ def run_vfl_job(job: Job, algorithm_class) -> None:
             eval_every=1,
         ).assign(variant=tag, eps=eps, clip=clip)
         seeds = json.loads(Path(sub.output["summary"]).read_text())["seeds"]
-        save_cell(folder, stamp, metrics, seeds)
+        save_cell(store, slot, state, metrics, seeds)
         frames.append(metrics)
         summaries[tag] = {"eps": eps, "clip": clip, "seeds": seeds}
     metrics = pd.concat(frames, ignore_index=True)

@@ -23,8 +23,6 @@ Each method's table entry names the module that runs it (`sgda.py`, `tran2021.py
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import importlib
 import json
 import logging
@@ -42,8 +40,9 @@ from fedrepro.data.arrays import load_prepared
 from fedrepro.data.partition import load_partition
 from fedrepro.eval import health
 from fedrepro.fl.loop import Checkpoint
-from fedrepro.pipeline import claim_scratch, fingerprint
+from fedrepro.pipeline import claim_scratch
 from fedrepro.privacy import steffle as accounting
+from fedrepro.store import Store, state_of
 
 from . import METHODS, has_trait
 from .base import BatchSchedule, FairData
@@ -179,41 +178,47 @@ def _jsonable(value):
 GRID_KEYS = ("epsilons", "lambdas")  # keys a cell's numbers do not depend on
 
 
-def cell_cache(job) -> Path:
-    """Per-cell results beside the job's outputs (not outputs: a re-run of the job keeps them)."""
-    return Path(job.scratch).parent / ".cells"
+def cell_store(job) -> Store:
+    """Finished (eps, lambda) cells (`fedrepro.store`) beside the job's outputs (not outputs: a re-run
+    of the job keeps them)."""
+    return Store(Path(job.scratch).parent / ".cells")
 
 
-def cell_key(job, setting) -> str:
+def cell_slot(setting) -> str:
+    """One cell in words; repr keeps lambdas that agree to 6 digits apart."""
+    return f"eps{setting[0]}_lam{float(setting[1])!r}"
+
+
+def cell_state(job, setting) -> str:
     """What one (eps, lambda) cell's numbers depend on: the job's spec without its grid lists,
     the seeds, every input file (data, partition, code fingerprints) and the cell itself.
     Settings train independently (common random numbers per seed, GridTrainer), so a cell
     trained beside other cells gives the numbers it would give alone."""
     spec = {k: v for k, v in job.spec.items() if k not in GRID_KEYS}
-    state = fingerprint(dataclasses.replace(job, spec={**spec, "cell": [str(setting[0]), float(setting[1])]}))
-    return hashlib.sha256(state.encode()).hexdigest()[:24]
+    return state_of(job, {**spec, "cell": [str(setting[0]), float(setting[1])]}, job.seeds)
 
 
 def _load_cells(job, settings) -> dict:
-    """The cached metrics of every cell of `settings` found in the cache (unreadable files are dropped)."""
-    found = {}
+    """The stored metrics of every cell of `settings` found in the store."""
+    store, found = cell_store(job), {}
     for setting in settings:
-        path = cell_cache(job) / f"{cell_key(job, setting)}.parquet"
-        if path.exists():
-            try:
-                found[setting] = pd.read_parquet(path)
-            except Exception as err:  # a torn file: name it and train the cell again
-                log.warning("cell cache %s is unreadable (%s); training the cell again", path, err)
-                path.unlink()
+        frame = store.load(
+            cell_slot(setting), cell_state(job, setting), lambda f: pd.read_parquet(f / "metrics.parquet")
+        )
+        if frame is not None:
+            found[setting] = frame
     return found
 
 
 def _save_cells(job, frame: pd.DataFrame, settings) -> None:
-    cell_cache(job).mkdir(parents=True, exist_ok=True)
+    store = cell_store(job)
     for eps, lam in settings:
         rows = frame[(frame["eps"] == str(eps)) & (frame["lam"] == lam)]
-        path = cell_cache(job) / f"{cell_key(job, (eps, lam))}.parquet"
-        atomic_write(path, lambda tmp, rows=rows: rows.to_parquet(tmp, index=False))
+        store.save(
+            cell_slot((eps, lam)),
+            cell_state(job, (eps, lam)),
+            {"metrics.parquet": lambda tmp, rows=rows: rows.to_parquet(tmp, index=False)},
+        )
 
 
 def _seed_health(rows: pd.DataFrame) -> health.Health:
@@ -229,7 +234,7 @@ def _seed_health(rows: pd.DataFrame) -> health.Health:
 
 
 def run_job(job) -> None:
-    """Train the job's grid, except the (eps, lambda) cells already in the cell cache: adding a
+    """Train the job's grid, except the (eps, lambda) cells already in the store of finished work: adding a
     lambda or an epsilon to a grid trains only the new cells (still as one batched program)."""
     torch.set_num_threads(max(1, int(job.threads)))
     if not job.seeds:
