@@ -108,3 +108,142 @@ def test_every_steffle_table_names_each_methods_unit_and_adversary(captured, mon
     assert len(captured) == 5 and not any(threat.missing(t) for t in captured)
     # each private method's own short form, so equal eps is never read as equal protection
     assert all(steffle.THREAT_MODELS[m].short in captured[0][0] for m in points["method"])
+
+
+def _assert_named(captured, count):
+    assert len(captured) == count
+    for texts in captured:
+        assert threat.shows_epsilon(" ".join(texts)) and not threat.missing(texts)
+
+
+@pytest.mark.parametrize("name", ["table3", "table4", "table5"])
+def test_fedsc_dp_tables_name_what_their_epsilon_covers(captured, monkeypatch, name):
+    from fedrepro.report import fedsc as report
+
+    ours = pd.DataFrame(
+        {
+            "row": ["FedSC (ε=3)", "FedSC (ε=6)"],
+            "column": ["cifar10"] * 2,
+            "seed": [0, 0],
+            "value": [50.0, 55.0],
+            "status": ["ok", "ok"],
+            "status_reason": ["", ""],
+            "effective_rank": [3.0, 3.0],
+        }
+    )
+    monkeypatch.setattr(report, "probe_frame", lambda cells: ours)
+    monkeypatch.setattr(report, "realised_labels", lambda cells, delta: {"FedSC (ε=3)": "FedSC (ε=3) [PLD 3.1]"})
+    spec = {"table": name, "cells": [], "delta": 1e-2, "scale": "quick", "decimals": 2}
+    report.probe_table(SimpleNamespace(spec=spec, output={"md": "x.md"}))
+    _assert_named(captured, 1)
+
+
+def test_fedsc_privacy_table_names_what_its_epsilon_covers(captured, monkeypatch):
+    from fedrepro.report import fedsc as report
+
+    frame = pd.DataFrame({"dataset": ["cifar10"], "run": ["FedSC"], "label ε": [3.0], "eps_pld_max": [3.1]})
+    monkeypatch.setattr(report, "privacy_frame", lambda cells: frame)
+    report.privacy_table(SimpleNamespace(spec={"cells": [], "scale": "quick", "decimals": 2}, output={"md": "x.md"}))
+    _assert_named(captured, 1)
+
+
+def _dpzv_best():
+    from fedrepro.report import dpzv as report
+
+    rows = [
+        {"dataset": "digits", "method": m, "eps": e, "clip": 10.0, "seed": s, "best_test_acc": 0.5, "status": "ok"}
+        for m in ("dpzv", "vafl")
+        for e in (1.0, math.inf)
+        for s in (0, 1)
+    ]
+    return pd.DataFrame(rows).assign(label=lambda d: d["method"].map(report.LABELS), eps_pld=1.02, eps_known_pooled=6.3)
+
+
+def test_dpzv_figure3_names_its_adversary(captured, monkeypatch):
+    from fedrepro.report import dpzv as report
+
+    monkeypatch.setattr(report, "load_best", lambda paths: _dpzv_best())
+    spec = {"clip": 10, "delta": 1e-3, "scale": "quick", "figures": {"fig3": ["digits"]}}
+    report.figure3(SimpleNamespace(spec=spec, input={"summaries": []}, output={"png": "x.png"}))
+    _assert_named(captured, 1)
+
+
+def test_dpzv_claims_and_privacy_tables_name_their_adversaries(captured, monkeypatch):
+    from fedrepro.report import dpzv as report
+
+    monkeypatch.setattr(report, "load_best", lambda paths: _dpzv_best())
+    monkeypatch.setattr(report, "load_metrics", lambda paths: pd.DataFrame())
+    monkeypatch.setattr(report, "load_memory", lambda paths: pd.DataFrame())
+    monkeypatch.setattr(report, "_claim_rows", lambda *a: [{"claim": "DPZV > VAFL at ε = 1", "verdict": "holds"}])
+    privacy = pd.DataFrame({"method": ["dpzv", "vafl"], "eps": [1.0, 1.0], "eps_pld": [1.02, 1.02]})
+    monkeypatch.setattr(report, "privacy_table", lambda best: privacy)
+    spec = {"scale": "quick", "decimals": 2, "clip": 10, "server_update": "sgd"}
+    job = SimpleNamespace(
+        spec=spec,
+        input={"summaries": [], "metrics": [], "memory": []},
+        output={"md": "c.md", "privacy_md": "p.md"},
+    )
+    report.claims(job)
+    _assert_named(captured, 2)
+
+
+def _steffle_points():
+    rows = [
+        {
+            "dataset": "adult",
+            "fairness": "dp",
+            "method": m,
+            "setting": "s",
+            "num_silos": 3,
+            "h": 0.0,
+            "eps_value": e,
+            "eps": e,
+            "lam": lam,
+            "seed": seed,
+            "error": 0.2,
+            "dp_violation": 0.1,
+            "eo_violation": 0.1,
+            "realised_eps": e,
+            "sound_eps": 3 * e,
+        }
+        for m in ("steffle", "tran2021", "ling2024")
+        for e in (1.0, math.inf)
+        for lam in (0.0, 1.0)
+        for seed in (0, 1)
+    ]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("figure", ["fig1", "fig2"])
+def test_steffle_figures_name_each_methods_unit_and_adversary(captured, monkeypatch, figure):
+    from fedrepro.report import steffle as report
+
+    monkeypatch.setattr(report, "load_points", lambda paths: _steffle_points())
+    if figure == "fig2":
+        panel = {"num_silos": [3], "h": [0.0], "eps": 1.0}
+        layout = {"dataset": "adult", "fairness": "dp", "panels": [panel, {**panel, "h": [0.0, 0.5]}]}
+    else:
+        layout = {
+            "dataset": "adult",
+            "fairness": "dp",
+            "num_silos": 3,
+            "epsilons": [1.0],
+            "h": [0.0],
+            "methods": ["steffle", "tran2021", "ling2024"],
+        }
+    spec = {"figure": figure, "layout": layout, "scale": "quick"}
+    report.figure(SimpleNamespace(spec=spec, input={"metrics": []}, output={"png": "x.png"}))
+    _assert_named(captured, 1)
+
+
+def test_steffle_refcode_table_names_its_unit_and_adversary(captured, monkeypatch):
+    from fedrepro.report import steffle as report
+
+    monkeypatch.setattr(report, "load_points", lambda paths: _steffle_points())
+    cells = pd.DataFrame({"h": [0.75], "eps": [1.0], "lam": [1.0], "realised_epsilon_pld": [1.01]})
+    monkeypatch.setattr(report, "refcode_table", lambda points, summaries: cells)
+    monkeypatch.setattr(report, "authors_refcode", lambda: None)
+    monkeypatch.setattr(report, "run_conditions", lambda summaries: "Batches: shuffle_keep_last")
+    spec = {"scale": "quick", "decimals": 2}
+    report.refcode(SimpleNamespace(spec=spec, input={"metrics": ["m/metrics.csv"]}, output={"md": "x.md"}))
+    _assert_named(captured, 1)
