@@ -103,7 +103,7 @@ rule fedsc_claims:
         code=code_for("fedrepro.report.fedsc:claims_table"),
     output:
         md=f"{FEDSC_OUT}/tables/claims.md",
-        csv=f"{FEDSC_OUT}/tables/claims.csv",
+        csv=report(f"{FEDSC_OUT}/tables/claims.csv", caption="../report/fedsc_claims.rst", category="FedSC"),
         tex=f"{FEDSC_OUT}/tables/claims.tex",
     log:
         f"{RESULTS}/logs/fedsc/claims.log",
@@ -131,7 +131,7 @@ for _table in FEDSC_PROBE_TABLES:
             code=code_for("fedrepro.report.fedsc:probe_table"),
         output:
             md=f"{FEDSC_OUT}/tables/{_table}.md",
-            csv=f"{FEDSC_OUT}/tables/{_table}.csv",
+            csv=report(f"{FEDSC_OUT}/tables/{_table}.csv", caption="../report/fedsc_probe_table.rst", category="FedSC"),
             tex=f"{FEDSC_OUT}/tables/{_table}.tex",
         log:
             f"{RESULTS}/logs/fedsc/{_table}.log",
@@ -156,7 +156,7 @@ rule fedsc_table6:
         code=code_for("fedrepro.report.fedsc:table6"),
     output:
         md=f"{FEDSC_OUT}/tables/table6.md",
-        csv=f"{FEDSC_OUT}/tables/table6.csv",
+        csv=report(f"{FEDSC_OUT}/tables/table6.csv", caption="../report/fedsc_table6.rst", category="FedSC"),
         tex=f"{FEDSC_OUT}/tables/table6.tex",
     log:
         f"{RESULTS}/logs/fedsc/table6.log",
@@ -177,7 +177,7 @@ rule fedsc_privacy:
         code=code_for("fedrepro.report.fedsc:privacy_table"),
     output:
         md=f"{FEDSC_OUT}/tables/privacy_realised.md",
-        csv=f"{FEDSC_OUT}/tables/privacy_realised.csv",
+        csv=report(f"{FEDSC_OUT}/tables/privacy_realised.csv", caption="../report/fedsc_privacy.rst", category="FedSC"),
         tex=f"{FEDSC_OUT}/tables/privacy_realised.tex",
     log:
         f"{RESULTS}/logs/fedsc/privacy_realised.log",
