@@ -98,7 +98,7 @@ rule dpzv_table:
         code=code_for(lambda w: f"fedrepro.report.dpzv:{dpzv_plan.TABLE_JOBS[w.table]}"),
     output:
         md=f"{DPZV_OUT}/tables/{{table}}.md",
-        csv=f"{DPZV_OUT}/tables/{{table}}.csv",
+        csv=report(f"{DPZV_OUT}/tables/{{table}}.csv", caption="../report/dpzv_table.rst", category="DPZV"),
         tex=f"{DPZV_OUT}/tables/{{table}}.tex",
     log:
         f"{RESULTS}/logs/dpzv/table_{{table}}.log",
@@ -121,10 +121,10 @@ rule dpzv_claims:
         code=code_for("fedrepro.report.dpzv:claims"),
     output:
         md=f"{DPZV_OUT}/tables/claims.md",
-        csv=f"{DPZV_OUT}/tables/claims.csv",
+        csv=report(f"{DPZV_OUT}/tables/claims.csv", caption="../report/dpzv_claims.rst", category="DPZV"),
         tex=f"{DPZV_OUT}/tables/claims.tex",
         privacy_md=f"{DPZV_OUT}/tables/privacy.md",
-        privacy_csv=f"{DPZV_OUT}/tables/privacy.csv",
+        privacy_csv=report(f"{DPZV_OUT}/tables/privacy.csv", caption="../report/dpzv_privacy.rst", category="DPZV"),
         privacy_tex=f"{DPZV_OUT}/tables/privacy.tex",
     log:
         f"{RESULTS}/logs/dpzv/claims.log",

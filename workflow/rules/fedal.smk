@@ -44,7 +44,7 @@ rule fedal_table:
         code=code_for("fedrepro.report.fedal:table"),
     output:
         md=f"{FEDAL_OUT}/tables/{{name}}.md",
-        csv=f"{FEDAL_OUT}/tables/{{name}}.csv",
+        csv=report(f"{FEDAL_OUT}/tables/{{name}}.csv", caption="../report/fedal_table.rst", category="FedAL"),
         tex=f"{FEDAL_OUT}/tables/{{name}}.tex",
     log:
         f"{RESULTS}/logs/fedal/{{name}}.log",

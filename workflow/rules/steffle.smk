@@ -74,7 +74,13 @@ rule steffle_tables:
         code=code_for("fedrepro.report.steffle:tables"),
     output:
         **{
-            f"{name}_{ext}": f"{STEFFLE_OUT}/tables/{name}.{ext}"
+            f"{name}_{ext}": (
+                report(
+                    f"{STEFFLE_OUT}/tables/{name}.{ext}", caption="../report/steffle_tables.rst", category="SteFFLe"
+                )
+                if ext == "csv"
+                else f"{STEFFLE_OUT}/tables/{name}.{ext}"
+            )
             for name in steffle_plan.TABLES
             for ext in ("csv", "md", "tex")
         },
