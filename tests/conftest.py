@@ -1,20 +1,33 @@
-"""Test order for `make test` (pytest-xdist, two workers, one test file per worker at a time).
+"""Shared by every test file: the order of files for `make test`, one paper-scale dry run for all
+the files that read it, and the process settings each test gets back.
 
-The paper-scale smoke test keeps both cores busy for most of the run, and the SLURM tests mostly
-wait on the cluster; both go first so that the other worker's short tests fill the gaps instead of
-leaving the smoke test to run alone at the end.
+Order (pytest-xdist, two workers, one test file per worker at a time, --dist loadfile): the longest
+files first, so that the short ones fill the gaps at the end instead of one long file running alone
+after the rest. The SLURM tests mostly wait on the cluster; the re-run tests share its local slice
+(tests/cluster/conftest.py) and go to the other worker.
 """
 
+import fcntl
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from fedrepro.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV
 
+ROOT = Path(__file__).resolve().parents[1]
+
 # what fedrepro.pipeline.hand_over_process_settings and fedrepro.fl.device write into os.environ
 PROCESS_SETTINGS = (EVERY_ENV, MINUTES_ENV, DETERMINISTIC_ENV, "CUBLAS_WORKSPACE_CONFIG")
 
-FIRST = ("tests/paperscale/test_smoke.py", "tests/cluster/test_slurm.py")
+FIRST = (
+    "tests/paperscale/test_smoke.py",
+    "tests/cluster/test_slurm.py",
+    "tests/cluster/test_reruns.py",
+)
 
 
 def _rank(item) -> int:
@@ -37,3 +50,44 @@ def process_settings_restored():
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def shared_folder(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this test session sees (the parent of the workers' own)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def once_per_session(tmp_path_factory, name: str, make) -> dict:
+    """`make()` (a JSON-able result) computed by the first worker that asks, under a file lock; the
+    other workers read it: a costly Snakemake run is paid once per test session, not once per worker."""
+    folder = shared_folder(tmp_path_factory)
+    cache = folder / f"{name}.json"
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cache.exists():
+            cache.write_text(json.dumps(make()))
+    return json.loads(cache.read_text())
+
+
+PAPER_CONFIG = [str(ROOT / "config.yaml"), str(ROOT / "configs/paper.yaml")]
+SLURM_PROFILES = ["--profile", str(ROOT / "profiles/slurm"), "--profile", str(ROOT / "profiles/slurm-ci")]
+
+
+@pytest.fixture(scope="session")
+def paper_dry_run(tmp_path_factory) -> dict:
+    """One dry run of the paper-scale configuration (config.yaml + configs/paper.yaml, every paper,
+    target all) through the SLURM profiles, in an empty working folder: {"rc", "stdout", "stderr"}.
+    Each job's block shows its inputs and its resources as they would go to sbatch, and the job
+    stats table counts the jobs per rule. The DAG check, the SLURM routing, the cost planner and the
+    BERT staging tests all read it: at paper scale each dry run cost 25-40 s under load."""
+
+    def run() -> dict:
+        work = shared_folder(tmp_path_factory) / "paper_dry_run"
+        work.mkdir(exist_ok=True)
+        command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-n"]
+        command += ["--configfile", *PAPER_CONFIG, *SLURM_PROFILES]
+        result = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=900)
+        return {"rc": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
+
+    return once_per_session(tmp_path_factory, "paper_dry_run", run)

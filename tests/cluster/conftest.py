@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import once_per_session, shared_folder
+
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 PIPELINE_FILES = ["Snakefile", "config.yaml", "configs", "profiles", "workflow", "src"]
@@ -76,8 +78,15 @@ def copy_pipeline(dest: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def local_slice(tmp_path_factory):
-    """(folder, config file) of the tiny slice run locally in a copy of the pipeline."""
-    work = copy_pipeline(tmp_path_factory.mktemp("local_slice"))
-    config = write_config(tiny_config(), work / "tiny.yaml")
-    snakemake("-c2", "--configfile", config, cwd=work, snakefile=work / "Snakefile")
-    return work, config
+    """(folder, config file) of the tiny slice run locally in a copy of the pipeline: run once per test
+    session, by the first xdist worker that asks (the re-run tests' and the SLURM test's run on two
+    workers); the SLURM test only reads its outputs."""
+
+    def run() -> list[str]:
+        work = copy_pipeline(shared_folder(tmp_path_factory) / "local_slice")
+        config = write_config(tiny_config(), work / "tiny.yaml")
+        snakemake("-c2", "--configfile", config, cwd=work, snakefile=work / "Snakefile")
+        return [str(work), str(config)]
+
+    work, config = once_per_session(tmp_path_factory, "local_slice", run)
+    return Path(work), Path(config)

@@ -1,10 +1,10 @@
 """Precise re-runs: after a change, a dry run plans exactly the jobs that depend on it.
 
 The tiny FedAvg slice (2 rounds, 1 seed, both alphas) is run once for real in a private copy
-of the pipeline (conftest.local_slice); every test then changes one thing, asserts the job
-list of a dry run and undoes the change. tests/foundation/test_pipeline.py covers the
-learning-rate and report-decimals cases on its own run; these add code edits (in the copy),
-a single-alpha change, and exact outputs rather than rule counts.
+of the pipeline (conftest.local_slice, shared with the SLURM test); every test then changes one
+thing, asserts the job list of a dry run and undoes the change. tests/foundation/test_pipeline.py
+covers the learning-rate case on its own run; these cover the no-op re-run, code edits (in the
+copy), a single-alpha change and a report option, with exact outputs rather than rule counts.
 """
 
 import os

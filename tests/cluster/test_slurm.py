@@ -20,40 +20,41 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.rules import rule_bodies
+from tests.conftest import SLURM_PROFILES as PROFILES
 
 from .conftest import ROOT, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.pipeline
 
 SCRIPT = ROOT / ".ci/slurm.sh"
-PROFILES = ["--profile", ROOT / "profiles/slurm", "--profile", ROOT / "profiles/slurm-ci"]
 RUN_LIMIT = 420  # seconds; the slice took 185-217 s on a 2-core machine under load 12
 
 
-def test_profile_groups_name_existing_short_rules():
+def job_resources(dry_run: str) -> list[tuple[str, str]]:
+    """(rule, resources line) of every job a dry run lists (jobs inside a group job are indented)."""
+    return re.findall(r"rule (\w+):\n(?:\s+\w+: .*\n)*?\s+resources: (.*)", dry_run)
+
+
+def test_profile_groups_name_existing_short_rules(paper_dry_run):
+    """Every grouped rule is planned at paper scale (rules generated in a loop, like fedsc_table2-5, have
+    no `rule name:` line to read) and none of its jobs holds a GPU."""
     profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
-    bodies = rule_bodies()
+    jobs = job_resources(paper_dry_run["stdout"])
     for rule, group in profile["groups"].items():
-        assert rule in bodies, f"profiles/slurm groups: rule {rule!r} does not exist"
-        assert "train_resources" not in bodies[rule], f"{rule} holds a GPU: do not group it"
+        resources = [line for name, line in jobs if name == rule]
+        assert resources, f"profiles/slurm groups: rule {rule!r} does not exist (no job of it at paper scale)"
+        assert all("gpu=0" in line for line in resources), f"{rule} holds a GPU: do not group it"
         assert group in profile["group-components"], f"group {group!r} has no group-components"
 
 
-def test_paper_scale_dry_run_routes_training_to_the_gpu_partition(tmp_path):
-    """No cluster needed: the profiles parse, and a paper-scale dry run shows each job's
-    resources as they would go to sbatch, with the short jobs in group jobs."""
+def test_paper_scale_dry_run_routes_training_to_the_gpu_partition(paper_dry_run):
+    """No cluster needed: the profiles parse, and a paper-scale dry run (tests/conftest.paper_dry_run,
+    through both SLURM profiles) shows each job's resources as they would go to sbatch, with the short
+    jobs in group jobs."""
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    result = snakemake(
-        "-n",
-        "--configfile",
-        ROOT / "config.yaml",
-        ROOT / "configs/paper.yaml",
-        *PROFILES,
-        cwd=tmp_path,
-        snakefile=ROOT / "Snakefile",
-    )
-    blocks = re.findall(r"rule (\w+):\n(?:\s+\w+: .*\n)*?\s+resources: (.*)", result.stdout)
+    assert paper_dry_run["rc"] == 0, (paper_dry_run["stdout"] + paper_dry_run["stderr"])[-3000:]
+    stdout = paper_dry_run["stdout"]
+    blocks = job_resources(stdout)
     cluster = config["cluster"]
     for rule, resources in blocks:
         if rule.endswith("_train"):
@@ -61,7 +62,7 @@ def test_paper_scale_dry_run_routes_training_to_the_gpu_partition(tmp_path):
         elif rule in ("prepare", "partition"):
             assert f"gpu=0, slurm_partition={cluster['cpu_partition']}" in resources, rule
     assert any(rule.endswith("_train") for rule, _ in blocks)
-    assert "Group job data" in result.stdout and "Group job reports" in result.stdout
+    assert "Group job data" in stdout and "Group job reports" in stdout
 
 
 def partitions_up(names) -> bool:
@@ -149,7 +150,9 @@ def test_every_job_went_through_sbatch_to_its_partition(slurm_slice):
 
 def test_outputs_equal_a_local_run(slurm_slice, local_slice):
     local, _ = local_slice
-    runs = sorted((slurm_slice.work / "results/fedavg/runs").rglob("metrics.parquet"))
+    folder = slurm_slice.work / "results/fedavg/runs"
+    # the jobs' outputs, not the copies the store of finished work keeps (`.seeds/`, fedrepro.fl.runner)
+    runs = sorted(path for path in folder.rglob("metrics.parquet") if ".seeds" not in path.relative_to(folder).parts)
     assert len(runs) == 2
     for path in runs:
         relative = path.relative_to(slurm_slice.work)
@@ -163,8 +166,8 @@ def test_a_failing_job_fails_the_run_instead_of_hanging(slurm_slice, tmp_path):
     the node can tell whether it has a GPU, and fails at run time in its SLURM job; Snakemake must
     notice through squeue and stop with an error well within the limit. (A model option the
     architecture does not take no longer reaches a job: the model/data fit check rejects it.)"""
-    shutil.copytree(slurm_slice.work / "results/data", tmp_path / "results/data")
-    shutil.copytree(slurm_slice.work / "results/partitions", tmp_path / "results/partitions")
+    for folder in ("data", "partitions", ".fedrepro"):  # with the code record: only training is left to run
+        shutil.copytree(slurm_slice.work / "results" / folder, tmp_path / "results" / folder)
     config = tiny_config()
     config["device"] = "cuda"
     limit = 240  # it took 73-77 s under load 12; a hang would run into the limit
@@ -172,8 +175,8 @@ def test_a_failing_job_fails_the_run_instead_of_hanging(slurm_slice, tmp_path):
     print(f"failing run: rc {run.rc}, {run.seconds:.0f} s")
     assert run.rc not in (0, 124, 137) and run.seconds < limit - 5, run.output[-3000:]
     assert re.search(r"SLURM-job '\d+' failed", run.output), run.output[-3000:]
-    # The copied data may be rebuilt on the CPU partition (data rules depend on their code's
-    # fingerprints, which this copy writes anew); the failing training job ran on the GPU one.
+    # The copied data and code record leave only the training jobs to run (no data group job first),
+    # and the failing training job ran on the GPU partition.
     training = [job for job in run.jobs if "fedavg_train" in job.get("StdOut", "")]
     assert training and {job["Partition"] for job in training} == {slurm_slice.partitions[1]}, run.jobs
     assert not list((tmp_path / "results/fedavg").rglob("metrics.parquet"))

@@ -5,10 +5,7 @@ PretrainedBert, the model/data fit check and a DPZV training job."""
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -319,10 +316,11 @@ def test_dpzv_amazon_job_trains_the_pretrained_encoder(amazon, bert_dir, tmp_pat
 
 
 def staged_inputs(dry_run: str) -> dict[tuple[str, str], list[bool]]:
-    """(rule, dataset) -> for each planned job, whether a staged checkpoint marker is among its inputs."""
+    """(rule, dataset) -> for each planned job, whether a staged checkpoint marker is among its inputs
+    (a job inside a SLURM group job is listed indented)."""
     jobs: dict[tuple[str, str], list[bool]] = {}
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run):
-        rule = re.match(r"(?:local)?rule (\w+):", block)
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:)", dry_run):
+        rule = re.match(r"\s*(?:local)?rule (\w+):", block)
         if rule:
             dataset = re.search(r"wildcards: .*?dataset=([^,\s]+)", block)
             key = (rule.group(1), dataset.group(1) if dataset else "")
@@ -331,27 +329,15 @@ def staged_inputs(dry_run: str) -> dict[tuple[str, str], list[bool]]:
 
 
 @pytest.mark.pipeline
-def test_paper_scale_amazon_jobs_wait_for_the_staged_bert_and_no_other_job_does(tmp_path):
+def test_paper_scale_amazon_jobs_wait_for_the_staged_bert_and_no_other_job_does(paper_dry_run):
     """configs/paper.yaml: the pinned BERT is staged once (data/bert-base-uncased), and the Amazon
-    preparation (tokenizer: bert) and every Amazon DPZV training and memory job read its marker."""
-    repo = Path(__file__).parents[2]
-    command = [
-        str(Path(sys.executable).parent / "snakemake"),
-        "-n",
-        "-c1",
-        "dpzv",
-        "--config",
-        f"results={tmp_path}/results",
-        "papers=[dpzv]",
-        "--configfile",
-        "config.yaml",
-        "configs/paper.yaml",
-    ]
-    dry = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=900)
-    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
-    jobs = staged_inputs(dry.stdout)
+    preparation (tokenizer: bert) and every Amazon DPZV training and memory job read its marker; no job
+    of any other data set (every paper's: tests/conftest.paper_dry_run plans them all) does."""
+    assert paper_dry_run["rc"] == 0, (paper_dry_run["stdout"] + paper_dry_run["stderr"])[-3000:]
+    dry = paper_dry_run["stdout"]
+    jobs = staged_inputs(dry)
     assert jobs[("stage_pretrained", "")] == [False]
-    assert "wildcards: folder=data/bert-base-uncased" in dry.stdout
+    assert "wildcards: folder=data/bert-base-uncased" in dry
     for rule in ("prepare", "dpzv_train", "dpzv_memory"):
         assert all(jobs[(rule, "amazon_polarity")]), rule
     others = {key: marks for key, marks in jobs.items() if key[1] not in ("", "amazon_polarity")}

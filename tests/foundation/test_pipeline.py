@@ -1,4 +1,8 @@
-"""The Snakemake pipeline itself: lint, paper-scale DAG, a tiny end-to-end run, precise re-runs."""
+"""The Snakemake pipeline itself: lint, paper-scale DAG, a tiny end-to-end run, a precise re-run.
+
+The no-op re-run and the report-option re-run are tests/cluster/test_reruns.py's (exact job lists on
+the slice it shares with the SLURM test); this file keeps the learning-rate case on its own run.
+"""
 
 import re
 import subprocess
@@ -35,9 +39,12 @@ def test_lint_is_clean():
     assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
 
 
-def test_paper_scale_dag_builds():
-    result = snakemake("-n", "--configfile", str(ROOT / "config.yaml"), str(ROOT / "configs/paper.yaml"))
-    assert "train" in " ".join(scheduled_rules(result.stdout + result.stderr))
+def test_paper_scale_dag_builds(paper_dry_run):
+    """tests/conftest.paper_dry_run: config.yaml + configs/paper.yaml, every paper (shared with the
+    SLURM, cost-planner and BERT-staging tests)."""
+    assert paper_dry_run["rc"] == 0, (paper_dry_run["stdout"] + paper_dry_run["stderr"])[-3000:]
+    rules = scheduled_rules(paper_dry_run["stdout"])
+    assert {"fedavg_train", "fedsc_pretrain", "dpzv_train", "fedal_train", "steffle_train"} <= set(rules)
 
 
 def test_bad_config_fails_before_any_job_and_names_the_key(tmp_path):
@@ -80,12 +87,6 @@ def test_tiny_run_builds_the_table_the_figure_and_resumable_runs(tiny_run):
     assert (results / "index.md").exists()
 
 
-def test_no_op_rerun_does_nothing(tiny_run):
-    work, override, _ = tiny_run
-    result = snakemake("-n", "--configfile", str(override), cwd=work)
-    assert "Nothing to be done" in result.stdout + result.stderr
-
-
 def test_changing_one_setting_reruns_only_its_jobs_and_reports(tiny_run):
     work, override, config = tiny_run
     changed = yaml.safe_load(override.read_text())
@@ -94,16 +95,6 @@ def test_changing_one_setting_reruns_only_its_jobs_and_reports(tiny_run):
     path.write_text(yaml.safe_dump(changed))
     rules = scheduled_rules(snakemake("-n", "--configfile", str(path), cwd=work).stdout)
     assert rules == {"fedavg_train": 2, "fedavg_accuracy_table": 1, "fedavg_accuracy_figure": 1, "index": 1, "all": 1}
-
-
-def test_changing_a_report_option_reruns_only_reports(tiny_run):
-    work, override, _ = tiny_run
-    changed = yaml.safe_load(override.read_text())
-    changed["report"]["decimals"] = 3
-    path = work / "report.yaml"
-    path.write_text(yaml.safe_dump(changed))
-    rules = scheduled_rules(snakemake("-n", "--configfile", str(path), cwd=work).stdout)
-    assert rules == {"fedavg_accuracy_table": 1, "fedavg_accuracy_figure": 1, "index": 1, "all": 1}
 
 
 def test_html_report_builds_with_captions(tiny_run):
