@@ -282,7 +282,8 @@ def _fedal_count_errors(config: dict) -> list[str]:
     section, errors = config["fedal"], []
     for name, exp in section["experiments"].items():
         if exp.get("partition", "dirichlet") == "natural":
-            continue  # a natural split's groups are known only from the prepared data (partition job)
+            errors += _natural_group_errors(config, name, exp)
+            continue
         key, dataset, n = f"fedal.experiments.{name}", exp["dataset"], train_size(config, exp["dataset"])
         for clients, public in ((c, p) for c in exp["clients"] for p in exp["public"] if c + p > n):
             errors.append(
@@ -300,6 +301,38 @@ def _fedal_count_errors(config: dict) -> list[str]:
                     f"(experiment {out['experiment']!r}) has {classes} classes; allowed: 0 to {classes - 1}"
                 )
     return errors
+
+
+def _natural_group_errors(config: dict, name: str, exp: dict) -> list[str]:
+    """A natural split has one client per natural group (LEAF user), and only the prepared data knows
+    how many groups there are: checked here when the data set is already prepared with the config's
+    options, else by the partition job, before any training (fedrepro.data.partition.natural_partition)."""
+    groups = prepared_group_count(config, exp["dataset"])
+    key = f"fedal.experiments.{name}.clients"
+    return [
+        f"config key '{key}': {clients} clients, but the prepared {exp['dataset']!r} has {groups} natural groups "
+        f"(one client per group); allowed: 1 to {groups}"
+        for clients in exp["clients"]
+        if groups is not None and not 1 <= clients <= groups
+    ]
+
+
+def prepared_group_count(config: dict, dataset: str) -> int | None:
+    """The natural groups of `dataset` as its prepared meta.json counts them (`groups.count`), if it is
+    prepared under `config["results"]` with the options the config gives it now; else None."""
+    import json
+
+    from fedrepro.data.prepared import resolve_options
+
+    path = Path(config.get("results", "results")) / "data" / dataset / "meta.json"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    options = resolve_options(dataset, config.get("datasets", {}).get(dataset, {}))
+    if meta.get("options") != json.loads(json.dumps(options, default=str)):
+        return None  # prepared with other options: the prepare job runs again first
+    return meta.get("groups", {}).get("count")
 
 
 def _steffle_count_errors(config: dict) -> list[str]:

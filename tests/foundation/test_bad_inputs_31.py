@@ -171,3 +171,40 @@ def test_the_default_config_starts_without_a_warning(config, capsys):
     check_config(config, SCHEMAS)
     print_duration_warnings(config)
     assert "warning" not in capsys.readouterr().err
+
+
+def natural_celeba(config: dict, results: Path, clients: list[int], groups: int, **options) -> dict:
+    """A FedAL experiment on CelebA's natural split, with the data set prepared (meta.json only) under
+    `results` with `options` and `groups` natural groups."""
+    import json
+
+    from fedrepro.data.prepared import resolve_options
+
+    meta = results / "data" / "celeba" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"options": resolve_options("celeba", options), "groups": {"count": groups}}))
+    config["results"] = str(results)
+    config["fedal"]["experiments"] = {"celeba": {"dataset": "celeba", "partition": "natural", "clients": clients}}
+    config["fedal"]["outputs"] = {}
+    return config
+
+
+def test_more_natural_clients_than_the_prepared_groups_fail_naming_the_key(config, tmp_path):
+    errors = data_count_errors(natural_celeba(config, tmp_path, [20, 31], groups=30), ["fedal"])
+    assert len(errors) == 1 and "'fedal.experiments.celeba.clients': 31 clients" in errors[0]
+    assert "allowed: 1 to 30" in errors[0]
+    assert data_count_errors(natural_celeba(config, tmp_path / "b", [20, 30], groups=30), ["fedal"]) == []
+
+
+def test_natural_groups_prepared_under_other_options_are_not_trusted(config, tmp_path):
+    """Data prepared with other options is prepared again before the partition job, which checks then."""
+    stale = natural_celeba(config, tmp_path, [31], groups=30, min_images=10)
+    assert data_count_errors(stale, ["fedal"]) == []
+    assert data_count_errors({**stale, "results": str(tmp_path / "none")}, ["fedal"]) == []
+
+
+def test_the_partition_job_names_the_key_when_the_groups_were_not_known_before():
+    from fedrepro.data.partition import natural_partition
+
+    with pytest.raises(ValueError, match=r"fedal\.experiments\.<name>\.clients.*allowed 1 to 3"):
+        natural_partition(np.array([0, 0, 1, 2, 2]), clients=4)

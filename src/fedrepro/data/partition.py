@@ -223,7 +223,10 @@ def natural_partition(groups: np.ndarray, clients: int, public: int = 0, seed: i
     _check_count("public", public, 0)
     ids = np.unique(groups)
     if clients > ids.size:
-        raise ValueError(f"natural: clients={clients} exceeds the {ids.size} groups in group_train")
+        raise ValueError(
+            f"natural: clients={clients} exceeds the {ids.size} groups in group_train (one client per natural "
+            f"group); config key 'fedal.experiments.<name>.clients' of a natural partition: allowed 1 to {ids.size}"
+        )
     rng = np.random.default_rng(seed)
     chosen = np.sort(rng.choice(ids, size=clients, replace=False))
     parts = [np.flatnonzero(groups == g) for g in chosen]
