@@ -223,6 +223,7 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
     config = load_config(configfiles, [f"results={results}", f"data_root={data_root}"])
     jobs = []
     kinds = [k for k in KINDS if papers is None or k[0] in papers]
+    prefix_of = {}
     if quick:
         kinds = [k for i, k in enumerate(kinds) if k[0] not in [q[0] for q in kinds[:i]]]
     for paper, dataset, method, prefix, unit, model in kinds:
@@ -232,6 +233,7 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
             continue
         folder = f"{results}/{paper}/runs/{run.dataset}/{run.method}/{run.setting}/{tag}"
         jobs.append((paper, dataset, method, unit, model, run, tag, folder))
+        prefix_of[(paper, dataset, method)] = prefix
     env = {**os.environ, sources.CHECKSUM_OVERRIDES_ENV: str(checksums)}
     start = time.perf_counter()
     command = [
@@ -281,12 +283,18 @@ def run(quick: bool = False, n: int | None = None, keep: bool = False, papers: l
                     device,
                     f"{seconds:.4g}",
                     f"measured: benchmarks/paper_scale.py {time.strftime('%Y-%m-%d')}, n={n}",
+                    prefix_of[(paper, dataset, method)],
+                    "",  # flops, launches: benchmarks/cost_counts.py counts them
+                    "",
                 ]
             )
     print(f"{len(rows)} of {len(jobs)} kinds timed in {wall:.0f} s on {device}; snakemake exit {done.returncode}")
     if gpu and new_costs:
         replaced = replace_costs(COSTS, new_costs)
         print(f"wrote {len(new_costs)} rows to {COSTS} ({replaced} older rows of the same kind replaced)")
+        import cost_counts
+
+        print(f"counted work of {cost_counts.fill_costs()} measured rows written into {COSTS}")
     elif not gpu:
         print("no GPU present: tiny sizes on the CPU; benchmarks/unit_costs.csv left unchanged")
     if done.returncode:

@@ -1,53 +1,44 @@
-"""What a configuration starts: jobs and GPU-hours per paper and per table, before anything runs.
+"""What a configuration starts: jobs, the FLOP floor and the estimated GPU-hours per paper and table.
 
     python -m fedrepro.plan --configfile config.yaml configs/paper.yaml
 
 The training runs come from the same planners the Snakefile uses (`fedrepro.experiments.<paper>`),
-so the job counts are the pipeline's. Each run costs `units x seconds per unit x seeds per job`,
-where the unit is the paper's training loop (FedSC round, FedAL iteration, DPZV epoch per privacy
-variant, SteFFLe epoch of a vectorised grid job, FedAvg round) and the seconds come from a small
-table of measured costs (`benchmarks/unit_costs.csv`: paper, unit, dataset, model, method, device,
-seconds, source; `make bench` appends rows when a GPU is present). A run without a measured row
-is costed by the nearest row (same paper and unit, then same paper) scaled as documented in
-`_scaled`, and is counted in the "estimated" column: the total is only as good as those rows.
+so the job counts are the pipeline's. Each run's unit (FedSC round, FedAL iteration, DPZV epoch per
+privacy variant, SteFFLe epoch of a vectorised grid job, FedAvg round) is composed below from
+counted steps of the paper's networks at the paper's shapes (`fedrepro.experiments.cost`: FLOPs and
+kernel launches, `benchmarks/unit_counts.csv`, written by `benchmarks/cost_counts.py` on a CPU):
+
+* seconds per unit = FLOPs x seconds per FLOP + launches x seconds per launch, two constants per
+  device fitted to the measured rows of `benchmarks/unit_costs.csv` (`cost.fit`);
+* a run on a measured pool (same paper, unit, data set and model) takes that row's seconds, scaled by
+  the model's ratio of its work to the work of the run the row measured (another method, another
+  participation, another number of clients): "measured" in the report; the most specific row wins
+  (the method's own, then a row for every method, then another method's), then the newest (last);
+* the FLOP floor is the FLOPs at the device's dense bf16 peak (`cost.PEAK_FLOPS`).
+
+SteFFLe (logistic regression, CPU-sized) and FedAvg cost 0.05 s per epoch / round (no GPU work).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fedrepro.config import ITERATION_KEY, check_config, enabled_papers
+from fedrepro.data.catalog import DATASETS
+from fedrepro.experiments.cost import Constants, Counts, Step, Work, fit, load_counts
 
 REPO = Path(__file__).resolve().parents[2]
 COSTS = REPO / "benchmarks" / "unit_costs.csv"
-
-# Where no row was measured (documented assumptions, printed as "estimated"):
-# - FedSC rounds scale with the training samples per round (SVHN 73,257 / CIFAR 50,000) and the
-#   encoder's FLOPs per sample relative to Fixup ResNet-20x8 (ResNet-34 BasicBlock at 32x32: 1.16 /
-#   about 2.6 GFLOP, so 0.45x); centralised SC is the same samples through one model.
-# - A FedSC linear-probe epoch: one encoder forward pass of the training set is done once, the
-#   epochs train a linear layer: costed as 0.02 of a round per epoch.
-# - FedAL: methods without a row cost what FedAL costs on the same pool (tau-1 methods like FedMD
-#   run one local step per iteration but a public-set distillation pass each: about the same);
-#   pools without a row cost the CIFAR ResNet pool's per-iteration time scaled by clients / 15.
-# - DPZV: data sets without a row cost what CIFAR-10 costs per epoch, scaled by training samples.
-# - SteFFLe (logistic regression, CPU-sized) and FedAvg: 0.05 s per epoch / round.
-ENCODER_FLOP_RATIO = {"fixup_resnet20": 1.0, "resnet34": 0.45, "resnet18": 0.22}
-TRAIN_SAMPLES = {
-    "cifar10": 50000,
-    "cifar100": 50000,
-    "svhn": 73257,
-    "cinic10": 90000,
-    "mnist": 60000,
-    "modelnet40": 9843,
-    "amazon_polarity": 100000,
-    "celeba": 180000,
-}
+COUNTS = REPO / "benchmarks" / "unit_counts.csv"
+DEVICE = "H200"
+CPU_SECONDS = 0.05  # SteFFLe epoch / FedAvg round: CPU-sized models, no measured GPU row needed
+EVAL_BATCH = 1000  # FedAL's eval_batch_size; FedSC's kNN and probe feature passes use the training batch
 
 
 @dataclass(frozen=True)
@@ -60,6 +51,9 @@ class Cost:
     device: str
     seconds: float
     source: str
+    setting: str = "*"  # the measured run's setting (a prefix), * for any
+    flops: float = math.nan  # the measured unit's counted work (benchmarks/cost_counts.py fills them in)
+    launches: float = math.nan
 
 
 def load_costs(path: Path = COSTS) -> list[Cost]:
@@ -74,6 +68,9 @@ def load_costs(path: Path = COSTS) -> list[Cost]:
                 r["device"],
                 float(r["seconds"]),
                 r["source"],
+                r.get("setting") or "*",
+                float(r.get("flops") or "nan"),
+                float(r.get("launches") or "nan"),
             )
             for r in csv.DictReader(f)
         ]
@@ -81,7 +78,8 @@ def load_costs(path: Path = COSTS) -> list[Cost]:
 
 @dataclass
 class Job:
-    """One training job: its paper, the tables that read it, and its cost."""
+    """One training job: its paper, its run (key: data set, method, setting, seed tag), its work per
+    unit and seed, and its price (set by `price`)."""
 
     paper: str
     key: tuple
@@ -90,67 +88,265 @@ class Job:
     seconds_per_unit: float
     seeds: int
     measured: bool
+    model: str = "*"
+    work: Work = field(default_factory=Work)
+    floor_per_unit: float = 0.0
 
     @property
     def gpu_hours(self) -> float:
         return self.units * self.seconds_per_unit * self.seeds / 3600.0
 
+    @property
+    def floor_hours(self) -> float:
+        return self.units * self.floor_per_unit * self.seeds / 3600.0
+
+
+# ---------------------------------------------------------------------------------------- composition
+# Each function returns the work of one unit of one seed. What each unit runs, read from the code:
+# FedSC (algorithms/fedsc/base.py): a participating client trains `local_epochs` epochs of its data,
+#   one forward of 2V views concatenated per step; BYOL methods also run the target network forward;
+#   a private run's DP-CalR sharing rounds (after `sharing.after` of the rounds, every `sharing.every`)
+#   forward `passes x views_per_pass` views of every sample of the participating clients; the kNN
+#   monitor forwards the training and test images every `knn.every` rounds.
+# FedAL (algorithms/fedal/*.py): an iteration (a round / tau) is one local and one global step per
+#   client (FD, FedAvg: local only), plus a frozen anchor forward per stage for the LF methods
+#   (FedAL, FedMD-LF) and FCCL; FCCL's `pretrain_iters` local steps; every client's test forward at
+#   each of the `evals` evaluations. Clients share the pool's architectures equally.
+# DPZV (algorithms/dpzv/*.py): an epoch is M floor(D/B) server rounds (D: training rows less the
+#   validation holdout); a round is one client's message: two perturbed forwards for the zeroth-order
+#   methods (plus regenerating the direction, 5 passes x 2 ops per parameter tensor, and ZOO-VFL's
+#   model copy), a forward + backward for VAFL, and the server head's step; each evaluation forwards
+#   the validation and test rows through every client.
+FEDAL_STEPS = {  # method: (training steps, frozen forwards) per client and iteration
+    "fedal": (2, 2),
+    "fedmd_lf": (2, 2),
+    "fccl": (2, 2),
+    "fccl_plus": (2, 2),
+    "fedmd": (2, 0),
+    "fedproto": (2, 0),
+    "cfd": (2, 0),
+    "feddf": (2, 0),
+    "feddf_al": (2, 0),
+    "fd": (1, 0),
+    "fedavg": (1, 0),
+}
+BYOL_METHODS = {"fedavg_byol", "fedu", "fedema"}
+ZO_METHODS = {"dpzv": 0, "zoo_vfl": 1, "vfl_czofo": 0}  # method: extra per-tensor passes (ZOO-VFL's copy)
+ZO_PASSES = 13  # ops per tensor per round (zo.Direction): norm 3 (randn, dot, float), +lambda, -2 lambda, restore 2
+# each (randn, add_), the momentum update 4 (randn, mul_, add_, add_)
+PROBE_FEATURES = 512  # the linear probe's input: the encoder's features (Fixup ResNet-20x8 and ResNet-34)
+
+
+def _n_train(config: dict, dataset: str) -> int:
+    from fedrepro.config import train_size
+
+    return train_size(config, dataset)
+
+
+def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
+    """(one round, one linear-probe epoch) of a FedSC run."""
+    from fedrepro.experiments import fedsc
+
+    spec, ds = run.spec, config["fedsc"]["datasets"][run.dataset]
+    info = DATASETS[run.dataset]
+    n_train, n_test = _n_train(config, run.dataset), info.n_test
+    train = spec["train"]
+    batch, views = int(train["batch_size"]), int(train.get("views", 2))
+    encoder = spec["encoder"]
+    options = {**encoder.get("kwargs", {}), "num_classes": 0}
+    head = (spec["projector"]["hidden"], spec["projector"]["out"])
+    step = counts(Step.of(encoder["name"], options, info.input_shape, views * batch, "train", "sgd", head))
+    forward = counts(Step.of(encoder["name"], options, info.input_shape, batch, "forward", head=head))
+    participation = spec.get("participation", "full")
+    fraction = 1.0 if participation == "full" else int(participation) / int(ds["clients"])
+    samples = n_train * fraction  # the participating clients' data (class splits of similar size)
+    work = step * (train["local_epochs"] * samples / batch)
+    if run.method in BYOL_METHODS:  # the target network's forward of the same views
+        work = work + forward * (train["local_epochs"] * samples * views / batch)
+    privacy = spec.get("privacy") or {}
+    if privacy.get("eps", "inf") != "inf":
+        sharing, dpcalr = spec["sharing"], spec["dpcalr"]
+        shared = (1 - float(sharing.get("after", 0.0))) / int(sharing.get("every", 1))
+        work = work + forward * (shared * dpcalr["passes"] * dpcalr["views_per_pass"] * samples / batch)
+    every = int(spec.get("knn", {}).get("every", 1) or 0)
+    if every:
+        work = work + forward * ((n_train + n_test) / batch / every)
+    probe = fedsc.probe_spec(config, run)["probe"]
+    classes = DATASETS[run.dataset].num_classes
+    linear = counts(
+        Step.of(
+            "logreg",
+            {"in_features": PROBE_FEATURES, "num_classes": classes},
+            (PROBE_FEATURES,),
+            probe["batch_size"],
+            "train",
+        )
+    )
+    probe_epoch = forward * ((n_train + n_test) / batch / probe["epochs"]) + linear * (n_train / probe["batch_size"])
+    return work, probe_epoch
+
+
+def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
+    """One iteration of a FedAL-family run (all clients)."""
+    spec, info = run.spec, DATASETS[run.dataset]
+    batch = int(spec["batch_size"])
+    trains, frozen = FEDAL_STEPS.get(run.method, (2, 0))
+    pretrain = float(spec.get("pretrain_iters", 0)) / float(spec["iterations"])
+    evals = float(spec.get("evals", 0)) / float(spec["iterations"]) * info.n_test / EVAL_BATCH
+    per_client = Work()
+    for arch in spec["pool"]:
+        options = {**arch.get("options", {}), "num_classes": info.num_classes}
+        train = counts(Step.of(arch["name"], options, info.input_shape, batch, "train"))
+        forward = counts(Step.of(arch["name"], options, info.input_shape, batch, "forward"))
+        evaluation = counts(Step.of(arch["name"], options, info.input_shape, EVAL_BATCH, "forward"))
+        per_client = per_client + (train * (trains + pretrain) + forward * frozen + evaluation * evals) * (
+            1 / len(spec["pool"])
+        )
+    return per_client * clients
+
+
+def dpzv_work(config: dict, run, counts: Counts) -> Work:
+    """One epoch of one privacy variant of a DPZV-family run."""
+    from fedrepro.data.partition import vertical_partition
+
+    spec, ds = run.spec, config["dpzv"]["datasets"][run.dataset]
+    info = DATASETS[run.dataset]
+    partition = ds["partition"]
+    shapes = [
+        (s[0] * s[1], *s[2:]) if len(s) == 4 else tuple(s)
+        for s in vertical_partition(info.input_shape, partition["split"], partition["clients"]).feature_shapes
+    ]
+    n_train = _n_train(config, run.dataset)
+    holdout = float(spec.get("val_fraction", 0.0)) if spec.get("val") == "holdout" else 0.0
+    rows = int(n_train * (1 - holdout))
+    batch, embed = int(spec["batch_size"]), int(spec["embed_dim"])
+    server = counts(
+        Step.of(
+            "vfl_server",
+            {"in_features": len(shapes) * embed, "num_classes": info.num_classes, "hidden": int(spec["server_hidden"])},
+            (len(shapes) * embed,),
+            batch,
+            "train",
+            "sgd",
+        )
+    )
+    text = info.kind == "text"
+    epoch = Work()
+    for shape in shapes:
+        options = {**spec.get("client_kwargs", {}), "embed_dim": embed}
+        if not text:
+            options.setdefault("in_channels", shape[0])
+        forward_step = Step.of(spec["client_model"], options, shape, batch, "forward")
+        forward = counts(forward_step)
+        if run.method in ZO_METHODS:
+            tensors = counts.parameter_tensors(forward_step)
+            client = forward * 2 + Work(0.0, (ZO_PASSES + ZO_METHODS[run.method]) * tensors)
+        else:
+            client = counts(Step.of(spec["client_model"], options, shape, batch, "train", "sgd"))
+        evaluation = forward * (int(spec.get("evals_per_epoch", 1)) * (n_train - rows + info.n_test) / batch)
+        epoch = epoch + (client + server) * (rows // batch) + evaluation
+    return epoch
+
+
+# ---------------------------------------------------------------------------------------- pricing
+def _row(costs: list[Cost], paper: str, unit: str, dataset: str, model: str, method: str) -> Cost | None:
+    """The row that prices a run of `method` on (`dataset`, `model`): among the rows of that paper,
+    unit, data set and model, the method's own row, then a row for every method (*), then another
+    method's row on the same pool (the same data set and model run the same networks); ties go to the
+    newest (last) row."""
+    best, rank = None, None
+    for i, c in enumerate(costs):
+        if (c.paper, c.unit, c.dataset, c.model) != (paper, unit, dataset, model):
+            continue
+        r = (2 if c.method == method else 1 if c.method == "*" else 0, i)
+        if rank is None or r > rank:
+            best, rank = c, r
+    return best
+
 
 def _lookup(costs: list[Cost], paper: str, unit: str, dataset: str, model: str, method: str) -> tuple[float, bool]:
-    """Seconds per unit and whether a measured row matched: the method's own row on this data set and
-    model (or a row for every method, *), else a row of another method on the same pool (the same
-    data set and model run the same networks); the newest (last) row wins."""
-    row = _row(costs, paper, unit, dataset=dataset, model=model, method=method) or _row(
-        costs, paper, unit, dataset=dataset, model=model
-    )
-    if row is not None:
-        return row.seconds, True
-    return _scaled(costs, paper, unit, dataset, model, method), False
+    """Seconds per unit of the row that prices this run (`_row`) and True, or (nan, False) if none."""
+    row = _row(costs, paper, unit, dataset, model, method)
+    return (row.seconds, True) if row is not None else (float("nan"), False)
 
 
-def _row(costs, paper, unit, **match) -> Cost | None:
-    """The newest (last) row of `paper`'s `unit` whose fields equal `match` (or are *)."""
-    rows = [
-        c
-        for c in costs
-        if c.paper == paper and c.unit == unit and all(getattr(c, k) in (v, "*") for k, v in match.items())
-    ]
-    return rows[-1] if rows else None
+def _measured_runs(jobs: list[Job], costs: list[Cost]) -> dict[Cost, Job]:
+    """Each row and the first planned job it measured (same paper, unit, data set, model; its method
+    unless *; its setting prefix unless *): benchmarks/paper_scale.py times the first run of the
+    planners' order that matches, so that job's work is the row's."""
+    out = {}
+    for c in costs:
+        for j in jobs:
+            if (j.paper, j.unit, j.key[0], j.model) == (c.paper, c.unit, c.dataset, c.model) and (
+                c.method in ("*", j.key[1]) and (c.setting == "*" or j.key[2].startswith(c.setting))
+            ):
+                out[c] = j
+                break
+    return out
 
 
-def _scaled(costs: list[Cost], paper: str, unit: str, dataset: str, model: str, method: str) -> float:
-    if paper == "fedsc":
-        base = _row(costs, "fedsc", "round", model="fixup_resnet20")
-        if base is None:
-            raise ValueError("benchmarks/unit_costs.csv needs a fedsc round row for fixup_resnet20")
-        per_round = (
-            base.seconds
-            * TRAIN_SAMPLES.get(dataset, 50000)
-            / TRAIN_SAMPLES[base.dataset]
-            * ENCODER_FLOP_RATIO.get(model, 1.0)
-        )
-        return per_round * (0.02 if unit == "probe_epoch" else 1.0)
-    if paper == "fedal":
-        base = _row(costs, "fedal", "iteration", model=model, method=method) or _row(
-            costs, "fedal", "iteration", model="cifar_resnet", method="fedal"
-        )
-        if base is None:
-            raise ValueError("benchmarks/unit_costs.csv needs a fedal iteration row for cifar_resnet, fedal")
-        return base.seconds
-    if paper == "dpzv":
-        base = _row(costs, "dpzv", "epoch", dataset="cifar10")
-        if base is None:
-            raise ValueError("benchmarks/unit_costs.csv needs a dpzv epoch row for cifar10")
-        return base.seconds * TRAIN_SAMPLES.get(dataset, 50000) / TRAIN_SAMPLES["cifar10"]
-    return 0.05
+def row_works(jobs: list[Job], costs: list[Cost]) -> dict[Cost, Work]:
+    """The work of the unit each row measured: its flops and launches columns where filled in (so
+    a configuration that does not plan the measured run still fits the constants), else the work of
+    the planned run it measured (`_measured_runs`); rows of neither kind are left out."""
+    out = {c: Work(c.flops, c.launches) for c in costs if math.isfinite(c.flops) and math.isfinite(c.launches)}
+    for c, job in _measured_runs(jobs, [c for c in costs if c not in out]).items():
+        out[c] = job.work
+    return out
 
 
-def _fedal_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
+def price(planned: dict, costs: list[Cost], device: str = DEVICE) -> Constants:
+    """Fit the device's constants to its measured rows and price every job (module docstring)."""
+    jobs_ = [j for per in planned.values() for j in per["all runs"]]
+    rows = [c for c in costs if c.device == device]
+    measured = row_works(jobs_, rows)
+    newest = {}  # the newest row of each measured kind is a point of the fit
+    for c in rows:
+        if c in measured:
+            newest[(c.paper, c.unit, c.dataset, c.model, c.method, c.setting)] = c
+    constants = fit([(measured[c], c.seconds) for c in newest.values()], device)
+    factors = paper_factors(constants, [(c.paper, measured[c], c.seconds) for c in newest.values()])
+    for job in {id(j): j for per in planned.values() for jobs_ in per.values() for j in jobs_}.values():
+        job.floor_per_unit = constants.floor(job.work)
+        if job.work == Work():  # CPU-sized (SteFFLe, FedAvg)
+            job.seconds_per_unit, job.measured = CPU_SECONDS, False
+            continue
+        row = _row(rows, job.paper, job.unit, job.key[0], job.model, job.key[1])
+        reference = measured.get(row) if row is not None else None
+        if reference is not None:
+            job.seconds_per_unit = row.seconds * constants.seconds(job.work) / constants.seconds(reference)
+            job.measured = True
+        else:
+            job.seconds_per_unit = constants.seconds(job.work) * factors.get(job.paper, 1.0)
+            job.measured = False
+    return replace(constants, paper_factors=factors)
+
+
+def paper_factors(constants: Constants, points: list[tuple[str, Work, float]]) -> dict[str, float]:
+    """Per paper, the geometric mean of measured / modelled seconds over its measured rows: what the
+    paper's code runs beyond the counted steps (losses, messages, host syncs). It prices the paper's
+    runs on pools without a row; 1 for a paper without one."""
+    logs: dict[str, list[float]] = {}
+    for paper, work, seconds in points:
+        logs.setdefault(paper, []).append(math.log(seconds / constants.seconds(work)))
+    return {paper: math.exp(sum(v) / len(v)) for paper, v in logs.items()}
+
+
+# ---------------------------------------------------------------------------------------- jobs
+def _job(paper, key, units, unit, seeds, model, work) -> Job:
+    return Job(paper, key, units, unit, 0.0, seeds, False, model, work)
+
+
+def _seeds(tag: str) -> int:
+    return len(tag[1:].split("_"))
+
+
+def _fedal_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
     from fedrepro.experiments import fedal, seed_tags
 
     section = config["fedal"]
     tags = seed_tags(section)
-    per_output = {}
+    per_output, by_key = {}, {}
     for name in section.get("outputs", {}):
         if "experiment" not in section["outputs"][name]:
             continue
@@ -158,26 +354,17 @@ def _fedal_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
         for run in fedal.output_runs(config, name):
             pool = run.setting.split("-")[0]
             clients = int(next(p[1:] for p in run.setting.split("-")[1:] if p[:1] == "c" and p[1:].isdigit()))
-            seconds, measured = _lookup(costs, "fedal", "iteration", run.dataset, pool, run.method)
-            if not measured and pool != "cifar_resnet":
-                seconds *= clients / 15
+            work = fedal_work(config, run, counts, clients)
             for tag in tags:
-                jobs.append(
-                    Job(
-                        "fedal",
-                        (run.dataset, run.method, run.setting, tag),
-                        run.spec["iterations"],
-                        "iteration",
-                        seconds,
-                        len(tag[1:].split("_")),
-                        measured,
-                    )
-                )
+                key = (run.dataset, run.method, run.setting, tag)
+                if key not in by_key:  # one job object per run, whatever outputs read it
+                    by_key[key] = _job("fedal", key, run.spec["iterations"], "iteration", _seeds(tag), pool, work)
+                jobs.append(by_key[key])
         per_output[name] = jobs
     return per_output
 
 
-def _fedsc_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
+def _fedsc_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
     from fedrepro.experiments import fedsc, seed_tags
 
     tags = seed_tags(config["fedsc"])
@@ -185,23 +372,14 @@ def _fedsc_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
     for run in fedsc.runs(config):
         model = run.spec["encoder"]["name"]
         rounds = run.spec.get("rounds", 1)
-        seconds, measured = _lookup(costs, "fedsc", "round", run.dataset, model, run.method)
+        round_work, probe_work = fedsc_work(config, run, counts)
         probe_epochs = fedsc.probe_spec(config, run)["probe"]["epochs"]
-        probe_seconds, probe_measured = _lookup(costs, "fedsc", "probe_epoch", run.dataset, model, run.method)
         for tag in tags:
             folder = f"{config['results']}/fedsc/runs/{run.dataset}/{run.method}/{run.setting}/{tag}"
-            n = len(tag[1:].split("_"))
+            key = (run.dataset, run.method, run.setting, tag)
             jobs_by_folder[folder] = [
-                Job("fedsc", (run.dataset, run.method, run.setting, tag), rounds, "round", seconds, n, measured),
-                Job(
-                    "fedsc",
-                    (run.dataset, run.method, run.setting, tag, "probe"),
-                    probe_epochs,
-                    "probe_epoch",
-                    probe_seconds,
-                    n,
-                    probe_measured,
-                ),
+                _job("fedsc", key, rounds, "round", _seeds(tag), model, round_work),
+                _job("fedsc", (*key, "probe"), probe_epochs, "probe_epoch", _seeds(tag), model, probe_work),
             ]
     tables = {"table2": fedsc.table2_cells(config), "figure2": fedsc.figure2_cells(config)}
     for name in ("table3", "table4", "table5"):
@@ -216,31 +394,24 @@ def _fedsc_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
     return out
 
 
-def _dpzv_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
+def _dpzv_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
     from fedrepro.experiments import dpzv, seed_tags
 
     tags = seed_tags(config["dpzv"])
     all_runs = dpzv.runs(config)
+    by_key = {}
 
     def jobs_of(runs) -> list[Job]:
         jobs = []
         for run in runs:
-            seconds, measured = _lookup(
-                costs, "dpzv", "epoch", run.dataset, run.spec.get("client_model", ""), run.method
-            )
             units = run.spec["epochs"] * len(run.spec.get("variants", [None]))
-            jobs += [
-                Job(
-                    "dpzv",
-                    (run.dataset, run.method, run.setting, tag),
-                    units,
-                    "epoch",
-                    seconds,
-                    len(tag[1:].split("_")),
-                    measured,
-                )
-                for tag in tags
-            ]
+            for tag in tags:
+                key = (run.dataset, run.method, run.setting, tag)
+                if key not in by_key:
+                    work = dpzv_work(config, run, counts)
+                    model = run.spec.get("client_model", "")
+                    by_key[key] = _job("dpzv", key, units, "epoch", _seeds(tag), model, work)
+                jobs.append(by_key[key])
         return jobs
 
     out = {name: jobs_of(runs) for name, runs in dpzv.figure_runs(config, all_runs).items()}
@@ -248,8 +419,8 @@ def _dpzv_jobs(config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
     return out
 
 
-def _simple_jobs(paper: str, config: dict, costs: list[Cost]) -> dict[str, list[Job]]:
-    """SteFFLe (per figure) and FedAvg: epochs or rounds of CPU-sized models."""
+def _simple_jobs(paper: str, config: dict) -> dict[str, list[Job]]:
+    """SteFFLe (per figure) and FedAvg: epochs or rounds of CPU-sized models (no GPU work counted)."""
     import importlib
 
     from fedrepro.experiments import seed_tags
@@ -263,18 +434,10 @@ def _simple_jobs(paper: str, config: dict, costs: list[Cost]) -> dict[str, list[
         jobs = []
         for run in runs:
             units = run.spec.get("train", {}).get("epochs") or run.spec.get("rounds") or 1
-            seconds, measured = _lookup(costs, paper, unit, run.dataset, "*", run.method)
+            seeds = [1 if vectorised else _seeds(tag) for tag in tags]
             jobs += [
-                Job(
-                    paper,
-                    (run.dataset, run.method, run.setting, tag),
-                    units,
-                    unit,
-                    seconds,
-                    1 if vectorised else len(tag[1:].split("_")),
-                    measured,
-                )
-                for tag in tags
+                _job(paper, (run.dataset, run.method, run.setting, tag), units, unit, n, "*", Work())
+                for tag, n in zip(tags, seeds)
             ]
         return jobs
 
@@ -298,22 +461,51 @@ def _unique(jobs: Iterable[Job]) -> list[Job]:
     return out
 
 
-def plan(config: dict, costs: list[Cost] | None = None) -> dict[str, dict[str, list[Job]]]:
-    """Per enabled paper: {table or figure: its training jobs, "all runs": every training job}."""
-    costs = load_costs() if costs is None else costs
+def load_default_counts() -> Counts:
+    return load_counts(COUNTS) if COUNTS.exists() else Counts()
+
+
+def jobs(config: dict, counts: Counts) -> dict[str, dict[str, list[Job]]]:
+    """Per enabled paper: {table or figure: its training jobs, "all runs": every training job}, each
+    job with its work per unit (unpriced); steps missing from `counts` are listed in counts.missing."""
     out = {}
     for paper in enabled_papers(config):
         if paper == "fedal":
-            per = _fedal_jobs(config, costs)
-            per["all runs"] = _unique(j for jobs in per.values() for j in jobs)
+            per = _fedal_jobs(config, counts)
+            per["all runs"] = _unique(j for jobs_ in per.values() for j in jobs_)
         elif paper == "fedsc":
-            per = _fedsc_jobs(config, costs)
+            per = _fedsc_jobs(config, counts)
         elif paper == "dpzv":
-            per = _dpzv_jobs(config, costs)
+            per = _dpzv_jobs(config, counts)
         else:
-            per = _simple_jobs(paper, config, costs)
+            per = _simple_jobs(paper, config)
         out[paper] = per
     return out
+
+
+def plan(
+    config: dict, costs: list[Cost] | None = None, counts: Counts | None = None
+) -> dict[str, dict[str, list[Job]]]:
+    """`jobs`, priced (`price`)."""
+    return plan_and_constants(config, costs, counts)[0]
+
+
+def plan_and_constants(config: dict, costs: list[Cost] | None = None, counts: Counts | None = None):
+    """(`plan`, the fitted constants); steps missing from the counts table are counted here first
+    (seconds each on the meta device; `benchmarks/cost_counts.py` stores them)."""
+    costs = load_costs() if costs is None else costs
+    counts = load_default_counts() if counts is None else counts
+    planned = jobs(config, counts)
+    if counts.missing:
+        from fedrepro.experiments.cost import Step as _Step
+        from fedrepro.experiments.cost import count_step, parameter_tensors
+
+        for key in sorted(counts.missing):
+            step = _Step.from_key(key)
+            counts.table[key], counts.tensors[key] = count_step(step), parameter_tensors(step)
+        counts.missing.clear()
+        planned = jobs(config, counts)
+    return planned, price(planned, costs)
 
 
 RUNTIME_MARGIN = 10  # the planner's costs are coarse (GPU rows, scaled): warn an order of magnitude out
@@ -325,7 +517,7 @@ def duration_warnings(config: dict) -> list[str]:
     runtime = config["resources"]["train"]["runtime"]
     try:
         planned = plan(config)
-    except (OSError, ValueError):  # no cost table (an installed package) or a row it needs: no estimate
+    except (OSError, ValueError, ImportError):  # no cost table (an installed package) or a row it needs: no estimate
         return []
     warnings_ = []
     for paper, per in planned.items():
@@ -376,33 +568,54 @@ def load_config(configfiles: list[str], overrides: list[str] | None = None) -> d
 
 def _jobs_line(name: str, jobs: list[Job]) -> str:
     hours = sum(j.gpu_hours for j in jobs)
-    estimated = sum(j.gpu_hours for j in jobs if not j.measured)
+    floor = sum(j.floor_hours for j in jobs)
+    measured = sum(j.gpu_hours for j in jobs if j.measured)
     count = len({j.key[:4] for j in jobs})
-    return f"| {name} | {count} | {hours:,.1f} | {estimated:,.1f} |"
+    return f"| {name} | {count} | {floor:,.1f} | {hours:,.1f} | {measured:,.1f} |"
 
 
-def report(planned: dict, costs: list[Cost]) -> str:
+def report(planned: dict, costs: list[Cost], constants: Constants | None = None) -> str:
+    device = constants.device if constants else DEVICE
     lines = [
-        "# Cost plan (GPU-hours from benchmarks/unit_costs.csv)",
+        f"# Cost plan ({device} GPU-hours: counted FLOPs and kernel launches, fitted to benchmarks/unit_costs.csv)",
         "",
         "Each table or figure counts every training job it reads (jobs shared by several are counted",
-        "in each); a paper's total counts each job once. 'estimated': hours from rows scaled by",
-        "fedrepro.plan's documented assumptions, not measured for that data set, model and method.",
+        "in each); a paper's total counts each job once. 'FLOP floor': the jobs' FLOPs at the device's",
+        "dense bf16 peak. 'estimate': the fitted model (fedrepro.plan). 'on measured pools': the part of",
+        "the estimate scaled from a row measured on the same data set and model.",
         "",
-        "| paper / output | training jobs | GPU-hours | of which estimated |",
-        "|---|---|---|---|",
+        "| paper / output | training jobs | FLOP floor (h) | estimate (GPU-h) | on measured pools (h) |",
+        "|---|---|---|---|---|",
     ]
     total: list[Job] = []
     for paper, per in planned.items():
-        for name, jobs in per.items():
+        for name, jobs_ in per.items():
             if name != "all runs":
-                lines.append(_jobs_line(f"{paper} {name}", jobs))
+                lines.append(_jobs_line(f"{paper} {name}", jobs_))
         lines.append(_jobs_line(f"**{paper} (all)**", per["all runs"]))
         total += per["all runs"]
     lines.append(_jobs_line("**whole configuration**", total))
-    devices = sorted({c.device for c in costs})
-    lines += ["", f"Measured rows ({', '.join(devices)}):"]
-    lines += [f"- {c.paper} {c.unit} {c.dataset} {c.model} {c.method}: {c.seconds:g} s ({c.source})" for c in costs]
+    if constants is not None:
+        lines += [
+            "",
+            f"Model constants ({device}, fitted to the measured rows below): "
+            f"{constants.achieved_flops / 1e12:,.1f} TFLOP/s achieved "
+            f"({100 * constants.achieved_fraction:.1f} % of the {device} dense bf16 peak), "
+            f"{constants.seconds_per_launch * 1e6:.1f} us per kernel launch. Per-paper factors (measured / model "
+            "on the paper's rows; they scale the paper's runs on pools without a row): "
+            + ", ".join(f"{p} {f:.2f}" for p, f in sorted(constants.paper_factors.items()))
+            + ".",
+        ]
+    jobs_all = [j for per in planned.values() for j in per["all runs"]]
+    measured = row_works(jobs_all, [c for c in costs if c.device == device])
+    lines += ["", f"Measured rows ({', '.join(sorted({c.device for c in costs}))}):"]
+    for c in costs:
+        line = f"- {c.paper} {c.unit} {c.dataset} {c.model} {c.method} {c.setting}: {c.seconds:g} s ({c.source})"
+        if constants is not None and c in measured:
+            line += f"; the model gives {constants.seconds(measured[c]):.3g} s"
+        elif c.device == device:
+            line += "; no counted work (run benchmarks/cost_counts.py) and no planned run measured by it"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -417,7 +630,8 @@ def main(argv: list[str] | None = None) -> int:
     configfiles = args.configfile if args.configfile[0].endswith("config.yaml") else ["config.yaml", *args.configfile]
     config = load_config(configfiles, args.config)
     costs = load_costs(Path(args.costs))
-    print(report(plan(config, costs), costs))
+    planned, constants = plan_and_constants(config, costs)
+    print(report(planned, costs, constants))
     return 0
 
 

@@ -1,0 +1,70 @@
+"""Count the FLOPs and kernel launches of every step the cost planner composes (CPU, no GPU needed).
+
+    .venv/bin/python benchmarks/cost_counts.py          # rewrites benchmarks/unit_counts.csv
+
+Walks the planner (`fedrepro.plan.jobs`) over config.yaml alone and over config.yaml + configs/paper.yaml,
+collects each step it asks for (a registered model at a batch and input shape, forward or training step)
+and counts it with `fedrepro.experiments.cost.count_step` (meta device; BERT on the CPU at batch 2).
+The planner reads the table; a step missing from it is counted when the planner runs (slower).
+It then writes into benchmarks/unit_costs.csv the counted work (flops, launches) of the unit each
+measured row timed (the first paper-scale run matching its paper, unit, data set, model, method and
+setting prefix), so every configuration fits the same constants.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import csv  # noqa: E402
+
+from fedrepro.experiments.cost import Counts, load_counts, write_counts  # noqa: E402
+from fedrepro.plan import COSTS, COUNTS, _measured_runs, jobs, load_config, load_costs  # noqa: E402
+
+CONFIGS = [["config.yaml"], ["config.yaml", "configs/paper.yaml"]]
+
+
+def steps() -> set[str]:
+    keys: set[str] = set()
+    for files in CONFIGS:
+        counts = Counts()
+        jobs(load_config([str(ROOT / f) for f in files]), counts)
+        keys |= counts.missing
+    return keys
+
+
+COLUMNS = ["paper", "unit", "dataset", "model", "method", "device", "seconds", "source", "setting", "flops", "launches"]
+
+
+def fill_costs() -> int:
+    """Write each measured row's counted work into unit_costs.csv; returns how many rows got one."""
+    planned = jobs(load_config([str(ROOT / f) for f in CONFIGS[-1]]), load_counts(COUNTS))
+    costs = load_costs(COSTS)
+    measured = _measured_runs([j for per in planned.values() for j in per["all runs"]], costs)
+    with open(COSTS, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row, c in zip(rows, costs):
+        work = measured[c].work if c in measured else None
+        row["flops"] = f"{work.flops:.6g}" if work else ""
+        row["launches"] = f"{work.launches:.6g}" if work else ""
+        row["setting"] = c.setting
+    with open(COSTS, "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return len(measured)
+
+
+def main() -> None:
+    start = time.perf_counter()
+    n = write_counts(COUNTS, steps())
+    print(f"counted {n} steps into {COUNTS} in {time.perf_counter() - start:.0f} s")
+    print(f"wrote the counted work of {fill_costs()} measured rows into {COSTS}")
+
+
+if __name__ == "__main__":
+    main()

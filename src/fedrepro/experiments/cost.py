@@ -1,0 +1,312 @@
+"""Work per training unit, counted without a GPU, and the two-constant model that turns it into seconds.
+
+A unit (FedSC round, FedAL iteration, DPZV epoch) is composed of training steps and forward passes of
+the paper's networks at the paper's shapes (`fedrepro.plan` composes them from each run's spec). For
+each step this module counts
+
+* FLOPs: `torch.utils.flop_counter.FlopCounterMode` (matmuls and convolutions, forward and backward);
+* kernel launches: every ATen operator that computes (views and allocations launch nothing), the
+  optimiser's foreach ops counted once each, as a GPU runs them (`fedrepro.fl.optim`: one group).
+
+Counting runs on PyTorch's meta device (no arithmetic) except for a pre-trained BERT, whose
+attention-mask code reads tensor values: it runs on the CPU at batch 2 and its FLOPs are scaled to
+the batch (a transformer's FLOPs and its operators are linear in, and independent of, the batch).
+
+Seconds per unit = FLOPs x seconds_per_flop + launches x seconds_per_launch (`Constants`), fitted to
+the measured rows of `benchmarks/unit_costs.csv` by least squares on relative error (`fit`). The FLOP
+floor is FLOPs / the device's peak (`PEAK_FLOPS`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+# Dense bf16 tensor-core peak, FLOP/s. NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): 1,979
+# TFLOPS bf16 "with sparsity", so 989.5 dense; the H100 SXM's is the same (H100 datasheet).
+PEAK_FLOPS = {"H200": 989.5e12, "H100": 989.5e12}
+
+
+@dataclass(frozen=True)
+class Work:
+    """FLOPs and kernel launches of one step, unit or job."""
+
+    flops: float = 0.0
+    launches: float = 0.0
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.flops + other.flops, self.launches + other.launches)
+
+    def __mul__(self, k: float) -> Work:
+        return Work(self.flops * k, self.launches * k)
+
+    __rmul__ = __mul__
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Seconds per FLOP (1 / achieved FLOP/s) and per kernel launch of one device."""
+
+    seconds_per_flop: float
+    seconds_per_launch: float
+    device: str = "H200"
+    paper_factors: dict = field(default_factory=dict, compare=False)  # set by fedrepro.plan.price
+
+    def seconds(self, work: Work) -> float:
+        return work.flops * self.seconds_per_flop + work.launches * self.seconds_per_launch
+
+    def floor(self, work: Work) -> float:
+        """The FLOP floor: every FLOP at the device's dense bf16 peak, no launch cost."""
+        return work.flops / PEAK_FLOPS[self.device]
+
+    @property
+    def achieved_flops(self) -> float:
+        """FLOP/s the fit implies (inf when the measured rows leave FLOPs free)."""
+        return 1.0 / self.seconds_per_flop if self.seconds_per_flop else math.inf
+
+    @property
+    def achieved_fraction(self) -> float:
+        return self.achieved_flops / PEAK_FLOPS[self.device]
+
+
+def fit(points: Iterable[tuple[Work, float]], device: str = "H200") -> Constants:
+    """Constants minimising sum((predicted / measured - 1)^2) over (work, measured seconds) points,
+    both constants >= 0 (a constant that would go negative is set to 0 and the other refitted)."""
+    rows = [(w.flops / s, w.launches / s) for w, s in points]
+    if not rows:
+        raise ValueError("fitting the cost model needs at least one measured row")
+
+    def one(column: int) -> float:
+        num = sum(r[column] for r in rows)
+        den = sum(r[column] ** 2 for r in rows)
+        return num / den if den else 0.0
+
+    aa = sum(f * f for f, _ in rows)
+    bb = sum(n * n for _, n in rows)
+    ab = sum(f * n for f, n in rows)
+    a1 = sum(f for f, _ in rows)
+    b1 = sum(n for _, n in rows)
+    det = aa * bb - ab * ab
+    if len(rows) >= 2 and det > 1e-12 * aa * bb:
+        a, b = (a1 * bb - b1 * ab) / det, (b1 * aa - a1 * ab) / det
+        if a >= 0 and b >= 0:
+            return Constants(a, b, device)
+    candidates = [Constants(one(0), 0.0, device), Constants(0.0, one(1), device)]
+    return min(candidates, key=lambda c: relative_error(c, points))
+
+
+def relative_error(constants: Constants, points: Iterable[tuple[Work, float]]) -> float:
+    return sum((constants.seconds(w) / s - 1) ** 2 for w, s in points)
+
+
+# ------------------------------------------------------------------------------------------ counting
+# ATen operators that run no kernel: views, allocations and metadata.
+_NO_KERNEL = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "detach",
+    "lift_fresh",
+    "_to_copy_meta",
+    "set_",
+    "resize_",
+    "_local_scalar_dense",
+    "is_same_size",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+}
+
+
+def _launch_counter():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Launches(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if not func.is_view and name not in _NO_KERNEL:
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    return Launches()
+
+
+def count(fn: Callable[[], object]) -> Work:
+    """FLOPs and kernel launches of `fn()` (its tensors on the meta device or the CPU)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    launches = _launch_counter()
+    with FlopCounterMode(display=False) as flops, launches:
+        fn()
+    return Work(float(flops.get_total_flops()), float(launches.count))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One counted step: a registered model (`fedrepro.models`) on a batch of one input shape.
+
+    mode: `forward` (no gradient), `train` (forward, backward, a foreach optimiser step), `train_ssl`
+    (FedSC: the projector head of `head` on top, SGD with momentum; loss on the projector output).
+    """
+
+    model: str
+    options: tuple  # sorted (key, value) pairs, JSON-encoded values
+    shape: tuple
+    batch: int
+    mode: str
+    optimizer: str = "adam"
+    head: tuple = ()  # FedSC projector: (hidden, out)
+
+    @classmethod
+    def of(cls, model: str, options: dict, shape, batch: int, mode: str, optimizer: str = "adam", head=()) -> Step:
+        opts = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in options.items()))
+        return cls(model, opts, tuple(int(s) for s in shape), int(batch), mode, optimizer, tuple(head))
+
+    @property
+    def key(self) -> str:
+        return json.dumps(
+            [self.model, dict(self.options), list(self.shape), self.batch, self.mode, self.optimizer, list(self.head)]
+        )
+
+    @classmethod
+    def from_key(cls, key: str) -> Step:
+        model, options, shape, batch, mode, optimizer, head = json.loads(key)
+        return cls(model, tuple(sorted(options.items())), tuple(shape), batch, mode, optimizer, tuple(head))
+
+    @property
+    def kwargs(self) -> dict:
+        return {k: json.loads(v) for k, v in self.options}
+
+
+def _tokens(step: Step) -> bool:
+    return step.model == "vfl_text_encoder"
+
+
+def _pretrained(step: Step) -> bool:
+    return _tokens(step) and bool(step.kwargs.get("pretrained_dir") or step.kwargs.get("bert_config") is not None)
+
+
+# bert-base-uncased (transformers' BertConfig defaults): what `pretrained_dir` holds at paper scale
+BERT_BASE: dict = {}
+
+
+def count_step(step: Step) -> Work:
+    """FLOPs and launches of one `step` at its batch (see the module docstring for the device)."""
+    import torch
+
+    from fedrepro.fl import optim
+    from fedrepro.models import build_model
+
+    kwargs = step.kwargs
+    batch = step.batch
+    device = "meta"
+    if _pretrained(step):  # transformers reads mask values: run it for real on the CPU at batch 2
+        kwargs = {**{k: v for k, v in kwargs.items() if k != "pretrained_dir"}, "bert_config": BERT_BASE}
+        batch, device = 2, "cpu"
+    with torch.device(device):
+        torch.manual_seed(0)
+        net = build_model(step.model, **kwargs)
+        if step.head:
+            hidden, out = step.head
+            width = net.feature_dim
+            net = torch.nn.Sequential(
+                net, torch.nn.Linear(width, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, out)
+            )
+        x = torch.zeros((batch, *step.shape), dtype=torch.long) if _tokens(step) else torch.zeros((batch, *step.shape))
+    params = [p for p in net.parameters() if p.requires_grad]
+    if step.mode == "forward":
+        net.eval()
+
+        def fn():
+            with torch.no_grad():
+                net(x)
+    else:
+        net.train()
+        opt = (
+            optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=5e-4)
+            if step.optimizer == "sgd"
+            else optim.Adam(params, lr=1e-3)
+        )
+
+        def fn():
+            out = net(x)
+            out.float().square().mean().backward()
+            saved = optim.CPU_GROUP_ELEMENTS
+            optim.CPU_GROUP_ELEMENTS = math.inf  # one foreach group, as on a GPU
+            try:
+                opt.step()
+            finally:
+                optim.CPU_GROUP_ELEMENTS = saved
+
+    work = count(fn)
+    return Work(work.flops * step.batch / batch, work.launches)
+
+
+def parameter_tensors(step: Step) -> int:
+    """Parameter tensors of the step's model (the per-tensor loops of a ZO perturbation)."""
+    import torch
+
+    from fedrepro.models import build_model
+
+    kwargs = step.kwargs
+    if _pretrained(step):
+        kwargs = {**{k: v for k, v in kwargs.items() if k != "pretrained_dir"}, "bert_config": BERT_BASE}
+    with torch.device("meta"):
+        return sum(1 for _ in build_model(step.model, **kwargs).parameters())
+
+
+class Counts:
+    """Counted steps by key (`benchmarks/unit_counts.csv`); a missing step is recorded in `missing`
+    and costs nothing, so that one pass over the plan lists every step to count."""
+
+    def __init__(self, table: dict[str, Work] | None = None, tensors: dict[str, int] | None = None):
+        self.table = table or {}
+        self.tensors = tensors or {}
+        self.missing: set[str] = set()
+
+    def __call__(self, step: Step) -> Work:
+        work = self.table.get(step.key)
+        if work is None:
+            self.missing.add(step.key)
+            return Work()
+        return work
+
+    def parameter_tensors(self, step: Step) -> int:
+        n = self.tensors.get(step.key)
+        if n is None:
+            self.missing.add(step.key)
+            return 0
+        return n
+
+
+def load_counts(path) -> Counts:
+    import csv
+
+    table, tensors = {}, {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            table[row["step"]] = Work(float(row["flops"]), float(row["launches"]))
+            tensors[row["step"]] = int(row["parameter_tensors"])
+    return Counts(table, tensors)
+
+
+def write_counts(path, steps: Iterable[str]) -> int:
+    """Count every step key in `steps` and write the table (sorted, so a re-count diffs cleanly)."""
+    import csv
+
+    rows = []
+    for key in sorted(set(steps)):
+        step = Step.from_key(key)
+        work = count_step(step)
+        rows.append([key, f"{work.flops:.6g}", f"{work.launches:.0f}", parameter_tensors(step)])
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", "flops", "launches", "parameter_tensors"])
+        writer.writerows(rows)
+    return len(rows)
