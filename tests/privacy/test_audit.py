@@ -128,6 +128,11 @@ def test_verdict_compares_the_bound_with_the_attackers_epsilon_only():
     )
     assert verdict(3.6, 3.53, math.nan, 0.5).startswith("refuted")
     assert "no power" in verdict(0.0, 3.53, math.nan, 0.0)
+    # a leak with a finite bound (VAFL's client model): tested against it, and against the leak-free bound of the
+    # same adversary
+    both = verdict(1.2, 6.87, 0.8, 0.0)
+    assert both.startswith("not refuted") and "leak shown: 1.20 > 0.80" in both
+    assert "no evidence of the leak: 0.50 <= 0.80" in verdict(0.5, 6.87, 0.8, 0.0)
 
 
 def test_audit_table_names_each_rows_adversary_and_never_tests_another(tmp_path):
