@@ -17,6 +17,11 @@ re-runs a job after a change in behaviour of a module it runs, and not after a c
 a docstring or a reformatting. Package data that modules read (the published reference
 tables) is hashed into the fingerprint of the module that reads it.
 
+A paper's method-table labels (its names in tables and figures) change no number: the fingerprint of
+the table's package leaves them out, and a pseudo-module `<package>.__labels__` holds them, in the
+closure of an entry only where one of its modules reads a `.label` attribute (the reports). A label
+edit re-runs the reports and no training.
+
 `python -m fedrepro.codedeps module:function` prints the closure of an entry point.
 """
 
@@ -40,6 +45,8 @@ DATA_FILES = {"fedrepro.report.tables": "report/published"}
 # The functions of fedrepro.algorithms that import a paper's method table (its PAPERS package).
 TABLE_READERS = ("method_table", "methods", "method_entry")
 FINGERPRINT_SUFFIX = ".sha256"
+LABELS = "__labels__"  # `<paper package>.__labels__`: the labels of its method table (module docstring)
+METHOD_LABEL_POSITION = 1  # fedrepro.algorithms.Method(entry, label, ...)
 
 
 def module_file(name: str, src: Path = SRC) -> Path | None:
@@ -47,6 +54,9 @@ def module_file(name: str, src: Path = SRC) -> Path | None:
     parts = name.split(".")
     if parts[0] != PACKAGE:
         return None
+    if parts[-1] == LABELS:
+        table = ".".join(parts[:-1])
+        return module_file(table, src) if table in paper_packages(src).values() else None
     base = Path(src).joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
@@ -155,7 +165,35 @@ def closure(entry: str, src: Path = SRC) -> tuple[str, ...]:
         seen.add(name)
         todo += [p for p in _parents(name) if module_file(p, src) is not None]
         todo += direct_imports(name, src)
+    if any(_reads_labels(name, src) for name in seen):
+        seen.update(f"{table}.{LABELS}" for table in paper_packages(src).values() if table in seen)
     return tuple(sorted(seen))
+
+
+@functools.cache
+def _reads_labels(name: str, src: Path = SRC) -> bool:
+    """Whether module `name` reads a `.label` attribute (a method table's label, or possibly another)."""
+    path = module_file(name, src)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return any(isinstance(node, ast.Attribute) and node.attr == "label" for node in ast.walk(tree))
+
+
+def _label_nodes(tree: ast.Module) -> list[ast.Constant]:
+    """The label strings of a method table: the `label` argument of every call of `Method` or of a
+    module-level function with a `label` parameter (a table's row helper), where it is a string."""
+    positions = {"Method": METHOD_LABEL_POSITION}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            names = [arg.arg for arg in node.args.posonlyargs + node.args.args]
+            if "label" in names:
+                positions[node.name] = names.index("label")
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in positions:
+            at = positions[node.func.id]
+            given = [k.value for k in node.keywords if k.arg == "label"] or node.args[at : at + 1]
+            found += [v for v in given if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+    return found
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
@@ -177,6 +215,11 @@ def code_hash(name: str, src: Path = SRC) -> str:
     layout, plus the content of the data files it reads (DATA_FILES)."""
     path = module_file(name, src)
     tree = _strip_docstrings(ast.parse(path.read_text(), filename=str(path)))
+    if name.endswith(f".{LABELS}"):
+        return hashlib.sha256("\0".join(node.value for node in _label_nodes(tree)).encode()).hexdigest()
+    if name in paper_packages(src).values():
+        for node in _label_nodes(tree):
+            node.value = ""  # in the fingerprint of `<name>.__labels__` instead
     digest = hashlib.sha256(ast.dump(tree, annotate_fields=False, include_attributes=False).encode())
     if name in DATA_FILES:
         for data in sorted((Path(src) / DATA_FILES[name]).rglob("*")):
