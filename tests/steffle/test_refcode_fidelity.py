@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedrepro.algorithms.steffle import jobs
-from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
+from fedrepro.algorithms.steffle import jobs, refcode_columns
+from fedrepro.algorithms.steffle.base import BatchSchedule, RefcodeStream, seed_generator
 from fedrepro.algorithms.steffle.baselines import BaselineConfig
 from fedrepro.algorithms.steffle.sgda import SGDAConfig, SteffleTrainer
 from fedrepro.algorithms.steffle.tran2021 import TranTrainer
@@ -182,7 +182,386 @@ def test_tables_say_which_batching_and_age_sort_ran(tmp_path):
         ]
     ):
         path = tmp_path / f"{k}.json"
-        path.write_text(json.dumps({"spec": {"train": {"sampling": sampling}}, "partition": partition}))
+        train = {"sampling": sampling, **({"rng": "refcode", "refcode_hash_seed": 0} if k == 0 else {})}
+        path.write_text(json.dumps({"spec": {"train": train}, "partition": partition}))
         paths.append(str(path))
     note = report.run_conditions(paths)
     assert "Batches: poisson, shuffle_keep_last" in note and "age sort: quicksort (numpy 9, AVX2)" in note
+    assert "Randomness: refcode with their columns at PYTHONHASHSEED=0, streams" in note
+
+
+def _authors_draws(seed, silo_sizes, batch, dim, epochs, private, eval_every):
+    """What the authors' dp_fermi_federated.py draws after torch.manual_seed(seed), with the same torch
+    calls on the global generator: FederatedBatchSampler's DataLoaders (shuffle=True, no drop_last),
+    nn.Linear's init, per round and silo the batch and (private) torch.normal for the weight, bias and
+    W, and the test loader opened at every evaluation. Batches as positions in the silo's row order."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    out = {"batches": [], "noise": []}
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        loaders = [DataLoader(TensorDataset(torch.arange(n)), batch_size=batch, shuffle=True) for n in silo_sizes]
+        iters = [iter(dl) for dl in loaders]
+        model = torch.nn.Linear(dim - 1, 1)
+        out["init"] = torch.cat([model.weight.detach()[0], model.bias.detach()])
+        rounds = math.ceil(sum(silo_sizes) // len(silo_sizes) / batch)
+        test = DataLoader(TensorDataset(torch.arange(5)), batch_size=batch, shuffle=False)
+        for epoch in range(epochs):
+            iters = [iter(dl) for dl in loaders]
+            for _ in range(rounds):
+                for j in range(len(loaders)):
+                    try:
+                        (rows,) = next(iters[j])
+                    except StopIteration:
+                        iters[j] = iter(loaders[j])
+                        (rows,) = next(iters[j])
+                    out["batches"].append(rows)
+                    if private:
+                        w, b = torch.normal(0, 1.0, size=(1, dim - 1)), torch.normal(0, 1.0, size=(1,))
+                        out["noise"].append((torch.cat([w[0], b]), torch.normal(0, 1.0, size=(1, 1)).reshape(())))
+            if (epoch + 1) % eval_every == 0:
+                iter(test)
+    return out
+
+
+@pytest.mark.parametrize("private", [False, True])
+def test_refcode_rng_draws_the_authors_init_batches_and_noise(private):
+    """rng = refcode: seed s gives the init, every batch and every noise draw of the authors' run with
+    torch.manual_seed(s), checked against their torch calls over 3 epochs (an evaluation in between,
+    a silo that runs out of batches mid-epoch, silos whose indices are not sorted)."""
+    data = synthetic(n=160, silos=3)  # 120 training rows
+    all_idx = torch.randperm(120, generator=torch.Generator().manual_seed(5))
+    data.silos = [all_idx[:55], all_idx[55:75], all_idx[75:120]]  # 55, 20, 45: n~ = 40, 3 rounds of 16
+    sigma = [[0.3] * 3] if private else [[0.0] * 3]
+    cfg = SGDAConfig(batch=16, epochs=3, eval_every=2, sampling=KEEP_LAST, compat_refcode=True, rng="refcode")
+    trainer = SteffleTrainer(data, cfg, [7], [1.0], sigma, sigma)
+    seen = []
+    trainer.step = lambda t, local, weight, noise: seen.append((local, weight, noise))
+    for t in range(cfg.epochs):
+        trainer.round(t + 1)
+    ref = _authors_draws(7, data.silo_sizes, 16, data.x.shape[1], cfg.epochs, private, cfg.eval_every)
+    assert torch.equal(trainer.theta[0, 0], ref["init"])
+    k = 0
+    for local, weight, noise in seen:
+        for j, idx in enumerate(data.silos):
+            rows = local[0, j][weight[0, j] > 0]
+            assert idx[rows].tolist() == idx.sort().values[ref["batches"][k]].tolist()  # their rows: training order
+            if private:
+                assert torch.equal(noise["u"][0, j], ref["noise"][k][0])
+                assert noise["V"][0, j, 0, 0, 1] == ref["noise"][k][1]
+                assert noise["V"][0, j].abs().sum() == noise["V"][0, j, 0, 0, 1].abs()  # only their 1 x 1 W
+            else:
+                assert not noise["u"].any()
+            k += 1
+    assert k == len(ref["batches"]) == 3 * 3 * 3
+
+
+def test_refcode_rng_splits_private_and_non_private_cells_and_keeps_the_job_order():
+    """Their stream draws noise only on private runs, so a job mixing eps = inf with finite eps trains
+    the two kinds apart (SettingsConcat) and returns each cell as a job of that cell alone."""
+    data = synthetic(n=400, silos=3)
+    spec = {
+        "method": "steffle",
+        "fairness": "dp",
+        "num_silos": 3,
+        "h": 0.0,
+        "epsilons": ["inf", 1],
+        "lambdas": [0.0, 1.0],
+        "train": {
+            "batch": 32,
+            "epochs": 2,
+            "eval_every": 1,
+            "sampling": KEEP_LAST,
+            "compat_refcode": True,
+            "rng": "refcode",
+            "clip": 1.0,
+            "radius": 1.0,
+            "w_step": "fixed",
+        },
+    }
+    trainer, _, settings = jobs.build(spec, data, [0, 1])
+    assert settings == [("inf", 0.0), ("inf", 1.0), (1, 0.0), (1, 1.0)]
+    assert [idx for idx, _ in trainer.parts] == [[2, 3], [0, 1]]
+    joined = trainer.run(None)
+    for g, setting in enumerate(settings):
+        alone, _, _ = jobs.build(spec, data, [0, 1], only=[setting])
+        result = alone.run(None)
+        assert np.array_equal(joined.final["error"][:, g], result.final["error"][:, 0])
+        # a grid's einsums differ from one cell's in the last float bits
+        assert torch.allclose(joined.theta[:, g], result.theta[:, 0], atol=1e-6)
+        assert torch.allclose(joined.extra["W"][:, g], result.extra["W"][:, 0], atol=1e-9)
+    with pytest.raises(ValueError, match="shuffle_keep_last"):
+        SGDAConfig(rng="refcode")
+    with pytest.raises(ValueError, match="rng must be one of"):
+        SGDAConfig(rng="global")
+
+
+# The authors' column order as their own dataloader_fed.GeneralData produced it in a run of their code
+# with PYTHONHASHSEED=0 (Python 3.11; non_sens_attr, read from the GeneralData object after __init__)
+AUTHORS_COLUMNS_HASH0 = [
+    "native-country_Poland",
+    "native-country_South",
+    "education_Preschool",
+    "native-country_El-Salvador",
+    "education_Prof-school",
+    "workclass_Federal-gov",
+    "relationship_Wife",
+    "education_10th",
+    "marital-status_Married-AF-spouse",
+    "native-country_Japan",
+    "workclass_Local-gov",
+    "native-country_Cuba",
+    "relationship_Not-in-family",
+    "native-country_Italy",
+    "native-country_Mexico",
+    "native-country_Taiwan",
+    "native-country_Haiti",
+    "marital-status_Divorced",
+    "occupation_Other-service",
+    "occupation_Machine-op-inspct",
+    "marital-status_Married-spouse-absent",
+    "native-country_Outlying-US(Guam-USVI-etc)",
+    "marital-status_Widowed",
+    "native-country_Hungary",
+    "marital-status_Never-married",
+    "education_5th-6th",
+    "marital-status_Separated",
+    "native-country_Thailand",
+    "occupation_Handlers-cleaners",
+    "native-country_Cambodia",
+    "relationship_Other-relative",
+    "occupation_Protective-serv",
+    "education_Doctorate",
+    "occupation_Priv-house-serv",
+    "native-country_Philippines",
+    "native-country_Hong",
+    "race_Black",
+    "native-country_Nicaragua",
+    "capital-loss",
+    "native-country_United-States",
+    "education_9th",
+    "native-country_Holand-Netherlands",
+    "native-country_Peru",
+    "native-country_Canada",
+    "native-country_Iran",
+    "education_Bachelors",
+    "native-country_Greece",
+    "workclass_Self-emp-not-inc",
+    "native-country_China",
+    "race_Other",
+    "native-country_Vietnam",
+    "education-num",
+    "relationship_Husband",
+    "native-country_India",
+    "native-country_Ireland",
+    "native-country_Guatemala",
+    "native-country_Trinadad&Tobago",
+    "native-country_Dominican-Republic",
+    "occupation_Adm-clerical",
+    "relationship_Unmarried",
+    "occupation_Armed-Forces",
+    "occupation_Farming-fishing",
+    "education_Masters",
+    "education_HS-grad",
+    "workclass_Without-pay",
+    "relationship_Own-child",
+    "native-country_Jamaica",
+    "education_7th-8th",
+    "occupation_Tech-support",
+    "native-country_Columbia",
+    "occupation_Transport-moving",
+    "native-country_Honduras",
+    "native-country_Laos",
+    "native-country_Scotland",
+    "native-country_France",
+    "occupation_Sales",
+    "workclass_Self-emp-inc",
+    "hours-per-week",
+    "education_Assoc-acdm",
+    "occupation_Exec-managerial",
+    "occupation_Prof-specialty",
+    "capital-gain",
+    "occupation_Craft-repair",
+    "native-country_Portugal",
+    "native-country_England",
+    "native-country_Yugoslavia",
+    "native-country_Puerto-Rico",
+    "education_1st-4th",
+    "race_Amer-Indian-Eskimo",
+    "race_Asian-Pac-Islander",
+    "race_White",
+    "education_Some-college",
+    "workclass_State-gov",
+    "education_Assoc-voc",
+    "native-country_Ecuador",
+    "workclass_Private",
+    "fnlwgt",
+    "education_12th",
+    "age",
+    "education_11th",
+    "marital-status_Married-civ-spouse",
+    "native-country_Germany",
+]
+ADULT_FEATURES = [
+    "age",
+    "fnlwgt",
+    "education-num",
+    "capital-gain",
+    "capital-loss",
+    "hours-per-week",
+    "workclass_Federal-gov",
+    "workclass_Local-gov",
+    "workclass_Private",
+    "workclass_Self-emp-inc",
+    "workclass_Self-emp-not-inc",
+    "workclass_State-gov",
+    "workclass_Without-pay",
+    "education_10th",
+    "education_11th",
+    "education_12th",
+    "education_1st-4th",
+    "education_5th-6th",
+    "education_7th-8th",
+    "education_9th",
+    "education_Assoc-acdm",
+    "education_Assoc-voc",
+    "education_Bachelors",
+    "education_Doctorate",
+    "education_HS-grad",
+    "education_Masters",
+    "education_Preschool",
+    "education_Prof-school",
+    "education_Some-college",
+    "marital-status_Divorced",
+    "marital-status_Married-AF-spouse",
+    "marital-status_Married-civ-spouse",
+    "marital-status_Married-spouse-absent",
+    "marital-status_Never-married",
+    "marital-status_Separated",
+    "marital-status_Widowed",
+    "occupation_Adm-clerical",
+    "occupation_Armed-Forces",
+    "occupation_Craft-repair",
+    "occupation_Exec-managerial",
+    "occupation_Farming-fishing",
+    "occupation_Handlers-cleaners",
+    "occupation_Machine-op-inspct",
+    "occupation_Other-service",
+    "occupation_Priv-house-serv",
+    "occupation_Prof-specialty",
+    "occupation_Protective-serv",
+    "occupation_Sales",
+    "occupation_Tech-support",
+    "occupation_Transport-moving",
+    "relationship_Husband",
+    "relationship_Not-in-family",
+    "relationship_Other-relative",
+    "relationship_Own-child",
+    "relationship_Unmarried",
+    "relationship_Wife",
+    "race_Amer-Indian-Eskimo",
+    "race_Asian-Pac-Islander",
+    "race_Black",
+    "race_Other",
+    "race_White",
+    "native-country_Cambodia",
+    "native-country_Canada",
+    "native-country_China",
+    "native-country_Columbia",
+    "native-country_Cuba",
+    "native-country_Dominican-Republic",
+    "native-country_Ecuador",
+    "native-country_El-Salvador",
+    "native-country_England",
+    "native-country_France",
+    "native-country_Germany",
+    "native-country_Greece",
+    "native-country_Guatemala",
+    "native-country_Haiti",
+    "native-country_Holand-Netherlands",
+    "native-country_Honduras",
+    "native-country_Hong",
+    "native-country_Hungary",
+    "native-country_India",
+    "native-country_Iran",
+    "native-country_Ireland",
+    "native-country_Italy",
+    "native-country_Jamaica",
+    "native-country_Japan",
+    "native-country_Laos",
+    "native-country_Mexico",
+    "native-country_Nicaragua",
+    "native-country_Outlying-US(Guam-USVI-etc)",
+    "native-country_Peru",
+    "native-country_Philippines",
+    "native-country_Poland",
+    "native-country_Portugal",
+    "native-country_Puerto-Rico",
+    "native-country_Scotland",
+    "native-country_South",
+    "native-country_Taiwan",
+    "native-country_Thailand",
+    "native-country_Trinadad&Tobago",
+    "native-country_United-States",
+    "native-country_Vietnam",
+    "native-country_Yugoslavia",
+]  # the prepared Adult feature names (meta.json), x's column order
+
+
+def test_authors_column_order_is_their_python_set_order_under_the_hash_seed():
+    """Their weight i multiplies their column i; that order is a Python set's, fixed by PYTHONHASHSEED.
+    Our replay of their set operations gives the order their own code gave under hash seed 0, and
+    another seed gives another order (so a run with an unknown seed puts the init on other features)."""
+    assert refcode_columns.authors_column_order(ADULT_FEATURES, 0) == AUTHORS_COLUMNS_HASH0
+    other = refcode_columns.authors_column_order(ADULT_FEATURES, 1)
+    assert sorted(other) == sorted(ADULT_FEATURES) and other != AUTHORS_COLUMNS_HASH0
+    perm = refcode_columns.column_permutation(ADULT_FEATURES, 0)
+    assert [ADULT_FEATURES[i] for i in perm] == AUTHORS_COLUMNS_HASH0
+    assert refcode_columns.column_permutation(ADULT_FEATURES, None) is None
+    with pytest.raises(ValueError, match="not one of the authors' Adult columns"):
+        refcode_columns.authors_column_order(ADULT_FEATURES + ["colour_red"], 0)
+
+
+def test_refcode_columns_put_each_init_value_and_noise_draw_on_their_feature():
+    """With columns, their weight i (init and noise) lands on our feature columns[i]; the bias stays last."""
+    silos = [torch.arange(10), torch.arange(10, 20)]
+    plain, moved = RefcodeStream(4, silos, 4), RefcodeStream(4, silos, 4, columns=[2, 0, 1])
+    init, init_moved = plain.init_theta(4), moved.init_theta(4)
+    assert torch.equal(init_moved[[2, 0, 1]], init[:3]) and init_moved[3] == init[3]
+    for stream in (plain, moved):
+        stream.next_batch(0)
+    (u, v), (u_moved, v_moved) = plain.silo_noise(4), moved.silo_noise(4)
+    assert torch.equal(u_moved[[2, 0, 1]], u[:3]) and u_moved[3] == u[3] and v == v_moved
+    with pytest.raises(ValueError, match="needs rng 'refcode'"):
+        SGDAConfig(sampling=KEEP_LAST, refcode_hash_seed=0)
+
+
+def test_authors_rows_beside_a_run_are_those_at_its_hash_seed_where_the_cell_has_them():
+    """A cell the authors ran at our refcode_hash_seed is compared with those runs only (seed for seed the
+    same run); a cell they ran only at a random hash seed keeps those runs; the table says which."""
+    rows = [
+        (0.75, "inf", 1.0, seed, err, 0.005, tag)
+        for tag, errors in (("random", (0.30, 0.31, 0.32)), ("0", (0.2260, 0.2261, 0.2262)))
+        for seed, err in enumerate(errors)
+    ] + [(0.0, "inf", 1.0, seed, 0.21, 0.01, "random") for seed in range(3)]
+    authors = pd.DataFrame(rows, columns=["h", "eps", "lam", "seed", "error", "dp_violation", "pythonhashseed"])
+    chosen = report.authors_at_hash_seed(authors, 0)
+    assert sorted(chosen.loc[chosen["h"] == 0.75, "error"]) == [0.2260, 0.2261, 0.2262]
+    assert len(chosen[chosen["h"] == 0.0]) == 3
+    assert sorted(report.authors_at_hash_seed(authors, None).loc[lambda t: t["h"] == 0.75, "error"]) == [
+        0.30,
+        0.31,
+        0.32,
+    ]
+    ours = pd.DataFrame(
+        {
+            "h": [0.0, 0.75],
+            "eps_label": ["inf", "inf"],
+            "lam": [1.0, 1.0],
+            "error_mean": [0.21, 0.2261],
+            "dp_violation_mean": [0.01, 0.005],
+        }
+    )
+    table = report.beside_authors(ours, chosen, "dp")
+    assert table["error_within_authors"].tolist() == [True, True]
+    assert table["authors_pythonhashseed"].tolist() == ["random", "0"]

@@ -822,6 +822,19 @@ def authors_refcode() -> pd.DataFrame | None:
         return pd.read_csv(stream, comment="#", dtype={"eps": str})
 
 
+def authors_at_hash_seed(authors: pd.DataFrame, hash_seed: int | None) -> pd.DataFrame:
+    """The authors' rows to set beside a run whose init follows their columns at PYTHONHASHSEED=hash_seed
+    (train.refcode_hash_seed): per cell their runs at that hash seed where the cell has some (then the
+    same seed is the same run, up to float rounding), else their runs at a random hash seed (the
+    same batches and noise per seed, the init on other features)."""
+    tag = authors["pythonhashseed"].astype(str) if "pythonhashseed" in authors else pd.Series("random", authors.index)
+    authors = authors.assign(pythonhashseed=tag)
+    want = "random" if hash_seed is None else str(hash_seed)
+    cell = authors[["h", "eps", "lam"]].astype(str).agg("|".join, axis=1)
+    matched = set(cell[tag == want])
+    return authors[cell.isin(matched) == (tag == want)]
+
+
 def beside_authors(table: pd.DataFrame, authors: pd.DataFrame, fairness: str) -> pd.DataFrame:
     """The authors' mean and seed range (min, max over their seeds) beside each of our cells, and
     whether our mean lies inside that range."""
@@ -835,6 +848,11 @@ def beside_authors(table: pd.DataFrame, authors: pd.DataFrame, fairness: str) ->
         ours = ours.merge(agg.reset_index().rename(columns={"eps_label": "_eps"}), on=["h", "_eps", "lam"], how="left")
         low, high, mine = ours[f"authors_{metric}_min"], ours[f"authors_{metric}_max"], ours[f"{metric}_mean"]
         ours[f"{metric}_within_authors"] = np.where(low.isna(), None, (mine >= low) & (mine <= high))
+    if "pythonhashseed" in theirs:
+        hashes = theirs.groupby(["h", "eps_label", "lam"])["pythonhashseed"].first().rename("authors_pythonhashseed")
+        ours = ours.merge(
+            hashes.reset_index().rename(columns={"eps_label": "_eps"}), on=["h", "_eps", "lam"], how="left"
+        )
     return ours.drop(columns=["_eps"])
 
 
@@ -848,11 +866,17 @@ def within_counts(table: pd.DataFrame, fairness: str) -> str:
 
 
 def run_conditions(summary_paths: list[str]) -> str:
-    """Which batching (train.sampling) and which Algorithm 3 age sort the runs of a table used."""
-    batching, sorts = set(), set()
+    """Which batching (train.sampling), randomness (train.rng) and Algorithm 3 age sort the runs of a table used."""
+    batching, sorts, rngs = set(), set(), set()
     for path in summary_paths:
         summary = json.loads(Path(path).read_text())
-        batching.add(summary["spec"]["train"].get("sampling", "poisson"))
+        train = summary["spec"]["train"]
+        batching.add(train.get("sampling", "poisson"))
+        hash_seed = train.get("refcode_hash_seed")
+        rngs.add(
+            train.get("rng", "streams")
+            + ("" if hash_seed is None else f" with their columns at PYTHONHASHSEED={hash_seed}")
+        )
         if "partition" not in summary:
             sorts.add("not recorded (run predates the record)")
         elif summary["partition"]:  # None: a central run, no silos
@@ -861,7 +885,10 @@ def run_conditions(summary_paths: list[str]) -> str:
     return (
         f"Batches: {', '.join(sorted(batching))} (steffle.train.sampling; the privacy table's accountant_sampling "
         f"says what each means for the accountant). Algorithm 3's age sort: {', '.join(sorted(sorts)) or 'none'} "
-        "(stable: tied ages in data order; quicksort: the authors' pandas sort, numpy's quicksort)"
+        "(stable: tied ages in data order; quicksort: the authors' pandas sort, numpy's quicksort). "
+        f"Randomness: {', '.join(sorted(rngs))} (streams: one generator per seed and purpose; refcode: the "
+        "authors' one torch stream per seed, so seed s draws the init, batches and noise of their "
+        "torch.manual_seed(s) run)"
     )
 
 
@@ -875,12 +902,17 @@ def refcode(job) -> None:
     authors = authors_refcode()
     beside = ""
     if authors is not None:
+        hash_seeds = {json.loads(Path(p).read_text())["spec"]["train"].get("refcode_hash_seed") for p in summaries}
+        authors = authors_at_hash_seed(authors, hash_seeds.pop() if len(hash_seeds) == 1 else None)
         table = beside_authors(table, authors, fairness)
         seeds = int(authors.groupby(["h", "eps", "lam"])["seed"].nunique().min())
         beside = (
             f" authors_*: the authors' own code on the same data and grid ({seeds} seeds; "
             f"published/{AUTHORS_REFCODE}.csv says how), mean and range over their seeds; *_within_authors: our "
-            f"mean inside that range ({within_counts(table, fairness)})."
+            f"mean inside that range ({within_counts(table, fairness)}); authors_pythonhashseed: the hash seed of "
+            "their runs set beside ours (0: their one-hot column order at PYTHONHASHSEED=0, as our "
+            "refcode_hash_seed 0, so each seed is the same run as ours; random: their columns, hence which feature "
+            "each init value lands on, differ from ours)."
         )
     rates = [c for c in table if c.endswith(("_mean", "_std", "_min", "_max"))]
     table = table.round({**{c: 4 for c in rates}, "realised_epsilon_pld": 2})

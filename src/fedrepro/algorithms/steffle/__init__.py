@@ -32,6 +32,8 @@ _SGDA = (
     "sampling",
     "noise",
     "loss_batch",
+    "rng",
+    "refcode_hash_seed",
 )
 
 

@@ -5,10 +5,14 @@ tensor program: theta has shape (S, G, D) for S seeds and G settings (lambda x
 eps x ...), D = d + 1 (bias last). Randomness is drawn per seed from its own
 generators and shared by the G settings of that seed (common random numbers), so
 a seed's numbers do not depend on which other seeds or settings share the batch.
+rng = "streams" (default) gives each purpose (init, batches, noise, ...) its own generator;
+rng = "refcode" draws them all from one torch stream per seed in the authors' order
+(`RefcodeStream`), so seed s reproduces the authors' run with torch.manual_seed(s).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -20,7 +24,10 @@ from fedrepro.eval import fairness
 from fedrepro.fl.loop import Checkpoint, run_rounds
 from fedrepro.privacy.mechanisms import gaussian_noise
 
+from . import refcode_columns
+
 _STREAMS = {"init": 0, "batches": 1, "noise": 2, "iterate": 3, "loss_batches": 4}
+RNGS = ("streams", "refcode")
 
 
 def seed_generator(seed: int, stream: str) -> torch.Generator:
@@ -46,6 +53,7 @@ class FairData:
     s_test: np.ndarray
     k: int = 2
     l: int = 2
+    features: list[str] | None = None  # the prepared feature names (x's columns), where known
     x_norm: torch.Tensor = field(init=False)
 
     def __post_init__(self):
@@ -55,7 +63,7 @@ class FairData:
             raise ValueError("silos overlap: every training index must belong to one silo")
 
     @classmethod
-    def from_arrays(cls, x_train, y_train, s_train, x_test, y_test, s_test, silos) -> FairData:
+    def from_arrays(cls, x_train, y_train, s_train, x_test, y_test, s_test, silos, features=None) -> FairData:
         return cls(
             x=with_bias(x_train),
             y=torch.as_tensor(np.asarray(y_train)).long(),
@@ -64,6 +72,7 @@ class FairData:
             x_test=with_bias(x_test),
             y_test=np.asarray(y_test).astype(np.int64),
             s_test=np.asarray(s_test).astype(np.int64),
+            features=None if features is None else list(features),
         )
 
     @property
@@ -86,6 +95,7 @@ class FairData:
             self.s_test,
             self.k,
             self.l,
+            self.features,
         )
 
 
@@ -197,6 +207,75 @@ class BatchSchedule:
         return idx, w
 
 
+class RefcodeStream:
+    """One seed's randomness drawn as the authors' code draws it (rng="refcode").
+
+    `dp_fermi_federated.py` calls torch.manual_seed(model_number) and then draws everything from
+    torch's global CPU generator, in this order: FederatedBatchSampler(...) opens one DataLoader
+    iterator per silo (each iterator draws an int64 base seed); the model is nn.Linear(d, 1)
+    (kaiming-uniform weight, uniform bias); every epoch `start_new_epoch` opens N new iterators;
+    a silo's first batch of an iterator draws its RandomSampler's seed (an int64; the permutation
+    comes from a generator seeded with it); an exhausted silo opens a new iterator; on private
+    cells each silo's gradient draws N(0, 1) for the weight (1 x d), the bias (1) and W (1 x 1)
+    (`federated_dp_sgd.py`); every evaluation opens the test loader's iterator (one draw). The
+    same torch operations on a generator seeded with the seed reproduce that sequence. Silo rows
+    are numbered in training-set order (their silo DataFrame keeps df.sample's order). `columns`
+    (their column i is our feature columns[i], `refcode_columns`) puts each init value and theta
+    noise draw on the feature it multiplies in their run; None keeps x's own column order.
+    """
+
+    def __init__(self, seed: int, silos: list[torch.Tensor], batch: int, columns: list[int] | None = None):
+        self.gen = torch.Generator().manual_seed(int(seed))
+        self.order = [torch.argsort(idx) for idx in silos]  # local index of the r-th member in training order
+        self.batch = batch
+        self.columns = None if columns is None else torch.as_tensor(columns, dtype=torch.long)
+        self.open_iterators()  # FederatedBatchSampler.__init__
+
+    def _theta_vector(self, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """Their (weight over their columns, bias) as our theta layout: features in x's order, bias last."""
+        if self.columns is not None:
+            weight = torch.zeros_like(weight).index_copy_(0, self.columns, weight)
+        return torch.cat([weight, bias])
+
+    def draw_seed(self) -> int:
+        """One DataLoader iterator's (or RandomSampler's) int64 seed from the stream."""
+        return int(torch.empty((), dtype=torch.int64).random_(generator=self.gen))
+
+    def open_iterators(self) -> None:
+        for _ in self.order:
+            self.draw_seed()
+        self.perms: list[torch.Tensor | None] = [None] * len(self.order)
+        self.pos = [0] * len(self.order)
+
+    def init_theta(self, dim: int) -> torch.Tensor:
+        """nn.Linear(dim - 1, 1)'s default init from the stream, bias last."""
+        weight = torch.empty(1, dim - 1)
+        torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=self.gen)
+        bound = 1.0 / math.sqrt(dim - 1)
+        bias = torch.empty(1).uniform_(-bound, bound, generator=self.gen)
+        return self._theta_vector(weight[0], bias)
+
+    def next_batch(self, j: int) -> torch.Tensor:
+        """Silo j's next batch (local indices): the rest of its permutation, at most m rows."""
+        n_j = len(self.order[j])
+        if self.perms[j] is not None and self.pos[j] >= n_j:  # StopIteration: a new iterator
+            self.draw_seed()
+            self.perms[j] = None
+        if self.perms[j] is None:
+            sampler = torch.Generator().manual_seed(self.draw_seed())
+            self.perms[j], self.pos[j] = torch.randperm(n_j, generator=sampler), 0
+        rows = self.perms[j][self.pos[j] : self.pos[j] + self.batch]
+        self.pos[j] += len(rows)
+        return self.order[j][rows]
+
+    def silo_noise(self, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One silo's N(0, 1) draws of a private round: theta's (weight then bias, bias last) and W's."""
+        weight = torch.normal(0.0, 1.0, size=(1, dim - 1), generator=self.gen)
+        bias = torch.normal(0.0, 1.0, size=(1,), generator=self.gen)
+        w = torch.normal(0.0, 1.0, size=(1, 1), generator=self.gen)
+        return self._theta_vector(weight[0], bias), w.reshape(())
+
+
 def init_theta(seeds: list[int], dim: int, groups: int) -> torch.Tensor:
     """theta_0 as PyTorch's default nn.Linear(d, 1) init (U(-1/sqrt(d), 1/sqrt(d))), per seed, shared by settings."""
     bound = 1.0 / math.sqrt(dim - 1)
@@ -254,7 +333,13 @@ class ScheduleConfig:
     fairness: str = "dp"
     iterate: str = "final"
     eval_every: int = 10  # epochs between test evaluations
-    sampling: str = "poisson"  # BatchSchedule: poisson | shuffle | replacement
+    sampling: str = "poisson"  # BatchSchedule: poisson | shuffle | shuffle_keep_last | replacement
+    # streams: one generator per (seed, purpose) (seed_generator) | refcode: the authors' one torch stream per
+    # seed (RefcodeStream), so a seed draws the init, batches and noise their torch.manual_seed(seed) draws
+    rng: str = "streams"
+    # rng refcode: the PYTHONHASHSEED of the authors' run whose one-hot column order (a Python set's,
+    # refcode_columns) decides which feature each init value and noise draw lands on; None: x's own order
+    refcode_hash_seed: int | None = None
 
     positive = ("eta_theta",)
 
@@ -265,6 +350,17 @@ class ScheduleConfig:
             raise ValueError(f"sampling must be one of {SAMPLINGS}, got {self.sampling!r}")
         if self.iterate not in ITERATES:
             raise ValueError(f"iterate must be one of {ITERATES}, got {self.iterate!r}")
+        if self.rng not in RNGS:
+            raise ValueError(f"rng must be one of {RNGS}, got {self.rng!r}")
+        if self.rng == "refcode" and (self.sampling, self.fairness) != ("shuffle_keep_last", "dp"):
+            raise ValueError(
+                "rng 'refcode' draws the authors' demographic-parity stream over their DataLoader batches: it needs "
+                f"sampling 'shuffle_keep_last' and fairness 'dp', got {self.sampling!r} and {self.fairness!r}"
+            )
+        if self.refcode_hash_seed is not None and self.rng != "refcode":
+            raise ValueError(
+                f"refcode_hash_seed orders the authors' stream's columns: it needs rng 'refcode', got {self.rng!r}"
+            )
         for key in ("batch", "epochs", "eval_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
@@ -321,9 +417,20 @@ class GridTrainer:
         self.m = float(self.schedule.batch)  # every batch sum is divided by the expected size m
         self.silo_index = padded_silo_index(data)
         self.rounds = cfg.epochs * self.schedule.rounds_per_epoch
-        self.theta = init_theta(self.seeds, data.x.shape[1], groups)
         self.epoch = 0
         self.gens = {name: [seed_generator(s, name) for s in self.seeds] for name in ("batches", "noise")}
+        if cfg.rng == "refcode":
+            columns = None
+            if cfg.refcode_hash_seed is not None:
+                if data.features is None:
+                    raise ValueError("refcode_hash_seed needs the prepared feature names (meta.json feature_names)")
+                columns = refcode_columns.column_permutation(data.features, cfg.refcode_hash_seed)
+            self.streams = [RefcodeStream(s, data.silos, self.schedule.batch, columns) for s in self.seeds]
+            self.gens["refcode"] = [st.gen for st in self.streams]  # checkpointed with the others
+            init = torch.stack([st.init_theta(data.x.shape[1]) for st in self.streams])
+            self.theta = init[:, None, :].expand(-1, groups, -1).clone()
+        else:
+            self.theta = init_theta(self.seeds, data.x.shape[1], groups)
         t_hat = [
             int(torch.randint(1, self.rounds + 1, (1,), generator=seed_generator(s, "iterate"))) for s in self.seeds
         ]
@@ -360,7 +467,33 @@ class GridTrainer:
         trainers scale them by each setting's sigma, so the settings of a seed share them."""
         return torch.stack([gaussian_noise(shape, 1.0, g) for g in self.gens["noise"]])
 
+    def draws_noise(self) -> bool:
+        """Whether this trainer's settings draw privacy noise (rng refcode: all of them or none)."""
+        return False
+
+    def _draw_refcode_epoch(self):
+        """One epoch's batches and noise from every seed's RefcodeStream, in the authors' order:
+        open the silos' iterators, then per round and silo the batch and (private) its noise. Their
+        1 x 1 W is entry [0, 1] of our (k, l) W (fermi.w_mask), where its noise goes."""
+        if set(self.noise_shapes) != {"u", "V"}:
+            raise ValueError(f"rng 'refcode' draws Algorithm 1's noise (u, V); {type(self).__name__} has none")
+        R, N, m = self.schedule.rounds_per_epoch, self.data.num_silos, self.schedule.batch
+        S, D, private = len(self.streams), self.data.x.shape[1], self.draws_noise()
+        local, weight = torch.zeros(S, N, R, m, dtype=torch.long), torch.zeros(S, N, R, m)
+        noise = {name: torch.zeros(S, R, *shape) for name, shape in self.noise_shapes.items()}
+        for s, stream in enumerate(self.streams):
+            stream.open_iterators()
+            for r in range(R):
+                for j in range(N):
+                    rows = stream.next_batch(j)
+                    local[s, j, r, : len(rows)], weight[s, j, r, : len(rows)] = rows, 1.0
+                    if private:
+                        noise["u"][s, r, j], noise["V"][s, r, j, 0, 0, 1] = stream.silo_noise(D)
+        return local, weight, noise
+
     def _draw_epoch(self):
+        if self.cfg.rng == "refcode":
+            return self._draw_refcode_epoch()
         R = self.schedule.rounds_per_epoch
         batches = [self.schedule.epoch(g) for g in self.gens["batches"]]
         width = max(b[0].shape[-1] for b in batches)  # Poisson batches: pad to the widest
@@ -424,6 +557,9 @@ class GridTrainer:
                 )
             self.end_epoch()
         self.epoch += 1
+        if self.cfg.rng == "refcode" and self.epoch % self.cfg.eval_every == 0:
+            for stream in self.streams:
+                stream.draw_seed()  # their evaluation opens the test loader's iterator
         return {}
 
     def evaluate(self, t: int) -> dict:
@@ -445,6 +581,45 @@ class GridTrainer:
             self.rounds,
             self.result_extra(),
         )
+
+
+class SettingsConcat:
+    """Trainers of disjoint settings of one job, run one after the other; `run` joins their results
+    along the settings axis in the job's order. rng refcode needs it: the authors' stream draws noise
+    only on private runs, so private and non-private cells of a seed see different batches."""
+
+    def __init__(self, parts: list[tuple[list[int], GridTrainer]]):
+        self.parts = parts  # (the job's setting positions, their trainer)
+        self.rounds = parts[0][1].rounds
+
+    def run(self, checkpoint: Checkpoint | None = None) -> TrainResult:
+        results = []
+        for i, (_, trainer) in enumerate(self.parts):
+            own = (
+                None
+                if checkpoint is None
+                else dataclasses.replace(
+                    checkpoint,
+                    path=checkpoint.path.with_name(f"{checkpoint.path.stem}.part{i}{checkpoint.path.suffix}"),
+                )
+            )
+            results.append(trainer.run(own))
+        positions = [idx for idx, _ in self.parts]
+
+        def join(arrays):
+            first = np.asarray(arrays[0])
+            out = np.empty((first.shape[0], sum(len(p) for p in positions), *first.shape[2:]), dtype=first.dtype)
+            for idx, a in zip(positions, arrays):
+                out[:, idx] = np.asarray(a)
+            return out
+
+        def join_metrics(dicts):
+            return {k: join([d[k] for d in dicts]) for k in dicts[0]}
+
+        history = [(steps[0][0], join_metrics([m for _, m in steps])) for steps in zip(*(r.history for r in results))]
+        theta = torch.as_tensor(join([r.theta.numpy() for r in results]))
+        extra = {k: torch.as_tensor(join([r.extra[k].numpy() for r in results])) for k in results[0].extra}
+        return TrainResult(join_metrics([r.final for r in results]), history, theta, self.rounds, extra)
 
 
 def clip_coef(c: torch.Tensor, xnorm: torch.Tensor, clip: float) -> torch.Tensor:

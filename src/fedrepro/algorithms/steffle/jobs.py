@@ -67,6 +67,7 @@ def load_data(job) -> FairData:
         prepared.y_test,
         prepared.extras["s_test"],
         silos,
+        features=prepared.meta.get("feature_names"),
     )
 
 

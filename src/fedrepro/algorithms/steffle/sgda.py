@@ -41,6 +41,10 @@ Choices the paper leaves open (config keys in brackets):
 * [loss_batch="same"] Algorithm 1 as written. "independent" is our sound variant: g comes from a
   second Poisson batch drawn independently of B_t (its own generator stream), so g reveals nothing
   about B_t and the paper's accounting holds; g stays an unbiased estimate of the loss gradient.
+* [rng="streams"] one generator per seed and purpose; "refcode" draws init, batches and noise from
+  one torch stream per seed as the authors' code does (base.RefcodeStream; needs shuffle_keep_last):
+  seed s then gives their torch.manual_seed(s) run. Their stream draws noise only on private runs,
+  so `build` trains a job's private and non-private cells apart (base.SettingsConcat).
 * [iterate] "final" (default: the paper's figures plot trained models, not a random draw),
   "random" (Algorithm 1 line 13, theta_t with t uniform in {1..T}) or "refcode_avg" (metrics
   averaged over the evaluations at epochs >= 20, the authors' protocol).
@@ -62,7 +66,7 @@ from fedrepro.fl.transport import Wire
 from fedrepro.privacy import steffle as accounting
 
 from . import fermi, jobs
-from .base import FairData, GridTrainer, ScheduleConfig, clip_coef, seed_generator, strata
+from .base import FairData, GridTrainer, ScheduleConfig, SettingsConcat, clip_coef, seed_generator, strata
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +176,18 @@ class SteffleTrainer(GridTrainer):
         self.w_rounds = 0
         if cfg.loss_batch == "independent":
             self.gens["loss_batches"] = [seed_generator(s, "loss_batches") for s in self.seeds]
+        if cfg.rng == "refcode":
+            self.draws_noise()  # mixed settings fail here, before training
+
+    def draws_noise(self) -> bool:
+        """Whether the settings draw noise (sigma_theta > 0); rng refcode needs all or none (their
+        stream draws noise only on private runs, so the two kinds of cells see different batches)."""
+        private = (self.sigma_theta != 0).any(dim=1)
+        if self.cfg.rng == "refcode" and private.any() and not private.all():
+            raise ValueError(
+                "rng 'refcode': a trainer's settings must be all private or all non-private (build splits)"
+            )
+        return bool(private.any())
 
     def round(self, t: int) -> dict:
         """One epoch; with loss_batch="independent" first the epoch's batches of g (own stream)."""
@@ -354,11 +370,21 @@ def build(spec, data, seeds, settings, epsilons):
     for e, record in noise.items():
         if record["precondition_messages"]:
             log.warning("eps=%s: Theorem 3.3 preconditions broken: %s", e, "; ".join(record["precondition_messages"]))
-    lam = [lam for _, lam in settings]
-    sig_t = [noise[str(e)]["sigma_theta"] for e, _ in settings]
-    sig_w = [noise[str(e)]["sigma_w"] for e, _ in settings]
-    trainer = SteffleTrainer(data, cfg, seeds, lam, sig_t, sig_w) if settings else None
-    return trainer, {**ctx, "per_eps": noise}
+
+    def trainer(part):
+        lam = [lam for _, lam in part]
+        sig_t = [noise[str(e)]["sigma_theta"] for e, _ in part]
+        sig_w = [noise[str(e)]["sigma_w"] for e, _ in part]
+        return SteffleTrainer(data, cfg, seeds, lam, sig_t, sig_w)
+
+    if not settings:
+        return None, {**ctx, "per_eps": noise}
+    private = [i for i, (e, _) in enumerate(settings) if np.any(noise[str(e)]["sigma_theta"])]
+    if cfg.rng == "refcode" and 0 < len(private) < len(settings):  # the two kinds draw different streams
+        public = [i for i in range(len(settings)) if i not in private]
+        parts = [(idx, trainer([settings[i] for i in idx])) for idx in (private, public)]
+        return SettingsConcat(parts), {**ctx, "per_eps": noise}
+    return trainer(settings), {**ctx, "per_eps": noise}
 
 
 def run_job(job) -> None:
