@@ -82,3 +82,14 @@ def test_every_papers_labels_are_found_in_its_table():
         tree = codedeps.ast.parse(codedeps.module_file(package).read_text())
         found = {node.value for node in codedeps._label_nodes(tree)}
         assert found == {row.label for row in method_table(paper).values()}, paper
+
+
+def test_a_labels_fingerprint_is_not_stale_code(tmp_path):
+    """The job's own check of its code (fedrepro.pipeline.stale_code) reads the pseudo-module too."""
+    from fedrepro.pipeline import Job, stale_code
+
+    path = codedeps.write_fingerprint(str(tmp_path), "fedrepro.algorithms.fedal.__labels__")
+    job = Job(spec={}, output={}, input={"code": [str(path)]})
+    assert stale_code(job) == []
+    path.write_text("0" * 64 + "\n")
+    assert stale_code(job) == ["fedrepro.algorithms.fedal.__labels__"]
