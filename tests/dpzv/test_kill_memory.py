@@ -9,6 +9,7 @@ import torch
 from fedrepro.algorithms.dpzv.dpzv import DPZV
 from fedrepro.algorithms.dpzv.memory import _subset, measure_rounds, memory_job
 from fedrepro.pipeline import make_job
+from fedrepro.report.dpzv import load_memory
 from tests.dpzv.conftest import tiny_settings
 from tests.dpzv.test_jobs import prepared  # noqa: F401  (fixture: tiny prepared arrays and partition)
 
@@ -46,13 +47,16 @@ def test_memory_rows_name_each_method_and_measure_the_momentum_buffer(prepared, 
     """ZO momentum 0.9 keeps one model-sized buffer: its ratio is about 1 above momentum 0 (the entry's
     options reach the settings); VAFL's gradients and momentum put it above both."""
     entries = [
-        {"method": "dpzv", "label": "DPZV (no momentum)", "options": {"zo_momentum": 0.0}},
-        {"method": "dpzv", "label": "DPZV", "options": {"zo_momentum": 0.9}},
-        {"method": "vafl", "label": "VAFL"},
+        {"method": "dpzv", "options": {"zo_momentum": 0.0}},
+        {"method": "dpzv", "options": {"zo_momentum": 0.9}},
+        {"method": "vafl"},
     ]
     table = run_memory_job(prepared, tmp_path, entries)
     assert table["method"].tolist() == ["dpzv", "dpzv", "vafl"]
-    assert table["label"].tolist() == ["DPZV (no momentum)", "DPZV", "VAFL"]
+    assert "label" not in table  # the report's (fedrepro.report.dpzv.memory_label)
+    table["label"] = load_memory([str(tmp_path / "memory.csv")])["label"]
+    assert table["label"].tolist() == ["DPZV (ZO momentum 0)", "DPZV (ZO momentum 0.9)", "VAFL"]
+    table["label"] = ["DPZV (no momentum)", "DPZV", "VAFL"]
     assert (table["device"] == "cpu").all() and (table["rounds"] == 2).all() and (table["batch_size"] == 8).all()
     assert (table["warmup_rounds"] == 1).all() and (table["measure"] == "live_tensor_bytes").all()
     ratio = dict(zip(table["label"], table["ratio"]))
@@ -64,7 +68,7 @@ def test_memory_row_equals_a_direct_measure_of_the_same_run(prepared, tmp_path):
     from fedrepro.algorithms.dpzv.jobs import load_job_data, settings_for
     from fedrepro.fl.seeding import seed_everything
 
-    table = run_memory_job(prepared, tmp_path, [{"method": "dpzv", "label": "DPZV", "options": {"zo_lambda": 0.01}}])
+    table = run_memory_job(prepared, tmp_path, [{"method": "dpzv", "options": {"zo_lambda": 0.01}}])
     job = make_job({"val": "holdout"}, {"x": str(tmp_path / "x")}, input=prepared)
     settings = settings_for({**SETTINGS, "zo_lambda": 0.01}, {"eps": "inf"})
     data = _subset(load_job_data(job, torch.device("cpu")), 8 * 3)
@@ -84,7 +88,7 @@ def test_memory_job_gives_one_batch_per_round_or_the_asked_samples(prepared, tmp
         build(self, data, *args, **kwargs)
 
     monkeypatch.setattr(DPZV, "__init__", recording)
-    entries = [{"method": "dpzv", "label": "DPZV"}]
+    entries = [{"method": "dpzv"}]
     run_memory_job(prepared, tmp_path, entries)  # 8 asked, (2 + 1) rounds of 8 needed
     run_memory_job(prepared, tmp_path, entries, num_samples=40)
     run_memory_job(prepared, tmp_path, entries, num_samples=1000)  # capped at the 72 training samples

@@ -209,11 +209,9 @@ def memory_spec(config: dict, dataset: str) -> dict:
         for key in ("dataset", "method", "device"):
             spec.pop(key)
         momenta = fig6.get("zo_momentum", [spec.get("zo_momentum", 0.9)]) if "zo_momentum" in spec else [None]
-        name = method_table(PAPER)[method].label
+        # no label: the report labels each bar (fedrepro.report.dpzv.memory_label), so a label edit re-measures nothing
         for m in momenta:
-            options = dict(spec) if m is None else {**spec, "zo_momentum": m}
-            label = name if m is None else f"{name} (ZO momentum {m:g})"
-            entries.append({"method": method, "label": label, "options": options})
+            entries.append({"method": method, "options": dict(spec) if m is None else {**spec, "zo_momentum": m}})
     return {
         "dataset": dataset,
         "entries": entries,

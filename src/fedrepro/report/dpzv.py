@@ -304,12 +304,20 @@ def figure5(job) -> None:
 
 
 def load_memory(paths: list[str]) -> pd.DataFrame:
+    """The memory jobs' rows, each with its label (`memory_label`)."""
     frames = [pd.read_csv(p).assign(dataset=Path(p).stem) for p in paths]
-    return (
-        pd.concat(frames, ignore_index=True)
-        if frames
-        else pd.DataFrame(columns=["dataset", "method", "label", "ratio", "measure"])
-    )
+    if not frames:
+        return pd.DataFrame(columns=["dataset", "method", "label", "ratio", "measure"])
+    memory = pd.concat(frames, ignore_index=True)
+    momenta = memory["zo_momentum"] if "zo_momentum" in memory else [None] * len(memory)
+    return memory.assign(label=[memory_label(m, z) for m, z in zip(memory["method"], momenta)])
+
+
+def memory_label(method: str, zo_momentum: float | None) -> str:
+    """A Figure 6 bar: the method's label, with its ZO momentum where the measure set one."""
+    if zo_momentum is None or pd.isna(zo_momentum):
+        return LABELS[method]
+    return f"{LABELS[method]} (ZO momentum {float(zo_momentum):g})"
 
 
 def figure6(job) -> None:

@@ -142,7 +142,7 @@ def memory_job(job) -> None:
         rows.append(
             {
                 "method": entry["method"],
-                "label": entry["label"],
+                "zo_momentum": float(entry.get("options", {}).get("zo_momentum", "nan")),  # NaN: none set
                 **record,
                 "device": str(device),
                 "rounds": int(spec["rounds"]),
