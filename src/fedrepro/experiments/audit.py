@@ -717,6 +717,7 @@ def dpzv_baseline_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
                     "noise_multiplier": z,
                     "tau": info["tau"],
                     "mu_canary": info["mu_canary"],
+                    "mu_all": info["mu_all"],
                     "noise_std": info["noise_std"],
                 },
             )
