@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 
 from fedrepro.algorithms import PAPERS
+from fedrepro.experiments.fit import prepared_group_count, train_size
 from fedrepro.pipeline import number_tag
 
 PAPER_SECTIONS = tuple(PAPERS)  # the paper keys: config sections, `papers:` values, method tables
@@ -250,24 +251,6 @@ def check_config(config: dict, schema_dir: str | Path, fit_cache: str | Path | N
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
 
 
-def train_size(config: dict, dataset: str) -> int:
-    """Training samples that preparing `dataset` with the config's options gives: the catalog's count,
-    or the count the options set (digits' test_fraction, the tabular train_fraction, the generated
-    sets' sizes). CelebA and Retired Adult keep the catalog's estimate (their raw files decide)."""
-    from fedrepro.data.catalog import DATASETS
-    from fedrepro.data.prepared import resolve_options
-
-    info, options = DATASETS[dataset], resolve_options(dataset, config.get("datasets", {}).get(dataset, {}))
-    total = options.get("n", info.n_train + info.n_test)
-    if "test_fraction" in options:  # sklearn's train_test_split: ceil(test_fraction * n) test samples
-        return total - math.ceil(options["test_fraction"] * total)
-    if info.kind == "tabular" and info.sizes_exact:  # pandas' sample(frac): round(frac * n) training rows
-        return round(options["train_fraction"] * total)
-    if "train_per_class" in options:
-        return options["train_per_class"] * options.get("num_classes", info.num_classes)
-    return int(options.get("n_train") or info.n_train)
-
-
 def data_count_errors(config: dict, papers: list[str]) -> list[str]:
     """Counts the data must hold, checked here so that a partition or report job does not fail
     after the dry run passed: FedAL's clients, public samples and Figure 2's class, SteFFLe's silos,
@@ -315,24 +298,6 @@ def _natural_group_errors(config: dict, name: str, exp: dict) -> list[str]:
         for clients in exp["clients"]
         if groups is not None and not 1 <= clients <= groups
     ]
-
-
-def prepared_group_count(config: dict, dataset: str) -> int | None:
-    """The natural groups of `dataset` as its prepared meta.json counts them (`groups.count`), if it is
-    prepared under `config["results"]` with the options the config gives it now; else None."""
-    import json
-
-    from fedrepro.data.prepared import resolve_options
-
-    path = Path(config.get("results", "results")) / "data" / dataset / "meta.json"
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    options = resolve_options(dataset, config.get("datasets", {}).get(dataset, {}))
-    if meta.get("options") != json.loads(json.dumps(options, default=str)):
-        return None  # prepared with other options: the prepare job runs again first
-    return meta.get("groups", {}).get("count")
 
 
 def _steffle_count_errors(config: dict) -> list[str]:

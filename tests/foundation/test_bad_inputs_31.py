@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from fedrepro.config import (
-    ConfigError,
-    check_config,
-    data_count_errors,
-    duplicate_run_errors,
-    train_size,
-)
+from fedrepro.config import ConfigError, check_config, data_count_errors, duplicate_run_errors
+from fedrepro.experiments.fit import train_size
 from fedrepro.plan import print_duration_warnings
 
 ROOT = Path(__file__).resolve().parents[2]

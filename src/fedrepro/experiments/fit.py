@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from fedrepro.data.catalog import DATASETS
@@ -28,6 +29,34 @@ def dataset_options(config: dict, dataset: str) -> dict:
 
 def num_classes(dataset: str, options: dict) -> int:
     return int(options.get("num_classes", DATASETS[dataset].num_classes))
+
+
+def train_size(config: dict, dataset: str) -> int:
+    """Training samples that preparing `dataset` with the config's options gives: the catalog's count,
+    or the count the options set (digits' test_fraction, the tabular train_fraction, the generated
+    sets' sizes). CelebA and Retired Adult keep the catalog's estimate (their raw files decide)."""
+    info, options = DATASETS[dataset], dataset_options(config, dataset)
+    total = options.get("n", info.n_train + info.n_test)
+    if "test_fraction" in options:  # sklearn's train_test_split: ceil(test_fraction * n) test samples
+        return total - math.ceil(options["test_fraction"] * total)
+    if info.kind == "tabular" and info.sizes_exact:  # pandas' sample(frac): round(frac * n) training rows
+        return round(options["train_fraction"] * total)
+    if "train_per_class" in options:
+        return options["train_per_class"] * options.get("num_classes", info.num_classes)
+    return int(options.get("n_train") or info.n_train)
+
+
+def prepared_group_count(config: dict, dataset: str) -> int | None:
+    """The natural groups of `dataset` as its prepared meta.json counts them (`groups.count`), if it is
+    prepared under `config["results"]` with the options the config gives it now; else None."""
+    path = Path(config.get("results", "results")) / "data" / dataset / "meta.json"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("options") != json.loads(json.dumps(dataset_options(config, dataset), default=str)):
+        return None  # prepared with other options: the prepare job runs again first
+    return meta.get("groups", {}).get("count")
 
 
 class Data:
