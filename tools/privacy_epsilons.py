@@ -1,14 +1,15 @@
-"""Every private mechanism's printed epsilon, before and after issue 27, from a finished run's privacy tables.
+"""Every private mechanism's printed epsilon, before and after issue 27, from a finished run.
 
-    python tools/privacy_epsilons.py results > epsilons.md
+    python tools/privacy_epsilons.py results > epsilons.md                          # a results folder
+    python tools/privacy_epsilons.py tools/records/default_run.json.gz > epsilons.md  # the stored default run
 
 Per mechanism, data set and label: the paper's accounting (what the tables printed before issue 27: the
 Poisson-amplified epsilon, batch secret) and the bound for what the code sends against the adversary the
 paper's accounting implicitly assumes (known batch; inf where no finite bound holds), with that adversary.
-It reads the tables the run wrote (`dpzv/tables/privacy.csv`, `fedsc/tables/privacy_realised.csv`,
-`steffle/tables/privacy.csv`); a paper that did not run is skipped. (The stored run record cannot stand in:
-`tools/run_record.py` keys a table's numbers by its text columns, and DPZV's privacy table has several rows
-per text key.)
+A results folder is read from its privacy tables (`dpzv/tables/privacy.csv`, `fedsc/tables/privacy_realised.csv`,
+`steffle/tables/privacy.csv`; a paper that did not run is skipped). A run record (`tools/run_record.py`) keys a
+table's numbers by its text columns, which DPZV's privacy table repeats (one row kept per key), so DPZV is read
+from the record's run summaries and the other two tables are rebuilt row by row from their text keys.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ COLUMNS = [
 ]
 
 
+# what the baselines' known-batch bound (one client's slice vs the server) leaves out (privacy.dpzv.THREAT_MODELS)
+BASELINE_CAVEAT = {
+    "VAFL": " for a fixed client model; the client trains on its raw features: larger (audit)",
+    "VFL-CZOFO": " for a fixed client model; the client trains on its raw features: larger (audit)",
+    "ZOO-VFL": " for h; shared noise sends h' - h in clear: inf",
+}
+
+
 def dpzv(table: pd.DataFrame) -> pd.DataFrame:
     dpzv_rows = table["label"] == "DPZV"
     # DPZV: the pooled clients' known-batch bound, and the label channel (inf for the raw-label head);
@@ -45,8 +54,8 @@ def dpzv(table: pd.DataFrame) -> pd.DataFrame:
             "eps_label": table["eps"],
             "paper_accounting": table["eps_pld"],
             "bound_for_what_is_sent": [
-                f"{b:.3g} known batch" + (f"; label channel {s:.3g}" if d else "; fixed client model")
-                for b, s, d in zip(bound, sound, dpzv_rows)
+                f"{b:.3g} known batch" + (f"; label channel {s:.3g}" if d else BASELINE_CAVEAT.get(label, ""))
+                for b, s, d, label in zip(bound, sound, dpzv_rows, table["label"])
             ],
             "adversary": table["adversary"],
         }
@@ -69,7 +78,7 @@ def fedsc(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def steffle(table: pd.DataFrame) -> pd.DataFrame:
-    table = table[table["eps"].astype(float) < float("inf")]
+    table = table[table["eps"].astype(float) != float("inf")]  # NaN kept: a row whose numbers the record lost
     return pd.DataFrame(
         {
             "paper": "SteFFLe",
@@ -98,6 +107,74 @@ def epsilons(results: str | Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[COLUMNS] if frames else pd.DataFrame(columns=COLUMNS)
 
 
+def _dpzv_from_summaries(record: dict) -> pd.DataFrame:
+    """DPZV's privacy table from the record's run summaries: one row per (data set, method, eps, C), seed 0's
+    record (the accounting does not depend on the seed)."""
+    from fedrepro.algorithms.dpzv import METHODS
+    from fedrepro.privacy.dpzv import THREAT_MODELS, threat_model
+
+    rows = []
+    for path, values in record.items():
+        parts = path.split("/")
+        if not (path.startswith("dpzv/runs/") and "_cells" in parts and path.endswith("summary.json")):
+            continue
+        privacy = {k.removeprefix("seeds.0.privacy."): v for k, v in values.items() if k.startswith("seeds.0.privacy.")}
+        if not privacy or not float(privacy.get("sigma", 0)) > 0:
+            continue
+        method, cell = parts[3], parts[5]
+        clip = cell.split("-C")[1] if "-C" in cell else float("nan")
+        rows.append(
+            {
+                "dataset": parts[2],
+                "label": METHODS[method].label,
+                "adversary": (THREAT_MODELS[method] if method != "dpzv" else threat_model("dpzv")).adversary,
+                "clip": float(clip),
+                **{
+                    k: privacy.get(k, float("nan"))
+                    for k in ("eps", "eps_pld", "eps_known_pooled", "eps_known_one_client")
+                },
+                "eps_pld_sound": float("inf") if method == "dpzv" else float("nan"),
+            }
+        )
+    return pd.DataFrame(rows).sort_values(["dataset", "label", "clip", "eps"], ignore_index=True)
+
+
+def _rebuilt(values: dict) -> pd.DataFrame:
+    """A table of a run record: each row's text cells (keyed by row number) and its numbers (keyed by its text
+    cells joined with '/', in an order the record does not keep: matched by content)."""
+    texts, numbers = {}, {}
+    for place, value in values.items():
+        key, column = place.rsplit(":", 1)
+        (texts.setdefault(int(key), {}) if key.isdigit() else numbers.setdefault(key, {}))[column] = value
+    matched = {}
+    for i, cells in texts.items():
+        size = sum(len(str(v)) for v in cells.values()) + len(cells) - 1
+        match = [k for k in numbers if len(k) == size and all(str(v) in k for v in cells.values())]
+        matched[i] = match[0] if len(match) == 1 else None
+    shared = pd.Series(list(matched.values())).value_counts()
+    # rows whose text cells repeat share one key, and the record kept the numbers of only one of them: left blank
+    return pd.DataFrame(
+        [
+            {**texts[i], **(numbers[key] if key is not None and shared[key] == 1 else {})}
+            for i, key in sorted(matched.items())
+        ]
+    )
+
+
+def epsilons_of_record(path: str | Path) -> pd.DataFrame:
+    import gzip
+    import json
+
+    with gzip.open(path) if str(path).endswith(".gz") else open(path) as f:
+        record = json.load(f)
+    frames = [dpzv(_dpzv_from_summaries(record))]
+    for name, read in READERS.items():
+        if name in record and read is not dpzv:
+            frames.append(read(_rebuilt(record[name])))
+    return pd.concat(frames, ignore_index=True)[COLUMNS]
+
+
 if __name__ == "__main__":
-    table = epsilons(sys.argv[1] if len(sys.argv) > 1 else "results")
+    source = sys.argv[1] if len(sys.argv) > 1 else "results"
+    table = epsilons_of_record(source) if source.endswith((".json", ".json.gz")) else epsilons(source)
     print(table.to_markdown(index=False, floatfmt=".3g"))
