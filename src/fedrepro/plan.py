@@ -109,8 +109,8 @@ class Job:
 #   forward `passes x views_per_pass` views of every sample of the participating clients; the kNN
 #   monitor forwards the training and test images every `knn.every` rounds.
 # FedAL (algorithms/fedal/*.py): an iteration (a round / tau) is one local and one global step per
-#   client (FD, FedAvg: local only), plus a frozen anchor forward per stage for the LF methods
-#   (FedAL, FedMD-LF) and FCCL; FCCL's `pretrain_iters` local steps; every client's test forward at
+#   client (FD, FedAvg: local only), plus a frozen anchor forward per step for the LF methods
+#   (FedAL, FedMD-LF: not the first of each stage's tau, which is the live forward) and FCCL; FCCL's `pretrain_iters` local steps; every client's test forward at
 #   each of the `evals` evaluations. Clients share the pool's architectures equally.
 # DPZV (algorithms/dpzv/*.py): an epoch is M floor(D/B) server rounds (D: training rows less the
 #   validation holdout); a round is one client's message: two perturbed forwards for the zeroth-order
@@ -130,6 +130,7 @@ FEDAL_STEPS = {  # method: (training steps, frozen forwards) per client and iter
     "fd": (1, 0),
     "fedavg": (1, 0),
 }
+LIVE_FIRST_ANCHOR = {"fedal", "fedmd_lf"}  # algorithms/fedal/fedal.py: FedAL.share_first_anchor
 BYOL_METHODS = {"fedavg_byol", "fedu", "fedema"}
 ZO_METHODS = {"dpzv": 0, "zoo_vfl": 1, "vfl_czofo": 0}  # method: extra per-tensor passes (ZOO-VFL's copy)
 ZO_PASSES = 13  # ops per tensor per round (zo.Direction): norm 3 (randn, dot, float), +lambda, -2 lambda, restore 2
@@ -191,6 +192,8 @@ def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
     spec, info = run.spec, DATASETS[run.dataset]
     batch = int(spec["batch_size"])
     trains, frozen = FEDAL_STEPS.get(run.method, (2, 0))
+    if run.method in LIVE_FIRST_ANCHOR:  # a stage's first anchor forward is the live one (FedAL class)
+        frozen *= (int(spec["tau"]) - 1) / int(spec["tau"])
     pretrain = float(spec.get("pretrain_iters", 0)) / float(spec["iterations"])
     evals = float(spec.get("evals", 0)) / float(spec["iterations"]) * info.n_test / EVAL_BATCH
     per_client = Work()

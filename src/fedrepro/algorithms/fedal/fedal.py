@@ -34,14 +34,17 @@ from fedrepro.algorithms.fedal.kd import kl_to_logits, leave_one_out, less_forge
 from fedrepro.algorithms.fedal.server import AdversarialConfig, AdversarialHelper, LogitServer, adversarial_config
 
 
-def local_loss(client: Client, anchor, cfg: TrainConfig) -> tuple:
-    """V_n^loc (15): CE + r_loc (when `anchor` is given) on one private batch; (loss, parts)."""
+def local_loss(client: Client, anchor, cfg: TrainConfig, anchor_is_live: bool = False) -> tuple:
+    """V_n^loc (15): CE + r_loc (when `anchor` is given) on one private batch; (loss, parts).
+    `anchor_is_live`: the anchor still equals the live model (the stage's first step), so its logits
+    are the live logits, detached, and its forward pass is skipped."""
     x, y = client.local_batch()
     f = client.model(x)
     ce = cross_entropy(f, y)
     loss, parts = ce, {"ce": ce.detach()}
     if anchor is not None:
-        r = less_forgetting(frozen_logits(anchor, x), f, cfg.lf_temperature)
+        anchor_f = f.detach() if anchor_is_live else frozen_logits(anchor, x)
+        r = less_forgetting(anchor_f, f, cfg.lf_temperature)
         loss = loss + cfg.weights["lf"] * r
         parts["r_loc"] = r.detach()
     return loss, parts
@@ -70,7 +73,14 @@ def global_loss(f, reply: Mapping, num_clients: int, cfg: TrainConfig, anchor_lo
 
 
 class FedAL(Federation):
-    """FedAL (use_al, use_lf), FedMD-LF (use_lf) or FedMD (neither)."""
+    """FedAL (use_al, use_lf), FedMD-LF (use_lf) or FedMD (neither).
+
+    At a stage's first step the LF anchor (the model at the stage's start) is the live model: same
+    weights, same BatchNorm mode and statistics, same batch, so r's anchor logits are the live
+    logits detached (`share_first_anchor`; False runs the anchor's forward, for the tests).
+    """
+
+    share_first_anchor = True
 
     def __init__(
         self,
@@ -102,6 +112,7 @@ class FedAL(Federation):
         self.server = LogitServer(self.num_clients, adversary)
         self.diag_every, self.diag_batches = 0, 0
         self._anchors0: dict = {}
+        self._anchors_live = False
 
     def enable_diagnostics(self, every_rounds: int, batches: int) -> None:
         """Log Fig. 6's gradient variances every `every_rounds` rounds (see diagnostics.py)."""
@@ -118,15 +129,17 @@ class FedAL(Federation):
                 self._anchors0["loc"] = anchor
             if self.cfg.adam_state == "per_stage":
                 client.reset_optimizer()
-            for _ in range(self.cfg.tau):
-                loss, p = local_loss(client, anchor, self.cfg)
+            for i in range(self.cfg.tau):
+                loss, p = local_loss(client, anchor, self.cfg, anchor_is_live=i == 0 and self.share_first_anchor)
                 client.step(loss)
                 for k, v in p.items():
                     parts.setdefault(k, []).append(v)
         return {k: mean_of(v) for k, v in parts.items()}
 
     def global_iteration(self, anchors) -> dict:
-        """One global-transfer iteration (Algorithm 1 lines 13-26)."""
+        """One global-transfer iteration (Algorithm 1 lines 13-26). At the stage's first
+        (`_anchors_live`, set by global_stage) the anchors still equal the live models (class docstring)."""
+        live, self._anchors_live = self._anchors_live and self.share_first_anchor, False
         batches = [c.public_batch() for c in self.clients]
         logits, uploads = [], []
         for client, (_, xb) in zip(self.clients, batches):
@@ -137,7 +150,9 @@ class FedAL(Federation):
         parts: dict[str, list[float]] = {}
         for n, client in enumerate(self.clients):
             reply = self.wire.send("server", client.name, "reply", replies[n])
-            anchor_logits = frozen_logits(anchors[n], batches[n][1]) if self.use_lf else None
+            anchor_logits = None
+            if self.use_lf:
+                anchor_logits = logits[n].detach() if live else frozen_logits(anchors[n], batches[n][1])
             loss, p = global_loss(logits[n], reply, self.num_clients, self.cfg, anchor_logits)
             client.step(loss)
             for k, v in p.items():
@@ -152,6 +167,7 @@ class FedAL(Federation):
             for client in self.clients:
                 client.reset_optimizer()
         parts: dict[str, list[float]] = {}
+        self._anchors_live = True
         for _ in range(self.cfg.tau):
             for k, v in self.global_iteration(anchors).items():
                 parts.setdefault(k, []).append(v)
