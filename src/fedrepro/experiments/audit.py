@@ -1175,7 +1175,8 @@ def audits(spec: dict) -> list[Audited]:
         done.append(fedsc_scores(spec["fedsc"], int(runs["fedsc"]), seed))
     if runs.get("dpzv"):
         done += dpzv_audits(spec["dpzv"], int(runs["dpzv"]), seed)
-        done += dpzv_baseline_audits(spec["dpzv"], int(runs["dpzv"]), seed)
+        if spec["dpzv"].get("baselines"):
+            done += dpzv_baseline_audits(spec["dpzv"], int(runs["dpzv"]), seed)
     if runs.get("steffle"):
         done.append(steffle_scores(spec["steffle"], int(runs["steffle"]), seed))
     if runs.get("dp_fermi"):
