@@ -565,3 +565,26 @@ def test_authors_rows_beside_a_run_are_those_at_its_hash_seed_where_the_cell_has
     table = report.beside_authors(ours, chosen, "dp")
     assert table["error_within_authors"].tolist() == [True, True]
     assert table["authors_pythonhashseed"].tolist() == ["random", "0"]
+
+
+@pytest.mark.parametrize("kill_part", [0, 1])
+def test_refcode_rng_split_job_killed_in_either_part_resumes_exactly(tmp_path, kill_part):
+    """rng refcode: each part of a split job checkpoints its own stream (one file per part), so a job
+    killed in either part ends with the uninterrupted job's numbers, bit for bit."""
+    from fedrepro.fl.loop import Checkpoint
+    from tests.foundation.conftest import Killed, killed_at
+
+    data = synthetic(n=400, silos=3)
+    train = {"batch": 32, "epochs": 3, "eval_every": 1, "sampling": KEEP_LAST, "compat_refcode": True}
+    train.update(rng="refcode", clip=1.0, radius=1.0, w_step="fixed")
+    spec = {"method": "steffle", "fairness": "dp", "num_silos": 3, "h": 0.0, "epsilons": ["inf", 1]}
+    spec.update(lambdas=[1.0], train=train)
+    full = jobs.build(spec, data, [0, 1])[0].run(None)
+    ckpt = Checkpoint(tmp_path / "state.pt", every=1, minutes=None)
+    job = jobs.build(spec, data, [0, 1])[0]
+    killed_at(job.parts[kill_part][1], 2)
+    with pytest.raises(Killed):
+        job.run(ckpt)
+    resumed = jobs.build(spec, data, [0, 1])[0].run(Checkpoint(ckpt.path, every=1, minutes=None))
+    assert torch.equal(full.theta, resumed.theta) and torch.equal(full.extra["W"], resumed.extra["W"])
+    assert all(np.array_equal(full.final[k], resumed.final[k]) for k in full.final)
