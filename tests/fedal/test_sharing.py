@@ -65,3 +65,46 @@ def test_the_shared_path_skips_one_anchor_forward_per_stage_and_client(monkeypat
         algo.round(1)
         # 3 clients x 2 stages x tau 3 anchor forwards, less the first of each stage when shared
         assert calls["n"] == 3 * 2 * (3 - share)
+
+
+def test_gradient_diagnostics_change_no_number_of_the_run(monkeypatch):
+    """Figure 6's diagnostics (fedal.FedAL.enable_diagnostics) only add their columns: every other metric
+    and the final weights equal the run without them, so Figure 6 reads the SVHN alpha = 2 FedAL run."""
+    monkeypatch.setattr(FedAL, "share_first_anchor", True)
+
+    def run(diagnostics: bool):
+        torch.manual_seed(0)
+        algo = FedAL(_images(), POOL, config(tau=3), seed=0)
+        if diagnostics:
+            algo.enable_diagnostics(every_rounds=1, batches=2)
+        return algo, run_rounds(algo, 3)
+
+    with_diag, rows_diag = run(True)
+    without, rows = run(False)
+    assert {c for c in rows_diag.columns if c not in rows.columns} == {
+        "var_sigma_k",
+        "var_sigma_l",
+        "var_sigma_n",
+        "var_sigma_rg",
+        "var_sigma_rl",
+        "var_sigma_u",
+    }
+    assert rows_diag[rows.columns].equals(rows)
+    for a, b in zip(with_diag.clients, without.clients):
+        for (name, x), (_, y) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+            assert torch.equal(x, y), name
+
+
+def test_figure_6_reads_the_svhn_alpha_2_fedal_run_of_tables_6_and_8():
+    from pathlib import Path
+
+    from fedrepro.experiments import fedal
+    from fedrepro.plan import load_config
+
+    repo = Path(__file__).resolve().parents[2]
+    config = load_config([str(repo / "config.yaml"), str(repo / "configs" / "paper.yaml")])
+    (fig6,) = fedal.output_runs(config, "fig6")
+    table8 = next(r for r in fedal.output_runs(config, "table8") if r.method == "fedal")
+    assert fig6.key == table8.key == ("svhn", "fedal", "svhn_wrn-a2-c20-p1000-i5000")
+    assert fig6.spec == table8.spec and fig6.spec["diagnostics"] == {"every_rounds": 50, "batches": 32}
+    assert not any(r.setting.endswith("-gv") for r in fedal.runs(config))  # no second run

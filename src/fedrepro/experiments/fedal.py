@@ -112,6 +112,46 @@ def _has(method: str, trait: str) -> bool:
 
 
 def _planned(config: dict, name: str) -> list[tuple[dict, Run]]:
+    """(grid point, run) of an experiment; a run with diagnostics whose twin without them another
+    experiment plans is that twin, with the diagnostics added to it (`_diagnostic_twins`)."""
+    twins = _diagnostic_twins(config)
+    out = []
+    for point, run in _raw_planned(config, name):
+        plain = run.key if run.key in twins else twins.get(("gv", *run.key))
+        if plain is not None:
+            spec = {**run.spec, "diagnostics": twins[plain]}
+            run = Run(plain[0], plain[1], plain[2], spec, run.partition)
+        out.append((point, run))
+    return out
+
+
+def _diagnostic_twins(config: dict) -> dict[tuple, object]:
+    """Figure 6's run is the SVHN alpha = 2 FedAL run of Tables VI and VIII plus gradient diagnostics, which
+    change no number of the run (tests/fedal/test_sharing.py): one run serves both. Returns, per such
+    pair, {plain run key: diagnostics, ("gv", diagnostics run key): plain run key}."""
+    section = config[PAPER]
+    plain = {
+        run.key: run
+        for name, exp in section["experiments"].items()
+        if not exp.get("diagnostics")
+        for _, run in _raw_planned(config, name)
+    }
+    twins: dict[tuple, object] = {}
+    for name, exp in section["experiments"].items():
+        if not exp.get("diagnostics"):
+            continue
+        bare = {k: v for k, v in exp.items() if k != "diagnostics"}
+        for point, run in _raw_planned(config, name):
+            key = (run.dataset, run.method, setting_tag(bare, point))
+            twin = plain.get(key)
+            rest = {k: v for k, v in run.spec.items() if k != "diagnostics"}
+            if "diagnostics" in run.spec and twin is not None and (twin.spec, twin.partition) == (rest, run.partition):
+                twins[key] = run.spec["diagnostics"]
+                twins[("gv", *run.key)] = key
+    return twins
+
+
+def _raw_planned(config: dict, name: str) -> list[tuple[dict, Run]]:
     section = config[PAPER]
     exp = section["experiments"][name]
     return [
