@@ -18,7 +18,6 @@ import jsonschema
 import yaml
 
 from fedrepro.algorithms import PAPERS
-from fedrepro.experiments.fit import prepared_group_count, train_size
 from fedrepro.pipeline import number_tag
 
 PAPER_SECTIONS = tuple(PAPERS)  # the paper keys: config sections, `papers:` values, method tables
@@ -253,89 +252,14 @@ def check_config(config: dict, schema_dir: str | Path, fit_cache: str | Path | N
 
 def data_count_errors(config: dict, papers: list[str]) -> list[str]:
     """Counts the data must hold, checked here so that a partition or report job does not fail
-    after the dry run passed: FedAL's clients, public samples and Figure 2's class, SteFFLe's silos,
-    FedSC's clients per round under partial participation."""
-    checks = {"fedal": _fedal_count_errors, "steffle": _steffle_count_errors, "fedsc": _fedsc_partial_errors}
-    return [error for paper in papers if paper in checks for error in checks[paper](config)]
-
-
-def _fedal_count_errors(config: dict) -> list[str]:
-    from fedrepro.experiments.fit import dataset_options, num_classes
-
-    section, errors = config["fedal"], []
-    for name, exp in section["experiments"].items():
-        if exp.get("partition", "dirichlet") == "natural":
-            errors += _natural_group_errors(config, name, exp)
-            continue
-        key, dataset, n = f"fedal.experiments.{name}", exp["dataset"], train_size(config, exp["dataset"])
-        for clients, public in ((c, p) for c in exp["clients"] for p in exp["public"] if c + p > n):
-            errors.append(
-                f"config keys '{key}.clients' and '{key}.public': {clients} clients and {public} public samples "
-                f"need at least {clients + public} training samples (one per client), but {dataset!r} has {n}; "
-                f"allowed: clients + public <= {n}"
-            )
-    for name, out in section["outputs"].items():
-        if "class" in out and out.get("experiment") in section["experiments"]:
-            dataset = section["experiments"][out["experiment"]]["dataset"]
-            classes = num_classes(dataset, dataset_options(config, dataset))
-            if not 0 <= out["class"] < classes:
-                errors.append(
-                    f"config key 'fedal.outputs.{name}.class': {out['class']}, but data set {dataset!r} "
-                    f"(experiment {out['experiment']!r}) has {classes} classes; allowed: 0 to {classes - 1}"
-                )
-    return errors
-
-
-def _natural_group_errors(config: dict, name: str, exp: dict) -> list[str]:
-    """A natural split has one client per natural group (LEAF user), and only the prepared data knows
-    how many groups there are: checked here when the data set is already prepared with the config's
-    options, else by the partition job, before any training (fedrepro.data.partition.natural_partition)."""
-    groups = prepared_group_count(config, exp["dataset"])
-    key = f"fedal.experiments.{name}.clients"
-    return [
-        f"config key '{key}': {clients} clients, but the prepared {exp['dataset']!r} has {groups} natural groups "
-        f"(one client per group); allowed: 1 to {groups}"
-        for clients in exp["clients"]
-        if groups is not None and not 1 <= clients <= groups
-    ]
-
-
-def _steffle_count_errors(config: dict) -> list[str]:
-    section, errors = config["steffle"], []
-    blocks = {f"steffle.figures.{name}": fig for name, fig in section["figures"].items() if fig.get("enabled", True)}
-    blocks.update({f"steffle.{name}": section[name] for name in ("eta_w_check", "refcode_grid") if name in section})
-    for key, block in blocks.items():
-        n = train_size(config, block["dataset"])
-        silos = {f"{key}.num_silos": block.get("num_silos")}
-        silos.update({f"{key}.panels[{i}].num_silos": p["num_silos"] for i, p in enumerate(block.get("panels", []))})
-        for where, value in silos.items():
-            for count in value if isinstance(value, list) else [value] if value is not None else []:
-                if count > n:
-                    errors.append(
-                        f"config key '{where}': {count} silos, but data set {block['dataset']!r} has {n} training "
-                        f"samples (Algorithm 3 gives each silo at least one); allowed: 1 to {n}"
-                    )
-    return errors
-
-
-def _fedsc_partial_errors(config: dict) -> list[str]:
-    """FedSC samples max(int(p J), 2) clients a round (the authors' rule, which gives Table 2's 2/5 from
-    p = 0.2), and its noise and column label follow that count. A `partial` p asking for less than one
-    client a round (0.01 of 10) is an error: it would run what p = 2/J runs."""
-    from fedrepro.algorithms.fedsc.participation import clients_per_round
-
-    section, errors = config["fedsc"], []
-    standin = [section["standin"]["dataset"]] if section.get("standin") else []
-    for dataset in dict.fromkeys([*section["run_datasets"], *standin]):
-        ds = section["datasets"].get(dataset, {})
-        p, clients = ds.get("partial"), int(ds.get("clients", 0))
-        if p is not None and p * clients < 1:
-            runs = clients_per_round(clients, float(p))
-            errors.append(
-                f"config key 'fedsc.datasets.{dataset}.partial': {p} of {clients} clients is {p * clients:g} "
-                f"clients a round; FedSC would run max(int(p J), 2) = {runs}, as p = {runs / clients:g} does; "
-                f"allowed: {1 / clients:g} <= p < 1 (at least one client a round)"
-            )
+    after the dry run passed: each planner's `count_errors(config)` (FedAL's clients, public samples
+    and Figure 2's class, SteFFLe's silos, FedSC's clients per round under partial participation),
+    run once the config's other checks passed."""
+    errors = []
+    for paper in papers:
+        planner = importlib.import_module(f"fedrepro.experiments.{paper}")
+        if hasattr(planner, "count_errors"):
+            errors += planner.count_errors(config)
     return errors
 
 

@@ -223,6 +223,51 @@ def report_spec(config: dict, name: str) -> dict:
     }
 
 
+def count_errors(config: dict) -> list[str]:
+    """The counts the data must hold: clients + public samples against the training set, a natural split's
+    clients against its groups, Figure 2's class against the classes (fedrepro.config.data_count_errors)."""
+    from fedrepro.experiments.fit import dataset_options, num_classes, train_size
+
+    section, errors = config[PAPER], []
+    for name, exp in section["experiments"].items():
+        if exp.get("partition", "dirichlet") == "natural":
+            errors += _natural_group_errors(config, name, exp)
+            continue
+        key, dataset, n = f"fedal.experiments.{name}", exp["dataset"], train_size(config, exp["dataset"])
+        for clients, public in ((c, p) for c in exp["clients"] for p in exp["public"] if c + p > n):
+            errors.append(
+                f"config keys '{key}.clients' and '{key}.public': {clients} clients and {public} public samples "
+                f"need at least {clients + public} training samples (one per client), but {dataset!r} has {n}; "
+                f"allowed: clients + public <= {n}"
+            )
+    for name, out in section["outputs"].items():
+        if "class" in out and out.get("experiment") in section["experiments"]:
+            dataset = section["experiments"][out["experiment"]]["dataset"]
+            classes = num_classes(dataset, dataset_options(config, dataset))
+            if not 0 <= out["class"] < classes:
+                errors.append(
+                    f"config key 'fedal.outputs.{name}.class': {out['class']}, but data set {dataset!r} "
+                    f"(experiment {out['experiment']!r}) has {classes} classes; allowed: 0 to {classes - 1}"
+                )
+    return errors
+
+
+def _natural_group_errors(config: dict, name: str, exp: dict) -> list[str]:
+    """A natural split has one client per natural group (LEAF user), and only the prepared data knows
+    how many groups there are: checked here when the data set is already prepared with the config's
+    options, else by the partition job, before any training (fedrepro.data.partition.natural_partition)."""
+    from fedrepro.experiments.fit import prepared_group_count
+
+    groups = prepared_group_count(config, exp["dataset"])
+    key = f"fedal.experiments.{name}.clients"
+    return [
+        f"config key '{key}': {clients} clients, but the prepared {exp['dataset']!r} has {groups} natural groups "
+        f"(one client per group); allowed: 1 to {groups}"
+        for clients in exp["clients"]
+        if groups is not None and not 1 <= clients <= groups
+    ]
+
+
 def _budget_errors(key: str, exp: dict, section: dict, method: str) -> list[str]:
     """With iterations counted in steps, a budget below a method's tau buys not even one round."""
     if {**section["train"], **section["methods"][method]}.get("iteration_unit", "step") != "step":

@@ -533,3 +533,22 @@ def check(config: dict) -> list[str]:
         except ValueError as err:
             errors.append(str(err))
     return errors + standin_errors(config)
+
+
+def count_errors(config: dict) -> list[str]:
+    """FedSC samples max(int(p J), 2) clients a round (the authors' rule, which gives Table 2's 2/5 from
+    p = 0.2), and its noise and column label follow that count. A `partial` p asking for less than one
+    client a round (0.01 of 10) is an error: it would run what p = 2/J runs."""
+    section, errors = config[PAPER], []
+    standin = [section["standin"]["dataset"]] if section.get("standin") else []
+    for dataset in dict.fromkeys([*section["run_datasets"], *standin]):
+        ds = section["datasets"].get(dataset, {})
+        p, clients = ds.get("partial"), int(ds.get("clients", 0))
+        if p is not None and p * clients < 1:
+            runs = clients_per_round(clients, float(p))
+            errors.append(
+                f"config key 'fedsc.datasets.{dataset}.partial': {p} of {clients} clients is {p * clients:g} "
+                f"clients a round; FedSC would run max(int(p J), 2) = {runs}, as p = {runs / clients:g} does; "
+                f"allowed: {1 / clients:g} <= p < 1 (at least one client a round)"
+            )
+    return errors

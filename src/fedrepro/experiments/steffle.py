@@ -263,6 +263,28 @@ def check(config: dict) -> list[str]:
     return errors
 
 
+def count_errors(config: dict) -> list[str]:
+    """Every figure's silos against the training set (Algorithm 3 gives each silo at least one sample;
+    fedrepro.config.data_count_errors)."""
+    from fedrepro.experiments.fit import train_size
+
+    section, errors = config["steffle"], []
+    blocks = {f"steffle.figures.{name}": fig for name, fig in section["figures"].items() if fig.get("enabled", True)}
+    blocks.update({f"steffle.{name}": section[name] for name in ("eta_w_check", "refcode_grid") if name in section})
+    for key, block in blocks.items():
+        n = train_size(config, block["dataset"])
+        silos = {f"{key}.num_silos": block.get("num_silos")}
+        silos.update({f"{key}.panels[{i}].num_silos": p["num_silos"] for i, p in enumerate(block.get("panels", []))})
+        for where, value in silos.items():
+            for count in value if isinstance(value, list) else [value] if value is not None else []:
+                if count > n:
+                    errors.append(
+                        f"config key '{where}': {count} silos, but data set {block['dataset']!r} has {n} training "
+                        f"samples (Algorithm 3 gives each silo at least one); allowed: 1 to {n}"
+                    )
+    return errors
+
+
 def eta_w_runs(config: dict) -> list[Run]:
     """The eta_w check: the paper-value runs and the tuned runs of the same family."""
     section = config[PAPER]
