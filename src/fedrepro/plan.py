@@ -14,6 +14,8 @@ kernel launches, `benchmarks/unit_counts.csv`, written by `benchmarks/cost_count
   the model's ratio of its work to the work of the run the row measured (another method, another
   participation, another number of clients): "measured" in the report; the most specific row wins
   (the method's own, then a row for every method, then another method's), then the newest (last);
+* any other run takes the model's seconds times its paper's factor, the geometric mean of measured /
+  modelled seconds over the paper's rows (what the paper's code runs besides the counted steps);
 * the FLOP floor is the FLOPs at the device's dense bf16 peak (`cost.PEAK_FLOPS`).
 
 SteFFLe (logistic regression, CPU-sized) and FedAvg cost 0.05 s per epoch / round (no GPU work).
