@@ -23,10 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 # what fedrepro.pipeline.hand_over_process_settings and fedrepro.fl.device write into os.environ
 PROCESS_SETTINGS = (EVERY_ENV, MINUTES_ENV, DETERMINISTIC_ENV, "CUBLAS_WORKSPACE_CONFIG")
 
-FIRST = (
-    "tests/paperscale/test_smoke.py",
+FIRST = (  # the longest files, longest first (`make test --durations`); the rest keep collection order
+    "tests/paperscale/test_smoke.py",  # `make smoke`; `make test` leaves it out
     "tests/cluster/test_slurm.py",
     "tests/cluster/test_reruns.py",
+    "tests/foundation/test_pipeline.py",
+    "tests/fedal/test_pipeline.py",
+    "tests/privacy/test_audit.py",
+    "tests/foundation/test_add_method.py",
+    "tests/dpzv/test_bert.py",
 )
 
 

@@ -9,20 +9,19 @@ The generated archives get their checksums through the explicit test hook
 
 Checks per paper: every output of the paper's target exists (a dry run afterwards has nothing to do),
 every loss in every run's metrics is finite, and every table has the rows of the paper's table
-(`fedrepro/report/published/<paper>_<table>.csv`). Marked `paperscale`: `make test` runs it (first, on
-one of its two xdist workers; tests/conftest.py), `-m "not paperscale"` leaves it out locally and `make
-smoke` runs it alone. The run's results (GBs of paper-size checkpoints) are removed after the checks
-unless PAPERSCALE_KEEP is set. Known crashes in code owned elsewhere are xfail with the reason until
-fixed (KNOWN below).
+(`fedrepro/report/published/<paper>_<table>.csv`). Marked `paperscale`: `make smoke` runs it, alone;
+`make test` leaves it out (`-m "not paperscale"`) and CI runs both. The run's results (GBs of paper-size
+checkpoints) are removed after the checks unless PAPERSCALE_KEEP is set. Known crashes in code owned elsewhere
+are xfail with the reason until fixed (KNOWN below).
 
-Cost (issue 16). tests/paperscale/smoke.yaml plans 215 jobs (every rule that runs package code at
-least once; test_smoke_checks.py says which is left out and why), about 1100 CPU-s. An estimated 40 %
-is fixed cost per job: Snakemake's scheduler (about 0.8 CPU-s) and a Python process importing torch
-(2 CPU-s). Most of the rest is fedsc_pretrain (22 jobs; CIFAR-10 at full participation and the eps = 3
-levels are the largest), fedal_train (27; the ResNet-18/34 pool), dpzv_train (16; ModelNet40's 12
-ResNet-18 clients), fedsc_probe (22) and steffle_train (35). Alone on 2 idle cores it took 9.7 min (issue 16); on 2026-11-25,
-beside the rest of the suite in `make test`, its fixture took 29.8 min of the suite's 30.2: it is the
-suite's critical path (the audit now runs a handful of runs per world here, smoke.yaml).
+Cost. tests/paperscale/smoke.yaml plans 202 jobs (every rule that runs package code at least once;
+test_smoke_checks.py says which is left out and why). Each job pays a fixed cost (a Python process importing
+torch, scipy, dp_accounting and pandas: about 6 CPU-s); the rest is mostly fedsc_pretrain (22 jobs of 20
+ResNet-20x8 or ResNet-34 clients; the full-participation ones train all 20 in their one round, the partial ones
+only the sampled clients, `first_round: sampled`), fedal_train (27; the ResNet-18/34 pools of CIFAR-10 and
+CINIC-10), dpzv_train (16; ModelNet40's 12 ResNet-18 clients), fedsc_probe (22) and steffle_train (21). Alone on
+2 idle cores it took 9.7 min with 215 jobs (issue 16); on 2026-11-25, beside the rest of the suite in `make test`,
+its fixture took 29.8 of the suite's 30.2 min, which is why `make test` no longer runs it.
 """
 
 from __future__ import annotations
