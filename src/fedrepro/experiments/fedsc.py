@@ -448,7 +448,6 @@ def standin_config(config: dict) -> dict | None:
         "run_datasets": [name],
         "rounds": standin["rounds"],
         "train": {**section["train"], "local_epochs": standin["local_epochs"]},
-        "knn": {**section["knn"], "every": standin["knn_every"]},
         "methods": {m: section["methods"][m] for m in standin["methods"]},
         "tables": {
             "table2": {"datasets": [name]},
