@@ -579,3 +579,30 @@ def test_baseline_audits_replay_the_embeddings_and_name_the_servers_epsilons(bas
             assert result.extra["mu_all"] > result.extra["mu_canary"]
         # observed minus the replica's clipped embedding of the run's own world is the noise, sigma_h per coordinate
         assert result.extra["noise_std"] == pytest.approx(result.sigma, rel=0.05)
+
+
+def test_a_row_with_a_leak_free_bound_gives_the_power_for_it():
+    # VAFL's row: a finite bound for its leak (6.87) and the fixed-model bound (0.8) its canary is built to test
+    from fedrepro.experiments.audit import Audited
+    from fedrepro.report.audit import audit_row
+
+    rng = np.random.default_rng(4)
+    delta, reference = 1e-2, 0.8
+    result = Audited(
+        mechanism="m",
+        variant="v",
+        adversary="a",
+        out=rng.normal(0, 1, 400),
+        inn=rng.normal(0.45, 1, 400),
+        delta=delta,
+        eps_claimed=0.5,
+        claimed_for="a",
+        eps_adversary=6.87,
+        eps_reference=reference,
+        mu_attained=0.45,
+        sigma=1.0,
+        note="",
+    )
+    row = audit_row(result, 0.95, {"probability": 0.8, "trials": 40})
+    full = audit.largest_detected_scaling(_gdp_mu(reference, delta), reference, delta, 400, 0.95, 0.8, 40)
+    assert row["detects_scaling_full_canary"] == full > 0

@@ -15,7 +15,8 @@ bound is `eps_adversary` and the verdict tests both.
 Power: the largest noise under-scaling sigma * k that an audit of this size refutes with the configured
 probability, for a Gaussian canary of the GDP mu this canary attained (`privacy.audit.largest_detected_scaling`);
 k = 0 means it detects no under-scaling in the tried range. Beside it, the same for a canary at the full
-sensitivity (the GDP mu of the adversary's epsilon): the best any canary can do at this number of runs, so that
+sensitivity (the GDP mu of the leak-free epsilon where a row has one, else of the adversary's): the best any
+canary can do at this number of runs, so that
 a row whose full canary detects sigma/2 and whose own does not is limited by its canary, not by its size.
 """
 
@@ -59,11 +60,13 @@ def verdict(lower: float, eps_adversary: float, eps_reference: float, scaling: f
         if lower > eps_adversary:
             return f"refuted: lower bound {lower:.2f} > {eps_adversary:.2f} against this adversary"
         power = f"detects sigma x {scaling:g} with the set power" if scaling > 0 else "no power at this n"
-        text = f"not refuted at this n: {lower:.2f} <= {eps_adversary:.2f} ({power})"
-        if math.isfinite(eps_reference):  # a leak-free bound against the same adversary, below the sound one
-            shown = "leak shown" if lower > eps_reference else "no evidence of the leak"
-            text += f"; {shown}: {lower:.2f} {'>' if lower > eps_reference else '<='} {eps_reference:.2f}, the leak-free bound"
-        return text
+        text = f"not refuted at this n: {lower:.2f} <= {eps_adversary:.2f}"
+        if not math.isfinite(eps_reference):
+            return f"{text} ({power})"
+        # a leak-free bound against the same adversary, below the sound one (the power is for it: the canary's)
+        shown = "leak shown" if lower > eps_reference else "no evidence of the leak"
+        sign = ">" if lower > eps_reference else "<="
+        return f"{text}; {shown}: {lower:.2f} {sign} {eps_reference:.2f}, the leak-free bound ({power})"
     if math.isfinite(eps_reference):
         if lower > eps_reference:
             return (
@@ -77,7 +80,8 @@ def audit_row(result, confidence: float, power: dict) -> dict:
     from fedrepro.privacy.dpzv import mu_from_eps_delta
 
     bound = stats.epsilon_lower_bound(result.out, result.inn, result.delta, confidence)
-    target = result.eps_adversary if math.isfinite(result.eps_adversary) else result.eps_reference
+    # the power is for the bound the canary is built to test: the leak-free one where the row has it
+    target = result.eps_reference if math.isfinite(result.eps_reference) else result.eps_adversary
 
     def detects(mu):
         return stats.largest_detected_scaling(
@@ -164,7 +168,8 @@ def write_markdown(table: pd.DataFrame, path: Path, level: str, power: dict) -> 
         "same attacker. `mu_attained`: the canary's GDP mu, measured by the noiseless replay. `detects_scaling` "
         f"k: the smallest noise under-scaling (sigma x k, largest k) this audit refutes with probability "
         f"{power['probability']:g} (0: none down to sigma x 0.05); `detects_scaling_full_canary`: the same for a "
-        "canary at the full sensitivity (the mu of `eps_adversary`), the most any canary detects at this number "
+        "canary at the full sensitivity (the mu of `eps_reference` where a row has one, else of `eps_adversary`: the "
+        "bound its canary is built to test), the most any canary detects at this number "
         "of runs: where it reaches 0.5 and `detects_scaling` does not, the canary is the limit, not the size.",
         "",
         "| " + " | ".join(SHOWN) + " |",
