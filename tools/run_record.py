@@ -11,7 +11,8 @@ configuration and checks against it. Another CPU or library build may differ in 
 
 The record holds every number of every table (`*/tables/*.csv`) and of every run summary
 (`*/runs/**/summary.json`), keyed by the file's path inside the results folder and the number's
-place in the file. Time, memory and byte counts of the machine are left out (they differ between
+place in the file (a table's row by its text columns, the k-th repeat of the same text as
+`<text>#k`). Time, memory and byte counts of the machine are left out (they differ between
 two runs of the same code); a job's spec is left out (it is the input, not a result). Two records
 agree when they hold the same files and places, equal strings, and numbers within `--rtol`.
 """
@@ -63,9 +64,12 @@ def differences(ours: dict, theirs: dict, rtol: float = 1e-9) -> list[str]:
 def _table_values(path: Path) -> dict[str, float | str]:
     table = pd.read_csv(path)
     keys = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
-    values = {}
+    values, seen = {}, {}
     for i, row in table.iterrows():
         label = "/".join(str(row[k]) for k in keys) or str(i)
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] > 1:  # rows whose text columns repeat (a privacy table's rows per seed) keep apart
+            label = f"{label}#{seen[label]}"
         for column in table.columns:
             if column not in keys and not _machine(column):
                 values[f"{label}:{column}"] = _plain(row[column])

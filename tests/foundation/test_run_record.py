@@ -46,6 +46,22 @@ def test_a_changed_number_or_label_is_named_with_its_file_and_place(tmp_path, ch
         assert "fedavg/runs/digits/fedavg/a1/s0/summary.json: seeds.0.final.test_acc 0.91 != 0.9100001" in lines
 
 
+def test_rows_with_the_same_text_columns_are_each_recorded(tmp_path):
+    """A table whose text columns repeat (DPZV's privacy rows differ only in numbers) keeps every row:
+    a change in the second row is named, not overwritten by the first."""
+    tables = tmp_path / "dpzv" / "tables"
+    tables.mkdir(parents=True)
+    frame = pd.DataFrame({"method": ["VAFL", "VAFL"], "eps": [1.0, 10.0], "eps_known": [2.9, 35.2]})
+    frame.to_csv(tables / "privacy.csv", index=False)
+    before = run_record.record(tmp_path)
+    assert before["dpzv/tables/privacy.csv"]["VAFL#2:eps_known"] == 35.2
+    frame.loc[1, "eps_known"] = 35.3
+    frame.to_csv(tables / "privacy.csv", index=False)
+    assert run_record.differences(before, run_record.record(tmp_path)) == [
+        "dpzv/tables/privacy.csv: VAFL#2:eps_known 35.2 != 35.3"
+    ]
+
+
 def test_check_exits_nonzero_on_a_missing_file(tmp_path, capsys):
     results = fake_results(tmp_path / "a")
     stored = tmp_path / "record.json"
