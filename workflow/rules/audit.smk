@@ -1,6 +1,6 @@
 # Empirical privacy audit (fedrepro.experiments.audit): canary runs of the classes of every private mechanism
-# (FedSC, DPZV paper / frozen head / dp_head, SteFFLe, Tran, Ling), a Clopper-Pearson lower bound on epsilon
-# against the epsilon of the attacker's adversary, and power.
+# (FedSC, DPZV paper / frozen head / dp_head and its baselines VAFL, ZOO-VFL, VFL-CZOFO, SteFFLe, DP-FERMI, Tran,
+# Ling), a Clopper-Pearson lower bound on epsilon against the epsilon of the attacker's adversary, and power.
 # `audit` (config audit.runs.quick) is part of the default run; `audit_full` (make audit) uses audit.runs.full.
 AUDIT_ENTRY = "fedrepro.report.audit:write_audit"
 # each level's spec: the audit block with that level's runs per world only
