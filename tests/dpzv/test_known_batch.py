@@ -147,3 +147,104 @@ def test_bad_batch_options_name_the_key(tiny_data):
         DPZV(tiny_data, tiny_settings(extra={"batch": "hidden"}), seed=0)
     with pytest.raises(ValueError, match="secret_rate"):
         DPZV(tiny_data, tiny_settings(extra={"batch": "secret_subsample", "secret_rate": 0}), seed=0)
+
+
+# ------------------------------------------------------- the bound for what the baselines' code sends
+
+
+def _gdp_epsilon(mu: float, delta: float) -> float:
+    """Independent mu -> eps: the root in eps of Dong, Roth and Su's GDP delta(eps) (Corollary 2.13), by scipy."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(eps):
+        return norm.cdf(-eps / mu + mu / 2) - math.exp(eps + norm.logcdf(-eps / mu - mu / 2)) - delta
+
+    return brentq(excess, 0.0, mu * mu / 2 + 10.0 * mu + 10.0, xtol=1e-12)
+
+
+def _sent_closed_form(z: float, batch: int, rounds: int, delta: float = DELTA) -> float:
+    """A client training its model on its raw features: mu = sqrt(B K')/z over its K' rounds."""
+    return _gdp_epsilon(math.sqrt(batch * rounds) / z, delta)
+
+
+def _realised_rounds(algo) -> np.ndarray:
+    """Each client's rounds, counted by stepping the run's own schedule (independent of `planned_rounds`)."""
+    return np.bincount([algo.next_client() for _ in range(algo.total_rounds)], minlength=algo.data.num_clients)
+
+
+@pytest.mark.parametrize("z,batch,rounds", [(5.159, 64, 19 * 20), (30.0, 8, 12), (2.0, 1, 7)])
+def test_trained_client_epsilon_is_sqrt_b_k_over_z(z, batch, rounds):
+    """The bound the audit found for VAFL and VFL-CZOFO: each of the client's rounds from the record's first use
+    may move the whole batch, mu = sqrt(B K')/z (B = 1: the fixed-model known-batch bound)."""
+    eps = privacy.trained_client_epsilon(z, batch, rounds, DELTA)
+    assert eps == pytest.approx(_sent_closed_form(z, batch, rounds), rel=1e-6)
+    if batch > 1:
+        assert eps > privacy.known_batch_epsilon(z, rounds, DELTA)
+
+
+def test_baseline_records_the_bound_for_what_it_sends(tiny_data):
+    """VAFL and VFL-CZOFO: sqrt(B K'_m)/z over the busiest client's rounds; ZOO-VFL's shared draw: inf (h' - h
+    in clear); ZOO-VFL with independent draws: the fixed-model bound (its client moves by the server's scalars)."""
+    from fedrepro.algorithms.dpzv.vfl_czofo import VFLCZOFO
+
+    settings = tiny_settings(eps=1.0, epochs=2, extra={"embed_clip": 0.5})
+    for cls in (VAFL, VFLCZOFO):
+        algo = cls(tiny_data, settings, seed=0)
+        rec = algo.privacy()
+        busiest = int(_realised_rounds(cls(tiny_data, settings, seed=0)).max())
+        assert rec["client_rounds"] == busiest
+        expected = _sent_closed_form(rec["noise_multiplier"], settings.batch_size, busiest)
+        assert rec["eps_sent_one_client"] == pytest.approx(expected, rel=1e-6)
+        assert rec["eps_sent_one_client"] > rec["eps_known_one_client"]
+    shared = ZOOVFL(tiny_data, settings, seed=0).privacy()
+    assert math.isinf(shared["eps_sent_one_client"]) and math.isfinite(shared["eps_known_one_client"])
+    extra = {"embed_clip": 0.5, "zoo_noise": "independent"}
+    independent = ZOOVFL(tiny_data, tiny_settings(eps=1.0, epochs=2, extra=extra), seed=0).privacy()
+    assert independent["eps_sent_one_client"] == independent["eps_known_one_client"]
+    assert "eps_sent_one_client" not in VAFL(tiny_data, tiny_settings(epochs=1), seed=0).privacy()  # eps = inf
+
+
+def test_privacy_table_prints_the_bound_for_what_the_code_sends(tiny_data, tmp_path, monkeypatch):
+    """From the runs' records to the written table: each baseline row carries eps_sent_one_client beside
+    eps_known_one_client (VAFL: the closed form sqrt(B K')/z; ZOO-VFL: inf) and the caption says why for each."""
+    import json
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from fedrepro.report import dpzv as report
+
+    settings = tiny_settings(eps=1.0, epochs=2, extra={"embed_clip": 0.5})
+    paths = []
+    for name, cls in (("vafl", VAFL), ("zoo_vfl", ZOOVFL)):
+        record = cls(tiny_data, settings, seed=0).privacy()
+        folder = tmp_path / "runs" / "digits" / name / "x" / "s0"
+        folder.mkdir(parents=True)
+        seed = {"best": {"test_acc": 0.5}, "privacy": record, "status": "ok", "status_reason": ""}
+        variant = {"eps": 1.0, "clip": math.nan, "seeds": {"0": seed}}
+        (folder / "summary.json").write_text(json.dumps({"variants": {"eps1": variant}}, default=str))
+        paths.append(str(folder / "summary.json"))
+    written = {}
+    monkeypatch.setattr(
+        report.tables, "write_table", lambda table, path, caption, *a: written.update({path: (table, caption)})
+    )
+    monkeypatch.setattr(report, "load_metrics", lambda p: pd.DataFrame())
+    monkeypatch.setattr(report, "load_memory", lambda p: pd.DataFrame())
+    monkeypatch.setattr(report, "_claim_rows", lambda *a: [])
+    spec = {"scale": "quick", "decimals": 2, "clip": 10, "server_update": "sgd"}
+    job = SimpleNamespace(
+        spec=spec, input={"summaries": paths, "metrics": [], "memory": []}, output={"md": "c.md", "privacy_md": "p.md"}
+    )
+    report.claims(job)
+    table, caption = written["p"]
+    columns = list(table.columns)
+    assert columns.index("eps_sent_one_client") == columns.index("eps_known_one_client") + 1
+    rows = table.set_index("label")
+    vafl = rows.loc[report.LABELS["vafl"]]
+    expected = _sent_closed_form(vafl["noise_multiplier"], settings.batch_size, int(vafl["client_rounds"]))
+    assert vafl["eps_sent_one_client"] == pytest.approx(expected, rel=1e-6)
+    assert vafl["eps_sent_one_client"] > vafl["eps_known_one_client"]
+    assert math.isinf(rows.loc[report.LABELS["zoo_vfl"], "eps_sent_one_client"])
+    for method, why in privacy.CLIENT_MODEL_LEAK.items():
+        assert f"{report.LABELS[method]}: {why}" in caption

@@ -680,7 +680,7 @@ def dpzv_baseline_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
         k, b = info["canary_rounds"], settings.batch_size
         fixed_model = dpzv_privacy.known_batch_epsilon(z, steps * k, settings.delta)
         after = info["client_rounds"] - info["first"] + 1  # client 0's rounds from the canary's first use on
-        leak_bound = dpzv_privacy.known_batch_epsilon(z / math.sqrt(b), after, settings.delta)
+        leak_bound = dpzv_privacy.trained_client_epsilon(z, b, after, settings.delta)
         eps_adv = math.inf if method == "zoo_vfl" else leak_bound
         record = info["privacy"]
         rows.append(

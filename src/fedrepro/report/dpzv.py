@@ -19,7 +19,7 @@ import pandas as pd
 from fedrepro.algorithms import method_table
 from fedrepro.eval.health import Health, cell_status
 from fedrepro.eval.verdict import FAILS, HOLDS, TEST_NAME, Verdict, chance_under_dp, paired
-from fedrepro.privacy.dpzv import KNOWN_BATCH, THREAT_MODELS, THREAT_NOTE, THREAT_SHORT
+from fedrepro.privacy.dpzv import CLIENT_MODEL_LEAK, KNOWN_BATCH, THREAT_MODELS, THREAT_NOTE, THREAT_SHORT
 from fedrepro.report import figures, tables
 from fedrepro.report.runs import identity, load_metrics
 
@@ -29,6 +29,9 @@ PRIVACY_FIELDS = (
     "eps_pld",
     "eps_known_pooled",
     "eps_known_one_client",
+    "eps_sent_one_client",
+    "client_rounds",
+    "batch_size",
     "eps_pld_sound",
     "uses_pooled",
     "uses_one_client",
@@ -554,10 +557,18 @@ def claims(job) -> None:
         f"batch: {KNOWN_BATCH}; uses_* = K (DPZV: pooled clients / one client; baselines: the server, whole row "
         "/ one client's slice). eps_pld_sound = DPZV's label channel (inf for the raw-label head; under "
         "label_privacy: dp_head Delta and the head's DP-SGD jointly, multiplier s/sqrt(5)). What each ε protects: "
-        f"{PROTECTS}. Sampling: {SAMPLING}. Label leak: {LABEL_LEAK}. ZOO-VFL (shared noise on its pair): the "
-        "epsilon covers h; h' - h crosses without noise"
+        f"{PROTECTS}. Sampling: {SAMPLING}. Label leak: {LABEL_LEAK}. {SENT_NOTE}"
     )
     tables.write_table(privacy, job.output["privacy_md"].removesuffix(".md"), caption, spec["scale"], spec["decimals"])
+
+
+# The baselines' column for what their code sends (issue 27, the audit's baseline rows), one sentence each
+SENT_NOTE = (
+    "eps_sent_one_client = the bound for what the baselines' code sends, one client's slice against the server "
+    "(eps_known_* assume a fixed client model), over the busiest client's K'_m = client_rounds rounds (a record "
+    "used in its first round), mu = sqrt(batch_size K'_m)/noise_multiplier: "
+    + "; ".join(f"{LABELS[m]}: {CLIENT_MODEL_LEAK[m]}" for m in CLIENT_MODEL_LEAK)
+)
 
 
 def privacy_table(best: pd.DataFrame) -> pd.DataFrame:

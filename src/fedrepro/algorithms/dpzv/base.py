@@ -335,6 +335,7 @@ class VFLAlgorithm:
         self.queue: list[int] = []
         self.best = {"val_acc": -1.0}
         self.weights = self._weights(settings.client_weights)
+        self.client_rounds = self.planned_rounds()
         self.uses = self.planned_uses()
         if settings.table_init == "forward":
             self._fill_table()
@@ -375,20 +376,20 @@ class VFLAlgorithm:
             queue.extend(rng.permutation(np.repeat(np.arange(self.data.num_clients), self.batches_per_pass)).tolist())
         return queue.pop()
 
+    def planned_rounds(self) -> list[int]:
+        """Each client's rounds in this run, from a replay of the data-independent schedule before training."""
+        if self.cfg.schedule == "permutation":
+            return [self.cfg.epochs * self.batches_per_pass] * self.data.num_clients
+        rng, queue = copy.deepcopy(self.schedule_rng), []
+        draws = [self._draw_client(rng, queue) for _ in range(self.total_rounds)]
+        return np.bincount(draws, minlength=self.data.num_clients).tolist()
+
     def planned_uses(self) -> tuple[int, int]:
-        """(pooled, one client): the most rounds one sample's id can be sent in this run, from a replay of
-        the data-independent schedule before training (`privacy.dpzv.uses_bound`); the known-batch epsilons
-        use it."""
+        """(pooled, one client): the most rounds one sample's id can be sent in this run
+        (`privacy.dpzv.uses_bound` of `planned_rounds`); the known-batch epsilons use it."""
         from fedrepro.privacy.dpzv import uses_bound
 
-        if self.cfg.schedule == "permutation":
-            rounds = [self.cfg.epochs * self.batches_per_pass] * self.data.num_clients
-        else:
-            rng, queue = copy.deepcopy(self.schedule_rng), []
-            rounds = np.bincount(
-                [self._draw_client(rng, queue) for _ in range(self.total_rounds)], minlength=self.data.num_clients
-            )
-        return uses_bound(rounds, self.batches_per_pass)
+        return uses_bound(self.client_rounds, self.batches_per_pass)
 
     def block_end(self, t: int) -> int:
         return (t * self.total_rounds) // self.num_blocks
@@ -472,15 +473,22 @@ class VFLAlgorithm:
     def privacy(self) -> dict:
         raise NotImplementedError
 
-    def embedding_privacy(self, noise: dict) -> dict:
+    def embedding_privacy(self, noise: dict, clear_difference: bool = False) -> dict:
         """The baselines' record: the paper-style accounting (Poisson at B/D) beside the known-batch bound
-        against the server, which receives the ids with the embeddings (`privacy.dpzv.THREAT_MODELS`)."""
-        from fedrepro.privacy.dpzv import known_batch_record, threat_model
+        against the server, which receives the ids with the embeddings (`privacy.dpzv.THREAT_MODELS`), and the
+        bound for what the code sends (`privacy.dpzv.sent_record`; `clear_difference`: h' - h crosses in clear)."""
+        from fedrepro.privacy.dpzv import known_batch_record, sent_record, threat_model
 
         record = {**noise, "threat_model": threat_model(self.method).mechanism}
         if noise["sigma"] > 0:
+            z = noise["noise_multiplier"]
             steps = int(noise["releases"]) // self.total_rounds  # ZOO-VFL's pair counted separately: 2
-            record.update(known_batch_record(noise["noise_multiplier"], self.uses, self.cfg.delta, steps))
+            record.update(known_batch_record(z, self.uses, self.cfg.delta, steps))
+            busiest = max(self.client_rounds)
+            fixed = record["eps_known_one_client"]
+            record.update(
+                sent_record(self.method, z, self.cfg.batch_size, busiest, self.cfg.delta, fixed, clear_difference)
+            )
         return record
 
     def summary(self) -> dict:

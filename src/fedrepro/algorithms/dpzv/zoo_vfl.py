@@ -164,7 +164,7 @@ class ZOOVFL(VFLAlgorithm):
 
     def privacy(self) -> dict:
         return {
-            **self.embedding_privacy(self.noise),
+            **self.embedding_privacy(self.noise, clear_difference=self.noise_mode == "shared"),
             "embed_clip": self.embed_clip,
             "mechanism": "clipped embedding pair plus Gaussian vector noise (local, per coordinate)",
         }
