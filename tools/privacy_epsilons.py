@@ -37,14 +37,29 @@ BASELINE_CAVEAT = {
     "VFL-CZOFO": " for a fixed client model; the client trains on its raw features: larger (audit)",
     "ZOO-VFL": " for h; shared noise sends h' - h in clear: inf",
 }
+# why the privacy table's eps_sent_one_client differs from that bound (privacy.dpzv.CLIENT_MODEL_LEAK, short)
+SENT_WHY = {
+    "VAFL": "client trains on its raw features: sqrt(B K')/z",
+    "VFL-CZOFO": "client trains on its raw features: sqrt(B K')/z",
+    "ZOO-VFL": "shared noise sends h' - h in clear",
+}
+
+
+def _baseline_bound(label: str, known: float, sent: float) -> str:
+    """eps_sent_one_client with the fixed-model known-batch bound beside it; a run from before that column:
+    the known-batch bound with what it leaves out."""
+    if pd.isna(sent):
+        return f"{known:.3g} known batch" + BASELINE_CAVEAT.get(label, "")
+    return f"{sent:.3g} ({SENT_WHY.get(label, 'what the code sends')}; fixed client model {known:.3g})"
 
 
 def dpzv(table: pd.DataFrame) -> pd.DataFrame:
     dpzv_rows = table["label"] == "DPZV"
     # DPZV: the pooled clients' known-batch bound, and the label channel (inf for the raw-label head);
-    # the baselines: the server's known-batch bound for one client's slice (fixed client model)
+    # the baselines: the server's bound for one client's slice for what the code sends (eps_sent_one_client)
     bound = table["eps_known_pooled"].where(dpzv_rows, table["eps_known_one_client"])
     sound = table.get("eps_pld_sound", pd.Series(float("nan"), index=table.index))
+    sent = table.get("eps_sent_one_client", pd.Series(float("nan"), index=table.index))
     return pd.DataFrame(
         {
             "paper": "DPZV",
@@ -54,8 +69,8 @@ def dpzv(table: pd.DataFrame) -> pd.DataFrame:
             "eps_label": table["eps"],
             "paper_accounting": table["eps_pld"],
             "bound_for_what_is_sent": [
-                f"{b:.3g} known batch" + (f"; label channel {s:.3g}" if d else BASELINE_CAVEAT.get(label, ""))
-                for b, s, d, label in zip(bound, sound, dpzv_rows, table["label"])
+                f"{b:.3g} known batch; label channel {s:.3g}" if d else _baseline_bound(label, b, e)
+                for b, s, e, d, label in zip(bound, sound, sent, dpzv_rows, table["label"])
             ],
             "adversary": table["adversary"],
         }
@@ -131,7 +146,7 @@ def _dpzv_from_summaries(record: dict) -> pd.DataFrame:
                 "clip": float(clip),
                 **{
                     k: privacy.get(k, float("nan"))
-                    for k in ("eps", "eps_pld", "eps_known_pooled", "eps_known_one_client")
+                    for k in ("eps", "eps_pld", "eps_known_pooled", "eps_known_one_client", "eps_sent_one_client")
                 },
                 "eps_pld_sound": float("inf") if method == "dpzv" else float("nan"),
             }
