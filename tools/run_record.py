@@ -10,7 +10,7 @@ configuration and checks against it. Another CPU or library build may differ in 
 `--rtol` and read what differs.
 
 The record holds every number of every table (`*/tables/*.csv`) and of every run summary
-(`*/runs/**/summary.json`), keyed by the file's path inside the results folder and the number's
+(`*/runs/**/summary.json`, but not the copies in the store of finished work), keyed by the file's path inside the results folder and the number's
 place in the file (a table's row by its text columns, the k-th repeat of the same text as
 `<text>#k`). Time, memory and byte counts of the machine are left out (they differ between
 two runs of the same code); a job's spec is left out (it is the input, not a result). Two records
@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedrepro.store import STATE as STORE_STATE
+
 # a number whose place contains one of these words measures the machine, not the method
 MACHINE_WORDS = ("seconds", "time", "wall", "rss", "memory", "peak_", "per_second", "elapsed")
 
@@ -39,6 +41,8 @@ def record(results: str | Path) -> dict[str, dict[str, float | str]]:
     for path in sorted(results.glob("*/tables/*.csv")):
         out[str(path.relative_to(results))] = _table_values(path)
     for path in sorted(results.glob("*/runs/**/summary.json")):
+        if (path.parent / STORE_STATE).exists():  # a store entry's copy, under a hash of code and inputs
+            continue
         summary = json.loads(path.read_text())
         summary.pop("spec", None)
         out[str(path.relative_to(results))] = dict(_leaves(summary))

@@ -62,6 +62,18 @@ def test_rows_with_the_same_text_columns_are_each_recorded(tmp_path):
     ]
 
 
+def test_the_store_of_finished_work_is_left_out(tmp_path):
+    """Store entries sit under a hash of code and inputs (fedrepro.store): recorded, they would differ
+    after any code edit although no number did."""
+    results = fake_results(tmp_path)
+    run = results / "fedavg" / "runs" / "digits" / "fedavg" / "a1" / "s0"
+    entry = run / ".seeds" / "seed0" / "9baa99a4"
+    entry.mkdir(parents=True)
+    (entry / "summary.json").write_text((run / "summary.json").read_text())
+    (entry / "state.json").write_text("{}")
+    assert not [name for name in run_record.record(results) if ".seeds" in name]
+
+
 def test_check_exits_nonzero_on_a_missing_file(tmp_path, capsys):
     results = fake_results(tmp_path / "a")
     stored = tmp_path / "record.json"
