@@ -652,17 +652,6 @@ def dpzv_embedding_scores(runs: int, method: str, settings, data, canary_scale: 
     return scores["out"], scores["in"], info
 
 
-BASELINE_LEAKS = {
-    "vafl": "the client trains its model by backprop on its raw features (dL/dw through the canary's row), so every "
-    "later embedding of every sample carries the canary unnoised: each of client 0's rounds from the canary's first "
-    "use on may move the whole batch (2 C_h sqrt(B))",
-    "vfl_czofo": "as VAFL: the client backpropagates the server's ZO gradient through its own model on its raw "
-    "features, so every later embedding carries the canary: 2 C_h sqrt(B) per round from its first use on",
-    "zoo_vfl": "zoo_noise 'shared': one draw on h and h', so the server reads h' - h exactly (the client's model "
-    "moves only by the server's scalars, which is post-processing)",
-}
-
-
 def dpzv_baseline_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
     """One row per baseline of `cfg['baselines']`: its noisy embeddings against the server (which sees the ids)."""
     import dataclasses
@@ -700,7 +689,7 @@ def dpzv_baseline_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
                 mu_attained=info["mu_all"] if method != "zoo_vfl" else info["mu_canary"],
                 sigma=info["sigma"],
                 note=(
-                    f"{BASELINE_LEAKS[method]}; eps_reference: the known-batch bound for a fixed client model "
+                    f"{dpzv_privacy.CLIENT_MODEL_LEAK[method]}; eps_reference: the known-batch bound for a fixed client model "
                     f"(sqrt({steps * k})/z, z = {z:.3g}; the privacy table's eps_known_one_client); eps_adversary: "
                     + (
                         "inf (h' - h crosses without noise)"
