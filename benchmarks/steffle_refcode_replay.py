@@ -115,7 +115,7 @@ def ours(data_dir: str, h: float, eps, lam: float, epochs: int, total_epochs: in
     """Our refcode trainer after `epochs` of a `total_epochs` run: theta (their layout: features in their
     column order, bias last) and W."""
     from fedrepro.algorithms.steffle import jobs
-    from fedrepro.algorithms.steffle.base import FairData
+    from fedrepro.algorithms.steffle.jobs import fair_data
     from fedrepro.config import load_yaml
     from fedrepro.data.arrays import load_prepared
     from fedrepro.data.partition import make_partition
@@ -124,16 +124,7 @@ def ours(data_dir: str, h: float, eps, lam: float, epochs: int, total_epochs: in
     prepared = load_prepared(Path(data_dir))
     arrays = {"age_train": prepared.extras["age_train"]}
     part = make_partition("age", arrays, clients=3, h=h, seed=100, sort="quicksort")
-    data = FairData.from_arrays(
-        prepared.x_train,
-        prepared.y_train,
-        prepared.extras["s_train"],
-        prepared.x_test,
-        prepared.y_test,
-        prepared.extras["s_test"],
-        part.clients,
-        features=prepared.meta["feature_names"],
-    )
+    data = fair_data(prepared, part.clients)
     config = load_yaml(Path(__file__).resolve().parents[1] / "config.yaml")
     run = next(r for r in plan.refcode_runs(config) if r.spec["h"] == h)
     train = {**run.spec["train"], "epochs": total_epochs, "rng": "refcode", "refcode_hash_seed": 0}

@@ -59,6 +59,11 @@ def load_data(job) -> FairData:
         silos = load_partition(job.input["partition"]).clients
     else:
         silos = [np.arange(len(prepared.y_train))]
+    return fair_data(prepared, silos)
+
+
+def fair_data(prepared, silos) -> FairData:
+    """A prepared fairness data set (`fedrepro.data.arrays.load_prepared`) split into `silos`."""
     return FairData.from_arrays(
         prepared.x_train,
         prepared.y_train,
