@@ -318,6 +318,54 @@ def _quiet(algo):
     return shadow
 
 
+def _label_worlds(data, canary: int, canary_scale: float) -> dict:
+    """The neighbouring training sets: the canary's features times `canary_scale` at every client, its label as
+    is ("out") or moved to the next class ("in")."""
+    from fedrepro.algorithms.dpzv.base import VFLData
+
+    train = [x.clone() for x in data.train]
+    for x in train:
+        x[canary] *= canary_scale
+    flipped = data.y_train.clone()
+    flipped[canary] = (flipped[canary] + 1) % data.num_classes
+    return {
+        w: VFLData(train, y, data.val, data.y_val, data.test, data.y_test, data.num_classes)
+        for w, y in (("out", data.y_train), ("in", flipped))
+    }
+
+
+def _replay_label_round(real, tap, shadow: dict, sigma: float, sigma_head: float | None):
+    """One round of the real run and the attacker's noiseless replay of it in both worlds (`shadow`): the batch
+    ids, the observed scalar, the noiseless scalar per world, the round's log-likelihood-ratio terms (in the order
+    they are summed) and its squared GDP mu. `sigma_head` (dp_head runs, else None): the head's noise std."""
+    if sigma_head is not None:
+        for algo in shadow.values():
+            _sync_head(real, algo)
+    m = real.next_client()
+    ids = real.clients[m].next_batch()
+    real.exchange(m, ids)
+    observed = tap.received[-1]
+    clean, grads = {}, {}
+    for v, algo in shadow.items():
+        assert algo.next_client() == m
+        assert np.array_equal(algo.clients[m].next_batch(), ids)
+        payload, u = algo.client_query(algo.clients[m], ids)
+        answer, _ = algo.server_answer(m, payload)
+        algo.client_apply(algo.clients[m], u, observed)
+        clean[v] = float(answer)
+        if sigma_head is not None:
+            grads[v] = _head_grads(algo)
+    terms = [((observed - clean["out"]) ** 2 - (observed - clean["in"]) ** 2) / (2 * sigma**2)]
+    gap2 = (clean["in"] - clean["out"]) ** 2 / sigma**2
+    if sigma_head is not None:
+        seen = _head_grads(real)
+        for k in seen:
+            a, b = grads["out"][k], grads["in"][k]
+            terms.append(float(((seen[k] - a) ** 2 - (seen[k] - b) ** 2).sum()) / (2 * sigma_head**2))
+            gap2 += float(((b - a) ** 2).sum()) / sigma_head**2
+    return ids, observed, clean, terms, gap2
+
+
 def dpzv_label_scores(
     runs: int, settings, data=None, canary: int = 0, canary_scale: float = 1.0, seed: int = 0, noise_seed: int = 1000
 ) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -336,26 +384,15 @@ def dpzv_label_scores(
     outlier: DP must hold for every pair of neighbouring data sets, and a large input lets one label
     move the head far).
     """
-    from fedrepro.algorithms.dpzv.base import VFLData
     from fedrepro.algorithms.dpzv.dpzv import DPZV
 
-    data = data if data is not None else tiny_vfl_data()
-    train = [x.clone() for x in data.train]
-    for x in train:
-        x[canary] *= canary_scale
-    data = VFLData(train, data.y_train, data.val, data.y_val, data.test, data.y_test, data.num_classes)
-    flipped = data.y_train.clone()
-    flipped[canary] = (flipped[canary] + 1) % data.num_classes
-    worlds = {
-        "out": data,
-        "in": VFLData(data.train, flipped, data.val, data.y_val, data.test, data.y_test, data.num_classes),
-    }
+    worlds = _label_worlds(data if data is not None else tiny_vfl_data(), canary, canary_scale)
     base = {w: DPZV(d, settings, seed) for w, d in worlds.items()}
     sigma = float(base["out"].noise["sigma"])
     if not sigma > 0:
         raise ValueError("the DPZV audit needs a private run (finite eps, sigma > 0)")
     dp_head = base["out"].label_privacy == "dp_head"
-    sigma_head = base["out"].noise["noise_multiplier"] * base["out"].head_clip
+    sigma_head = base["out"].noise["noise_multiplier"] * base["out"].head_clip if dp_head else None
     replicas = {w: _quiet(algo) for w, algo in base.items()}
     scores = {w: np.empty(runs) for w in worlds}
     info = {
@@ -377,31 +414,9 @@ def dpzv_label_scores(
             shadow = {v: copy.deepcopy(replicas[v]) for v in worlds}
             llr, canary_rounds, mu2_canary, mu2_other = 0.0, 0, 0.0, 0.0
             for _ in range(real.total_rounds):
-                if dp_head:
-                    for algo in shadow.values():
-                        _sync_head(real, algo)
-                m = real.next_client()
-                ids = real.clients[m].next_batch()
-                real.exchange(m, ids)
-                observed = tap.received[-1]
-                clean, grads = {}, {}
-                for v, algo in shadow.items():
-                    assert algo.next_client() == m
-                    assert np.array_equal(algo.clients[m].next_batch(), ids)
-                    payload, u = algo.client_query(algo.clients[m], ids)
-                    answer, _ = algo.server_answer(m, payload)
-                    algo.client_apply(algo.clients[m], u, observed)
-                    clean[v] = float(answer)
-                    if dp_head:
-                        grads[v] = _head_grads(algo)
-                llr += ((observed - clean["out"]) ** 2 - (observed - clean["in"]) ** 2) / (2 * sigma**2)
-                gap2 = (clean["in"] - clean["out"]) ** 2 / sigma**2
-                if dp_head:
-                    seen = _head_grads(real)
-                    for k in seen:
-                        a, b = grads["out"][k], grads["in"][k]
-                        llr += float(((seen[k] - a) ** 2 - (seen[k] - b) ** 2).sum()) / (2 * sigma_head**2)
-                        gap2 += float(((b - a) ** 2).sum()) / sigma_head**2
+                ids, observed, clean, terms, gap2 = _replay_label_round(real, tap, shadow, sigma, sigma_head)
+                for term in terms:
+                    llr += term
                 residuals.append(observed - clean[w])
                 if canary in ids:
                     canary_rounds += 1
@@ -561,6 +576,57 @@ def _clean_embeddings(algo, client, ids, answer) -> list:
     return [h.detach().double()]
 
 
+def _embedding_worlds(data, pair) -> dict:
+    """The neighbouring training sets: client 0's slice of sample 0 is the canary pair's one row ("out") or the
+    other ("in")."""
+    from fedrepro.algorithms.dpzv.base import VFLData
+
+    worlds = {}
+    for w, row in zip(("out", "in"), pair):
+        train = [x.clone() for x in data.train]
+        train[0][0] = row
+        worlds[w] = VFLData(train, data.y_train, data.val, data.y_val, data.test, data.y_test, data.num_classes)
+    return worlds
+
+
+def _tap_client0(real) -> list:
+    """Record every (message, answer) of client 0 that the server of `real` answers; returns the record."""
+    seen = []
+    answer_of = real.server_answer
+
+    def tapped(m, msg):
+        answer, stats = answer_of(m, msg)
+        if m == 0:
+            seen.append((msg, answer))
+        return answer, stats
+
+    real.server_answer = tapped
+    return seen
+
+
+def _replay_embedding_round(real, replica: dict, state, ids, seen: tuple, world: str, sigma: float, shared: bool):
+    """Client 0's round (`seen`: its message and the server's answer) replayed in both worlds from the client's
+    RNG `state`: the Gaussian log-likelihood-ratio term, the exact part's |d - d_out|^2 - |d - d_in|^2 (ZOO-VFL's
+    shared draw, else 0), that part's squared residual and size in `world`, the noise observed, the squared mu."""
+    msg, answer = seen
+    clean = {}
+    for v, client in replica.items():
+        client.rng.bit_generator.state = copy.deepcopy(state)
+        clean[v] = _clean_embeddings(real, client, ids, answer)
+    observed = msg["h"].double()
+    a, b = clean["out"][0], clean["in"][0]
+    gauss = float(((observed - a) ** 2 - (observed - b) ** 2).sum()) / (2 * sigma**2)
+    exact, residual2, size = 0.0, 0.0, 0
+    if shared:
+        d = msg["h_perturbed"].double() - observed
+        d_out, d_in = clean["out"][1] - a, clean["in"][1] - b
+        exact = float(((d - d_out) ** 2 - (d - d_in) ** 2).sum())
+        own = d_out if world == "out" else d_in
+        residual2, size = float(((d - own) ** 2).sum()), own.numel()
+    gap2 = float(((b - a) ** 2).sum()) / sigma**2
+    return gauss, exact, residual2, size, (observed - clean[world][0]).flatten(), gap2
+
+
 def dpzv_embedding_scores(runs: int, method: str, settings, data, canary_scale: float, seed: int = 0):
     """Scores of `runs` runs per world of one DPZV baseline (VAFL, ZOO-VFL, VFL-CZOFO) whose client 0 holds the
     canary pair's one slice ("out") or the other ("in"). The attacker is the server: it sees every message, knows
@@ -573,20 +639,14 @@ def dpzv_embedding_scores(runs: int, method: str, settings, data, canary_scale: 
     import torch
 
     from fedrepro.algorithms.dpzv import METHODS
-    from fedrepro.algorithms.dpzv.base import VFLData
 
     cls = importlib.import_module(METHODS[method].entry.split(":")[0]).ALGORITHM
-    probe = cls(data, settings, seed)
-    pair = _embedding_canary(probe, data.train[0], canary_scale, seed)
-    worlds = {}
-    for w, row in zip(("out", "in"), pair):
-        train = [x.clone() for x in data.train]
-        train[0][0] = row
-        worlds[w] = VFLData(train, data.y_train, data.val, data.y_val, data.test, data.y_test, data.num_classes)
+    pair = _embedding_canary(cls(data, settings, seed), data.train[0], canary_scale, seed)
+    worlds = _embedding_worlds(data, pair)
     base = {w: cls(d, settings, seed) for w, d in worlds.items()}
     sigma = float(base["out"].noise["sigma"])
     shared = method == "zoo_vfl" and base["out"].noise_mode == "shared"
-    sums = {w: np.zeros((runs, 3)) for w in worlds}  # Gaussian llr, exact part's |d - d_out|^2 - |d - d_in|^2
+    sums = {w: np.zeros((runs, 2)) for w in worlds}  # Gaussian llr, exact part's |d - d_out|^2 - |d - d_in|^2
     mu2, info = {w: np.zeros((runs, 2)) for w in worlds}, {"first": None, "client_rounds": 0, "canary_rounds": 0}
     residual2, count, noise = 0.0, 0, []
     for w in worlds:
@@ -594,16 +654,7 @@ def dpzv_embedding_scores(runs: int, method: str, settings, data, canary_scale: 
             real = copy.deepcopy(base[w])
             for m, client in enumerate(real.clients):
                 client.noise.manual_seed(1000 + 4 * r + 2 * m + (w == "in"))
-            seen = []
-            answer_of = real.server_answer
-
-            def tapped(m, msg, answer_of=answer_of, seen=seen):
-                answer, stats = answer_of(m, msg)
-                if m == 0:
-                    seen.append((msg, answer))
-                return answer, stats
-
-            real.server_answer = tapped
+            seen = _tap_client0(real)
             replica = {v: copy.deepcopy(base[v].clients[0]) for v in worlds}
             client_rounds = canary_rounds = 0
             for _ in range(real.total_rounds):
@@ -614,22 +665,13 @@ def dpzv_embedding_scores(runs: int, method: str, settings, data, canary_scale: 
                 if m != 0:
                     continue
                 client_rounds += 1
-                msg, answer = seen[-1]
-                clean = {}
-                for v, client in replica.items():
-                    client.rng.bit_generator.state = copy.deepcopy(state)
-                    clean[v] = _clean_embeddings(real, client, ids, answer)
-                observed = msg["h"].double()
-                a, b = clean["out"][0], clean["in"][0]
-                noise.append((observed - clean[w][0]).flatten())
-                gap2 = float(((b - a) ** 2).sum()) / sigma**2
-                sums[w][r, 0] += float(((observed - a) ** 2 - (observed - b) ** 2).sum()) / (2 * sigma**2)
-                if shared:
-                    d = msg["h_perturbed"].double() - observed
-                    d_out, d_in = clean["out"][1] - a, clean["in"][1] - b
-                    sums[w][r, 1] += float(((d - d_out) ** 2 - (d - d_in) ** 2).sum())
-                    own = d_out if w == "out" else d_in
-                    residual2, count = residual2 + float(((d - own) ** 2).sum()), count + own.numel()
+                gauss, exact, res2, size, observed_noise, gap2 = _replay_embedding_round(
+                    real, replica, state, ids, seen[-1], w, sigma, shared
+                )
+                sums[w][r, 0] += gauss
+                sums[w][r, 1] += exact
+                residual2, count = residual2 + res2, count + size
+                noise.append(observed_noise)
                 if 0 in ids:
                     canary_rounds += 1
                     info["first"] = info["first"] if info["first"] is not None else client_rounds
