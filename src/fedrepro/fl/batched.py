@@ -5,18 +5,19 @@ Parameters of all clients are stacked along a leading client axis; one
 is where simulation speed comes from when clients share an architecture
 (benchmarks/fl_speed.py, docs/benchmarks.md: an MLP 8x faster than a per-client loop at 100
 clients on the CPU, 15x at 1000; a LeNet-5 is not faster on a CPU).
-Models with buffers that training updates (BatchNorm running statistics) need
-the per-client loop instead.
+`local_sgd` is FedAvg's: functional SGD, models without training-time buffers. `Stack` is
+FedAL's: clients with their own Adam, BatchNorm included (running statistics per client).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 
+from fedrepro.fl.optim import Adam
 from fedrepro.fl.precision import Precision
 
 Params = dict[str, torch.Tensor]
@@ -75,3 +76,89 @@ def local_sgd(
                 g = velocity[name]
             params[name] = params[name] - lr * g
     return params, loss_sum / max(steps, 1)
+
+
+class Stack:
+    """Models of one architecture, and their Adams, stacked along a leading client axis.
+
+    `params` are leaf tensors (G, ...) with gradients, `buffers` the stacked buffers. The forward
+    is `vmap(functional_call)` of the first model, the others' layers being the same: BatchNorm in
+    training mode normalises each client's slice by that client's batch statistics and updates
+    that client's running statistics in place (torch's vmap rule for batch_norm with batched
+    buffers). Summing the clients' losses and calling `step` gives every slice its own client's
+    gradient (the clients share no parameter), and one Adam over the stacked tensors is elementwise,
+    so it is each client's Adam (same step count: the clients of one stage step together).
+    `write_back` copies parameters, buffers and Adam state into the clients' own objects.
+    """
+
+    def __init__(self, models: Sequence[torch.nn.Module], optimizers: Sequence[Adam]):
+        self.models, self.optimizers = list(models), list(optimizers)
+        self.template = self.models[0]
+        steps = {opt.step_count for opt in self.optimizers}
+        if len(steps) != 1:
+            raise ValueError(f"stacked clients must have taken the same number of Adam steps, got {sorted(steps)}")
+        per_model = [dict(m.named_parameters()) for m in self.models]
+        self.params = {
+            name: torch.stack([p[name].detach() for p in per_model]).requires_grad_(True) for name in per_model[0]
+        }
+        per_model_buffers = [dict(m.named_buffers()) for m in self.models]
+        self.buffers = {name: torch.stack([b[name] for b in per_model_buffers]) for name in per_model_buffers[0]}
+        first = self.optimizers[0]
+        if len(first.params) != len(self.params):
+            raise ValueError("every parameter of a stacked model must be trained by its Adam")
+        self.opt = Adam(self.params.values(), lr=first.lr, betas=first.betas, eps=first.eps)
+        self.opt.step_count = first.step_count
+        for k in range(len(self.opt.params)):
+            self.opt.m[k] = torch.stack([opt.m[k] for opt in self.optimizers])
+            self.opt.v[k] = torch.stack([opt.v[k] for opt in self.optimizers])
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def forward(self, x: torch.Tensor, shared_input: bool = False, frozen: tuple[Params, Params] | None = None):
+        """Every client's output: `x` is (G, B, ...) one batch per client, or (B, ...) given to all
+        (`shared_input`). `frozen`: (params, buffers) of a `freeze` copy instead of the live ones."""
+        params, buffers = frozen if frozen is not None else (self.params, self.buffers)
+
+        def one(p: Params, b: Params, xb: torch.Tensor) -> torch.Tensor:
+            return functional_call(self.template, (p, b), (xb,))
+
+        return vmap(one, in_dims=(0, 0, None if shared_input else 0))(params, buffers, x)
+
+    def freeze(self) -> tuple[Params, Params]:
+        """A frozen copy of the current parameters and buffers (an anchor snapshot)."""
+        return (
+            {k: p.detach().clone() for k, p in self.params.items()},
+            {k: b.clone() for k, b in self.buffers.items()},
+        )
+
+    def step(self, loss: torch.Tensor) -> None:
+        """One Adam step of every client on the sum of their losses."""
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+
+    def reset_optimizer(self) -> None:
+        """Fresh Adam state for every client (as each client's `Adam(...)` anew)."""
+        self.opt.step_count = 0
+        for t in self.opt.m + self.opt.v:
+            t.zero_()
+        for opt in self.optimizers:
+            opt.step_count = 0
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """The stacked state into each model and Adam (a few multi-tensor copies)."""
+        dst, src = [], []
+        for i, (model, opt) in enumerate(zip(self.models, self.optimizers)):
+            for name, p in model.named_parameters():
+                dst.append(p)
+                src.append(self.params[name][i])
+            for name, b in model.named_buffers():
+                dst.append(b)
+                src.append(self.buffers[name][i])
+            for k in range(len(opt.m)):
+                dst += [opt.m[k], opt.v[k]]
+                src += [self.opt.m[k][i], self.opt.v[k][i]]
+            opt.step_count = self.opt.step_count
+        torch._foreach_copy_(dst, src)

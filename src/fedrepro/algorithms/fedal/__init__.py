@@ -24,9 +24,9 @@ def _row(module: str, label: str, traits: set[str], keys: tuple[str, ...]) -> Me
 
 
 METHODS = {
-    "fedal": _row("fedal", "FedAL", {"adversarial"}, ("use_al", "use_lf")),
-    "fedmd_lf": _row("fedal", "FedMD-LF", {"ablation"}, ()),
-    "fedmd": _row("fedal", "FedMD", {"ablation", "baseline"}, ()),
+    "fedal": _row("fedal", "FedAL", {"adversarial"}, ("use_al", "use_lf", "batched")),
+    "fedmd_lf": _row("fedal", "FedMD-LF", {"ablation"}, ("batched",)),
+    "fedmd": _row("fedal", "FedMD", {"ablation", "baseline"}, ("batched",)),
     "fedproto": _row("fedproto", "FedProto", {"baseline"}, ("proto_weight", "variant", "prototype_average")),
     "cfd": _row("cfd", "CFD", {"baseline"}, ("server_model", "server_lr")),
     "fccl": _row("fccl", "FCCL", {"baseline"}, ("pretrain_iters", "local_steps")),

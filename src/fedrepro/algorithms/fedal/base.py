@@ -215,5 +215,10 @@ class Federation:
         raise NotImplementedError
 
 
-def mean_of(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else float("nan")
+def mean_of(values: Sequence) -> float:
+    """Mean of numbers, or of every entry of tensors (one per client, or one per batched group)."""
+    if not values:
+        return float("nan")
+    if all(isinstance(v, torch.Tensor) for v in values):
+        return float(torch.cat([v.detach().reshape(-1) for v in values]).mean())
+    return float(sum(values) / len(values))

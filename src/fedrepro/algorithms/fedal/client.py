@@ -201,4 +201,6 @@ def frozen_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits, y)
+    """Mean cross-entropy over the batch; logits (G, B, K) and labels (G, B) give one per client."""
+    per_sample = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
+    return per_sample.reshape(y.shape).mean(-1)

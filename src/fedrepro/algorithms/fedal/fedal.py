@@ -28,10 +28,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+import torch
+
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.kd import kl_to_logits, leave_one_out, less_forgetting, surrogate_from_grad
 from fedrepro.algorithms.fedal.server import AdversarialConfig, AdversarialHelper, LogitServer, adversarial_config
+from fedrepro.fl.batched import Stack
 
 
 def local_loss(client: Client, anchor, cfg: TrainConfig, anchor_is_live: bool = False) -> tuple:
@@ -40,11 +44,18 @@ def local_loss(client: Client, anchor, cfg: TrainConfig, anchor_is_live: bool = 
     are the live logits, detached, and its forward pass is skipped."""
     x, y = client.local_batch()
     f = client.model(x)
-    ce = cross_entropy(f, y)
-    loss, parts = ce, {"ce": ce.detach()}
+    anchor_f = None
     if anchor is not None:
         anchor_f = f.detach() if anchor_is_live else frozen_logits(anchor, x)
-        r = less_forgetting(anchor_f, f, cfg.lf_temperature)
+    return local_terms(f, y, anchor_f, cfg)
+
+
+def local_terms(f, y, anchor_logits, cfg: TrainConfig) -> tuple:
+    """V_n^loc (15) from logits: CE + r_loc (if anchor logits are given); per client for stacked logits."""
+    ce = cross_entropy(f, y)
+    loss, parts = ce, {"ce": ce.detach()}
+    if anchor_logits is not None:
+        r = less_forgetting(anchor_logits, f, cfg.lf_temperature)
         loss = loss + cfg.weights["lf"] * r
         parts["r_loc"] = r.detach()
     return loss, parts
@@ -55,7 +66,8 @@ def global_loss(f, reply: Mapping, num_clients: int, cfg: TrainConfig, anchor_lo
 
     KL to the leave-one-out average (`kd_target: all` keeps the all-client mean)
     + split-gradient surrogate of U_n (if the reply carries dU_n/df_n) + r_glo
-    (if an anchor is given); weights `cfg.weights`.
+    (if an anchor is given); weights `cfg.weights`. Logits stacked over a group of clients (G, B, K),
+    with the reply's `grad_u` stacked alike, give one loss per client (G,).
     """
     target = reply["mean_logits"]
     if cfg.kd_target == "leave_one_out":
@@ -78,6 +90,12 @@ class FedAL(Federation):
     At a stage's first step the LF anchor (the model at the stage's start) is the live model: same
     weights, same BatchNorm mode and statistics, same batch, so r's anchor logits are the live
     logits detached (`share_first_anchor`; False runs the anchor's forward, for the tests).
+
+    `batched`: the clients of one architecture run each step as one program (`fl.batched.Stack`:
+    stacked parameters, BatchNorm statistics and Adam state, `vmap` forward, one backward of the
+    summed losses), the same data streams, losses and updates as the per-client loop (`batched=False`,
+    the reference the tests compare it with). The stacks are the clients' state while they train
+    and are copied into the client models and Adams whenever those are read (evaluation, checkpoint).
     """
 
     share_first_anchor = True
@@ -92,9 +110,15 @@ class FedAL(Federation):
         use_lf: bool = True,
         adversarial: AdversarialConfig | None = None,
         assignment: Sequence[int] | None = None,
+        batched: bool = False,
     ):
         super().__init__(data, pool, cfg, seed, assignment)
         self.use_al, self.use_lf = use_al, use_lf
+        self.batched = batched
+        groups = architecture_groups(self.assignment) if batched else []
+        self._groups = [PrivateGroup(members, self.clients) for members in groups]
+        self._stacks: list[Stack] | None = None
+        self._stale_clients = False
         adversary = None
         if use_al:
             a = adversarial or AdversarialConfig()
@@ -122,6 +146,8 @@ class FedAL(Federation):
 
     # ------------------------------------------------------------------ stages
     def local_stage(self) -> dict:
+        if self.batched:
+            return self._local_stage_batched()
         parts: dict[str, list[float]] = {}
         for client in self.clients:
             anchor = client.snapshot("loc") if self.use_lf else None
@@ -161,6 +187,8 @@ class FedAL(Federation):
         return {k: mean_of(v) for k, v in parts.items()}
 
     def global_stage(self) -> dict:
+        if self.batched:
+            return self._global_stage_batched()
         anchors = [c.snapshot("glo") for c in self.clients] if self.use_lf else [None] * self.num_clients
         self._anchors0["glo"] = anchors[0]
         if self.cfg.adam_state == "per_stage":
@@ -178,6 +206,94 @@ class FedAL(Federation):
     def round(self, t: int) -> dict:
         self.wire.round = t
         return {**self.local_stage(), **self.global_stage()}
+
+    # ------------------------------------------------------------------ batched stages
+    def _stacked(self) -> list[Stack]:
+        if self._stacks is None:
+            self._stacks = [
+                Stack([self.clients[n].model for n in g.members], [self.clients[n].opt for n in g.members])
+                for g in self._groups
+            ]
+        return self._stacks
+
+    def _sync_clients(self) -> None:
+        """Copy the stacks into the client models and Adams (before anything reads them)."""
+        if self._stale_clients:
+            for stack in self._stacks:
+                stack.write_back()
+            self._stale_clients = False
+
+    def _start_stage(self, slot: str) -> list[Stack]:
+        stacks = self._stacked()
+        if self.diag_every:  # Fig. 6 reads client 0's anchors as modules
+            self._sync_clients()
+            self._anchors0[slot] = self.clients[0].snapshot(slot) if self.use_lf else None
+        if self.cfg.adam_state == "per_stage":
+            for stack in stacks:
+                stack.reset_optimizer()
+        self._stale_clients = True
+        return stacks
+
+    def _local_stage_batched(self) -> dict:
+        parts: dict[str, list] = {}
+        for group, stack in zip(self._groups, self._start_stage("loc")):
+            anchor = stack.freeze() if self.use_lf else None
+            for i in range(self.cfg.tau):
+                x, y = group.batch(self.clients, self.cfg.batch_size)
+                f = stack.forward(x)
+                anchor_f = None
+                if anchor is not None:
+                    live = i == 0 and self.share_first_anchor
+                    anchor_f = f.detach() if live else frozen_stack_logits(stack, x, anchor, shared_input=False)
+                loss, p = local_terms(f, y, anchor_f, self.cfg)
+                stack.step(loss.sum())
+                for k, v in p.items():
+                    parts.setdefault(k, []).append(v)
+        return {k: mean_of(v) for k, v in parts.items()}
+
+    def _global_stage_batched(self) -> dict:
+        stacks = self._start_stage("glo")
+        anchors = [s.freeze() if self.use_lf else None for s in stacks]
+        parts: dict[str, list] = {}
+        for i in range(self.cfg.tau):
+            live = i == 0 and self.share_first_anchor
+            for k, v in self._global_iteration_batched(stacks, anchors, live).items():
+                parts.setdefault(k, []).append(v)
+            if self.use_al:
+                parts.setdefault("disc_loss", []).append(self.server.last_disc_loss)
+        return {k: mean_of(v) for k, v in parts.items()}
+
+    def _global_iteration_batched(self, stacks: list[Stack], anchors: list, live: bool) -> dict:
+        """global_iteration with each architecture group's clients stacked: same public batch (every
+        client draws it from its own copy of the shared stream), same messages, same losses."""
+        draws = [c.public_stream.next(self.cfg.batch_size) for c in self.clients]
+        xb = self.data.public_x[torch.as_tensor(draws[0], device=self.data.public_x.device)]
+        logits = [stack.forward(xb, shared_input=True) for stack in stacks]
+        slot = {n: (g, j) for g, group in enumerate(self._groups) for j, n in enumerate(group.members)}
+        uploads = [
+            self.wire.send(c.name, "server", "logits", logits[slot[n][0]][slot[n][1]].detach())
+            for n, c in enumerate(self.clients)
+        ]
+        replies = self.server.respond(uploads)
+        replies = [self.wire.send("server", c.name, "reply", replies[n]) for n, c in enumerate(self.clients)]
+        parts: dict[str, list] = {}
+        for group, stack, f, anchor in zip(self._groups, stacks, logits, anchors):
+            reply = {"mean_logits": replies[group.members[0]]["mean_logits"]}
+            if "grad_u" in replies[0]:
+                reply["grad_u"] = torch.stack([replies[n]["grad_u"] for n in group.members])
+            anchor_logits = None
+            if anchor is not None:
+                anchor_logits = f.detach() if live else frozen_stack_logits(stack, xb, anchor, shared_input=True)
+            loss, p = global_loss(f, reply, self.num_clients, self.cfg, anchor_logits)
+            stack.step(loss.sum())
+            for k, v in p.items():
+                parts.setdefault(k, []).append(v)
+        self.iteration += 1
+        return {k: mean_of(v) for k, v in parts.items()}
+
+    def models(self) -> list:
+        self._sync_clients()
+        return super().models()
 
     def evaluate(self, t: int) -> dict:
         metrics = super().evaluate(t)
@@ -202,6 +318,14 @@ class FedAL(Federation):
         return out
 
     # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        self._sync_clients()
+        return super().state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self._stacks, self._stale_clients = None, False
+
     def extra_state(self) -> dict:
         return {"server": self.server.state_dict()}
 
@@ -209,12 +333,42 @@ class FedAL(Federation):
         self.server.load_state_dict(state["server"])
 
 
+def architecture_groups(assignment: Sequence[int]) -> list[list[int]]:
+    """The clients of each pool entry in use, in pool order (one batched program each)."""
+    return [[n for n, a in enumerate(assignment) if a == arch] for arch in sorted(set(assignment))]
+
+
+class PrivateGroup:
+    """The private data of one architecture group in one tensor, so that a step's batches of all
+    its clients are one gather; each client's indices still come from its own stream."""
+
+    def __init__(self, members: list[int], clients: Sequence[Client]):
+        self.members = members
+        self.x = torch.cat([clients[n].x for n in members])
+        self.y = torch.cat([clients[n].y for n in members])
+        sizes = [clients[n].num_samples for n in members]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+
+    def batch(self, clients: Sequence[Client], batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(G, B, ...) inputs and (G, B) labels: client n's next batch from its own stream."""
+        idx = np.stack([clients[n].local_stream.next(batch_size) + off for n, off in zip(self.members, self.offsets)])
+        idx = torch.as_tensor(idx, device=self.y.device)
+        return self.x[idx], self.y[idx]
+
+
+@torch.no_grad()
+def frozen_stack_logits(stack: Stack, x: torch.Tensor, frozen, shared_input: bool) -> torch.Tensor:
+    """Logits of frozen stacked snapshots (anchors), in training mode like `frozen_logits`."""
+    return stack.forward(x, shared_input=shared_input, frozen=frozen)
+
+
 # ---------------------------------------------------------------------- pipeline entry
 SWITCHES = {"fedal": (True, True), "fedmd_lf": (False, True), "fedmd": (False, False)}
 
 
 def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FedAL:
-    """fedal reads `use_al` / `use_lf` from the spec (default on); the ablations fix them."""
+    """fedal reads `use_al` / `use_lf` from the spec (default on); the ablations fix them. `batched`
+    (default on) trains each architecture's clients as one program; off: the per-client loop."""
     method = spec["method"]
     use_al, use_lf = SWITCHES[method]
     if method == "fedal":
@@ -222,7 +376,8 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
     adversarial = None
     if use_al:
         adversarial = adversarial_config(spec)
-    algo = FedAL(data, pool, cfg, seed, use_al=use_al, use_lf=use_lf, adversarial=adversarial)
+    batched = bool(spec.get("batched", True))
+    algo = FedAL(data, pool, cfg, seed, use_al=use_al, use_lf=use_lf, adversarial=adversarial, batched=batched)
     diag = spec.get("diagnostics")
     if diag:
         algo.enable_diagnostics(int(diag["every_rounds"]), int(diag["batches"]))

@@ -3,7 +3,9 @@
 Pure functions on logits. KL is written teacher first, KL(teacher || student),
 as in the paper (confirmed by its gradient (68)); every loss is the mean over
 the batch of the per-sample KL summed over classes (`batchmean`), which is the
-paper's (1/|P^{t,i}|) sum_x.
+paper's (1/|P^{t,i}|) sum_x. Logits (B, K) give one value; the KL terms, the split gradient
+and `cross_entropy` also take logits stacked over clients (G, B, K) and give one value per
+client (G,), which the batched clients of fedal.py use.
 
 Choices where the paper is silent or contradicts itself:
 - the KD target is the leave-one-out average of LOGITS, eq. (5); the
@@ -30,7 +32,7 @@ def tempered_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Te
 def kl_to_probs(teacher_probs: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Batch mean of KL(teacher || softmax(student / E)); gradient flows to the student only."""
     log_student = torch.log_softmax(student_logits / temperature, dim=-1)
-    return F.kl_div(log_student, teacher_probs.detach(), reduction="batchmean")
+    return F.kl_div(log_student, teacher_probs.detach(), reduction="none").sum(-1).mean(-1)
 
 
 def kl_to_logits(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -79,7 +81,7 @@ def surrogate_from_grad(logits: torch.Tensor, grad_wrt_logits: torch.Tensor) -> 
         raise ValueError(
             f"logits {tuple(logits.shape)} and gradient {tuple(grad_wrt_logits.shape)} must have the same shape"
         )
-    return (logits * grad_wrt_logits.detach()).sum() / logits.shape[0]
+    return (logits * grad_wrt_logits.detach()).sum(-1).mean(-1)
 
 
 def cross_correlation_loss(
