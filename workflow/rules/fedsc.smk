@@ -7,6 +7,8 @@ FEDSC_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:probe_job"
 FEDSC_RANDOM_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:random_probe_job"  # untrained encoder (reference row)
 FEDSC_RUNS = fedsc_plan.runs(config) + fedsc_plan.standin_runs(config)  # stand-in runs: target fedsc_standin
 FEDSC = index(FEDSC_RUNS)
+FEDSC_PREFIX_ENTRY = "fedrepro.algorithms.fedsc.fedsc:run_prefix"
+FEDSC_PREFIXES, FEDSC_STARTS = fedsc_plan.prefixes(FEDSC_RUNS)  # the rounds before sharing, run once
 FEDSC_OUT = f"{RESULTS}/fedsc"
 FEDSC_RUN = "{dataset}/{method}/{setting}/{seeds}"
 FEDSC_REPORT = {
@@ -32,6 +34,9 @@ rule fedsc_pretrain:
     input:
         data=lambda w: prepared(w.dataset),
         partition=lambda w: partition_file(w.dataset, planned_run(FEDSC, w).partition),
+        prefix=lambda w: fedsc_plan.prefix_input(
+            RESULTS, w.dataset, FEDSC_STARTS.get((w.dataset, w.method, w.setting)), w.seeds
+        ),
         code=code_for(lambda w: methods("fedsc")[w.method]),
     output:
         metrics=f"{FEDSC_OUT}/runs/{FEDSC_RUN}/metrics.parquet",
@@ -49,6 +54,34 @@ rule fedsc_pretrain:
     params:
         entry=lambda w: methods("fedsc")[w.method],
         spec=lambda w: planned_run(FEDSC, w).spec,
+    script:
+        ENTRY
+
+
+# The rounds a setting's private runs and its FedAvg+SC run share before their first sharing round
+# (fedrepro.algorithms.fedsc.prefix): each runs once here and those runs resume from its state.
+rule fedsc_prefix:
+    input:
+        data=lambda w: prepared(w.dataset),
+        partition=lambda w: partition_file(w.dataset, FEDSC_PREFIXES[(w.dataset, w.setting)].partition),
+        prefix=lambda w: fedsc_plan.prefix_input(
+            RESULTS, w.dataset, FEDSC_PREFIXES[(w.dataset, w.setting)].start, w.seeds
+        ),
+        code=code_for(FEDSC_PREFIX_ENTRY),
+    output:
+        metrics=f"{FEDSC_OUT}/prefixes/{{dataset}}/{{setting}}/{{seeds}}/metrics.parquet",
+        summary=f"{FEDSC_OUT}/prefixes/{{dataset}}/{{setting}}/{{seeds}}/summary.json",
+        prefix=f"{FEDSC_OUT}/prefixes/{{dataset}}/{{setting}}/{{seeds}}/prefix.pt",
+    log:
+        f"{RESULTS}/logs/fedsc/prefixes/{{dataset}}/{{setting}}/{{seeds}}.log",
+    conda:
+        CONDA_ENV
+    threads: config["resources"]["train"]["threads"]
+    resources:
+        **train_resources(),
+    params:
+        entry=FEDSC_PREFIX_ENTRY,
+        spec=lambda w: FEDSC_PREFIXES[(w.dataset, w.setting)].spec,
     script:
         ENTRY
 

@@ -20,8 +20,11 @@ the (row, column) of the paper's tables they fill.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 
 from fedrepro.algorithms.fedsc import METHODS
+from fedrepro.algorithms.fedsc import prefix as shared_prefix
 from fedrepro.algorithms.fedsc.participation import clients_per_round
 from fedrepro.data.partition import make_tag
 from fedrepro.experiments import Run, seed_tags, training_options
@@ -217,6 +220,60 @@ def _knn_where_read(section: dict, run: Run) -> Run:
     if (run.dataset, run.method, run.setting) in _figure2_settings(section):
         return run
     return dataclasses.replace(run, spec={**run.spec, "knn": {**run.spec["knn"], "every": run.spec["rounds"]}})
+
+
+@dataclasses.dataclass(frozen=True)
+class Prefix:
+    """A prefix job (`fedrepro.algorithms.fedsc.prefix`): the first `rounds` rounds of FedAvg+SC in one setting,
+    started from the shorter prefix `start` of the same setting (None: from round 1)."""
+
+    dataset: str
+    setting: str
+    rounds: int
+    spec: dict = dataclasses.field(hash=False, compare=False)
+    partition: str | None = None
+    start: str | None = None
+
+
+def prefixes(runs: list[Run]) -> tuple[dict[tuple[str, str], Prefix], dict[tuple[str, str, str], str]]:
+    """The prefix jobs by (data set, setting), and the prefix setting each run (dataset, method, setting) starts
+    from. Runs of one setting without privacy (same identity) share a chain of prefixes, one per first
+    sharing round: a private run starts from the prefix ending before its first sharing round, each prefix
+    from the next shorter one, the FedAvg+SC run from the longest. A setting with fewer than two such runs
+    gets none."""
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        traits = METHODS[run.method].traits
+        if "sc" in traits and "centralized" not in traits and shared_prefix.rounds_before_sharing(run.spec):
+            key = (run.dataset, run.partition, json.dumps(shared_prefix.identity(run.spec), sort_keys=True))
+            groups.setdefault(key, []).append(run)
+    jobs: dict[tuple[str, str], Prefix] = {}
+    starts: dict[tuple[str, str, str], str] = {}
+    for (dataset, partition, _), members in groups.items():
+        private = {r.key: shared_prefix.rounds_before_sharing(r.spec) for r in members if r.spec.get("sharing")}
+        if not private or len(members) < 2:
+            continue
+        every = math.gcd(*(shared_prefix.knn_every(r.spec) for r in members))
+        name, start = members[0].setting.split("_")[0], None
+        for rounds in sorted(set(private.values())):
+            setting = f"{name}_r{rounds}"
+            if (dataset, setting) in jobs:
+                raise ValueError(f"fedsc: two settings of {dataset} share the prefix name {setting}")
+            spec = shared_prefix.prefix_spec(members[0].spec, rounds, every)
+            jobs[(dataset, setting)] = Prefix(dataset, setting, rounds, spec, partition, start)
+            starts.update({key: setting for key, r in private.items() if r == rounds})
+            start = setting
+        starts.update({r.key: start for r in members if r.key not in private})  # FedAvg+SC: the longest
+    return jobs, starts
+
+
+def prefix_folder(results: str, dataset: str, setting: str, seeds: str) -> str:
+    return f"{results}/{PAPER}/prefixes/{dataset}/{setting}/{seeds}"
+
+
+def prefix_input(results: str, dataset: str, setting: str | None, seeds: str) -> list[str]:
+    """The `prefix` input of a job that starts from prefix `setting` (none for None)."""
+    return [] if setting is None else [f"{prefix_folder(results, dataset, setting, seeds)}/prefix.pt"]
 
 
 RANDOM_ROW = "Random encoder (untrained) + probe"

@@ -165,6 +165,17 @@ class Checkpoint:
         return state["rounds_done"], state["rows"]
 
 
+def start_from(path: Path, state: dict) -> bool:
+    """Make `state`, a checkpoint of another run whose rounds this run repeats (a shared prefix, e.g.
+    fedrepro.algorithms.fedsc.prefix), this run's checkpoint at `path`, so `run_rounds` resumes from it; a
+    run with a checkpoint of its own keeps it (a killed run resumes from its later rounds). Returns
+    whether it was written."""
+    if Path(path).exists():
+        return False
+    atomic_write(path, lambda tmp: _write_state(tmp, state, False))
+    return True
+
+
 def _write_state(tmp: Path, state: dict, durable: bool) -> None:
     with open(tmp, "wb") as stream:
         torch.save(state, stream)

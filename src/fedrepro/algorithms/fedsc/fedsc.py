@@ -45,22 +45,13 @@ import torch
 
 from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd, uniform_or_size_weights
-from fedrepro.algorithms.fedsc.jobs import pretrain
+from fedrepro.algorithms.fedsc.jobs import pretrain, save_prefix, train
 from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss
+from fedrepro.algorithms.fedsc.prefix import ROUNDS_KEY, shares_at
 from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out
 from fedrepro.privacy import fedsc as fedsc_privacy
 from fedrepro.privacy.fedsc import dp_calr
 from fedrepro.privacy.mechanisms import normclip
-
-
-def shares_at(t: int, num_rounds: int, sharing: dict | None) -> bool:
-    """Whether round t is a sharing round of the schedule {after: fraction of T, every: k}."""
-    if sharing is None:
-        return False
-    after, every = float(sharing.get("after", 0.0)), int(sharing.get("every", 1))
-    if not 0.0 <= after < 1.0 or every < 1:
-        raise ValueError(f"sharing needs 0 <= after < 1 and every >= 1, got after={after}, every={every}")
-    return t > after * num_rounds and t % every == 0
 
 
 def planned_shares(num_rounds: int, sharing: dict | None) -> int:
@@ -252,6 +243,14 @@ def run_fedsc(job) -> None:
 def run_fedavg_sc(job) -> None:
     _check_no_sharing(job)
     pretrain(job, FedSC)
+
+
+def run_prefix(job) -> None:
+    """The first `prefix_rounds` rounds of FedAvg+SC, which the private runs of its setting (before their
+    first sharing round), a longer prefix and the FedAvg+SC run resume from (`fedsc.prefix`)."""
+    _check_no_sharing(job)
+    train(job, FedSC, int(job.spec[ROUNDS_KEY]))
+    save_prefix(job)
 
 
 def run_centralized_sc(job) -> None:
