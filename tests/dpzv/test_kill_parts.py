@@ -17,7 +17,7 @@ from fedrepro.algorithms.dpzv.jobs import (
     variant_tag,
 )
 from fedrepro.algorithms.dpzv.memory import LiveTensorTracker, param_bytes
-from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, num_params
+from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, bucket_sizes, num_params
 from fedrepro.pipeline import Job
 from fedrepro.store import Store
 
@@ -104,9 +104,11 @@ def params_of(seed=0):
 def test_direction_is_the_seeded_gaussian_draw_scaled_to_its_kind(kind):
     params = params_of()
     generator = torch.Generator().manual_seed(77)
-    z = [torch.randn(p.shape, generator=generator) for p in params]
     d = num_params(params)
-    assert d == 3 * 4 + 4 + 4 * 2 + 2
+    assert d == 3 * 4 + 4 + 4 * 2 + 2 and bucket_sizes([p.numel() for p in params]) == [4]  # one bucket
+    z = [
+        v.view(p.shape) for v, p in zip(torch.randn(d, generator=generator).split([p.numel() for p in params]), params)
+    ]
     norm = math.sqrt(sum(float((t.double() ** 2).sum()) for t in z))
     scale = 1.0 if kind == "gaussian" else math.sqrt(d) / norm
     u = Direction(params, 77, kind)

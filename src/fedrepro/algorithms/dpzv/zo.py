@@ -10,10 +10,17 @@ built as u = sqrt(d) z / ||z|| with z ~ N(0, I). `direction="gaussian"` uses
 u = z (MeZO's choice; the same estimator in expectation).
 
 MeZO-style in place (Section 3: "we adopt the MeZO methodology"): a
-`Direction` stores only a seed and one scalar scale. Every use regenerates z
-tensor by tensor from the seed, so perturbing, restoring and updating the
-parameters never allocates more than one parameter-tensor-sized temporary, and
-no second copy of the model exists.
+`Direction` stores only a seed and one scalar scale, and every use regenerates z
+from the seed. z is drawn in flat buckets: consecutive parameter tensors are
+grouped into buckets of at most max(BUCKET_ELEMENTS, n_max) elements (n_max: the
+largest parameter tensor), one `torch.randn` per bucket, applied to the bucket's
+tensors by one foreach op over views of it. So a pass over BERT-base's 199
+tensors is 5 draws and 5 foreach ops instead of 199 of each (kernel launches
+bound DPZV's rounds on a GPU), and the norm costs one host sync per direction.
+Memory: one bucket is alive at a time (freed before the next is drawn), so the
+only temporary is at most max(BUCKET_ELEMENTS, n_max) elements: never more than
+the largest parameter tensor when n_max >= BUCKET_ELEMENTS (every Figure 6 model),
+at most 256 KiB (float32) otherwise; no second copy of the model exists.
 """
 
 from __future__ import annotations
@@ -75,58 +82,118 @@ def two_point_estimate(
 # ---------------------------------------------------------------- in-place parameter directions
 
 
+BUCKET_ELEMENTS = 1 << 16  # a bucket's bound when every tensor is smaller (65,536 elements: 256 KiB in float32)
+
+
 def num_params(params: Sequence[torch.Tensor]) -> int:
     return sum(p.numel() for p in params)
+
+
+def bucket_sizes(numels: Sequence[int]) -> list[int]:
+    """How many consecutive tensors each bucket holds: tensors are added in order while the bucket's
+    elements stay within max(BUCKET_ELEMENTS, the largest tensor)."""
+    bound = max([BUCKET_ELEMENTS, *numels])
+    sizes, total = [], 0
+    for n in numels:
+        if sizes and total + n <= bound:
+            sizes[-1] += 1
+            total += n
+        else:
+            sizes.append(1)
+            total = n
+    return sizes
+
+
+# Kernel launches of each pass over a direction of `buckets` buckets (fedrepro.plan prices a round from
+# these; tests/dpzv/test_zo_cost.py counts the code below against them).
+def norm_launches(buckets: int, kind: str) -> int:
+    """The sphere's norm at construction: randn and dot per bucket, stack and sum of the dots."""
+    return 0 if kind == "gaussian" else 2 * buckets + 2
+
+
+def add_launches(buckets: int) -> int:
+    """`Direction.add_`: randn and one foreach add per bucket."""
+    return 2 * buckets
+
+
+def step_launches(buckets: int, momentum: float) -> int:
+    """`ZOUpdater.step`: `add_`, or the momentum form (foreach mul of the buffers, randn and foreach add per
+    bucket into the buffers, foreach add of the buffers to the parameters)."""
+    return add_launches(buckets) if momentum == 0.0 else 2 * buckets + 2
 
 
 class Direction:
     """A random direction over a list of parameter tensors, kept as a seed.
 
-    `z(i)` regenerates the Gaussian draw of tensor i; the direction is
-    u_i = scale * z_i, with scale = sqrt(d)/||z|| (sphere) or 1 (gaussian).
-    The generator is re-seeded at every pass, so the same seed always gives
-    bit-identical tensors (eq. 9 updates along the same u the client perturbed with).
+    z is one Gaussian draw per bucket (`bucket_sizes`), viewed as the bucket's tensors; the direction
+    is u = scale * z, with scale = sqrt(d)/||z|| (sphere) or 1 (gaussian). The generator is
+    re-seeded at every pass, so the same seed always gives bit-identical tensors (eq. 9 updates along
+    the same u the client perturbed with).
     """
 
     def __init__(self, params: Sequence[torch.Tensor], seed: int, kind: str = "sphere"):
         self.params = list(params)
+        if len({(p.dtype, p.device) for p in self.params}) > 1:
+            raise ValueError("Direction: every parameter tensor must have the same dtype and device")
         self.seed = int(seed)
         self.kind = check_direction(kind)
         self.dim = num_params(self.params)
+        self.buckets = []  # (first, stop) tensor indices of each bucket
+        for size in bucket_sizes([p.numel() for p in self.params]):
+            first = self.buckets[-1][1] if self.buckets else 0
+            self.buckets.append((first, first + size))
         self.scale = 1.0 if kind == "gaussian" else math.sqrt(self.dim) / math.sqrt(self._squared_norm())
 
-    def _draws(self):
-        device = self.params[0].device
-        gen = torch.Generator(device=device)
+    def _each_bucket(self, fn: Callable[[int, int, torch.Tensor], object]) -> None:
+        """fn(first, stop, z) for each bucket in order, z the flat draw of params[first:stop]. The draw is an
+        argument of fn only, so it is freed before the next is drawn (one bucket alive at a time)."""
+        p0 = self.params[0]
+        gen = torch.Generator(device=p0.device)
         gen.manual_seed(self.seed)
-        for p in self.params:
-            yield p, torch.randn(p.shape, generator=gen, dtype=p.dtype, device=device)
+        for first, stop in self.buckets:
+            fn(first, stop, torch.randn(self._elements(first, stop), generator=gen, dtype=p0.dtype, device=p0.device))
+
+    def _elements(self, first: int, stop: int) -> int:
+        return num_params(self.params[first:stop])
+
+    def _shaped(self, first: int, stop: int, z: torch.Tensor) -> list[torch.Tensor]:
+        """Views of a bucket's flat draw shaped like its tensors (no copy, no kernel)."""
+        group = self.params[first:stop]
+        return [v.view(p.shape) for v, p in zip(z.split([p.numel() for p in group]), group)]
 
     def _squared_norm(self) -> float:
-        total = 0.0
-        for _, z in self._draws():
-            flat = z.reshape(-1)
-            total += float(torch.dot(flat, flat))
-        return total
+        dots = []
+        self._each_bucket(lambda first, stop, z: dots.append(torch.dot(z, z)))
+        return float(torch.stack(dots).sum(dtype=torch.float64))  # the one host sync of a direction
 
     def tensors(self) -> list[torch.Tensor]:
         """u as a list of tensors (allocates a full copy: tests and diagnostics only)."""
-        return [self.scale * z for _, z in self._draws()]
+        out = []
+        self._each_bucket(lambda first, stop, z: out.extend(self.scale * v for v in self._shaped(first, stop, z)))
+        return out
 
     @torch.no_grad()
     def add_(self, coeff: float) -> None:
         """In place: theta += coeff * u."""
         alpha = coeff * self.scale
-        for p, z in self._draws():
-            p.add_(z, alpha=alpha)
+
+        def add(first: int, stop: int, z: torch.Tensor) -> None:
+            torch._foreach_add_(self.params[first:stop], self._shaped(first, stop, z), alpha=alpha)
+
+        self._each_bucket(add)
 
     @torch.no_grad()
     def momentum_step_(self, buffers: Sequence[torch.Tensor], grad_coeff: float, momentum: float, lr: float) -> None:
         """Heavy-ball SGD with gradient grad_coeff * u: b = m b + g; theta -= lr b (torch.optim.SGD form)."""
+        buffers = list(buffers)
         alpha = grad_coeff * self.scale
-        for (p, z), buf in zip(self._draws(), buffers):
-            buf.mul_(momentum).add_(z, alpha=alpha)
-            p.add_(buf, alpha=-lr)
+        torch._foreach_mul_(buffers, momentum)
+
+        def accumulate(first: int, stop: int, z: torch.Tensor) -> None:
+            torch._foreach_add_(buffers[first:stop], self._shaped(first, stop, z), alpha=alpha)
+
+        self._each_bucket(accumulate)
+        torch._foreach_add_(self.params, buffers, alpha=-lr)
 
 
 class ZOUpdater:
