@@ -48,12 +48,29 @@ import torch
 import torch.nn.functional as F
 
 from fedrepro.algorithms.dpzv.base import CLIP_MODES, SERVER_UPDATES, VFLAlgorithm, choice, sgd
-from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, check_direction, fd_divisor
+from fedrepro.algorithms.dpzv.zo import (
+    Direction,
+    ZOUpdater,
+    add_launches,
+    bucket_sizes,
+    check_direction,
+    fd_divisor,
+    norm_launches,
+    step_launches,
+)
 from fedrepro.privacy import dpzv as privacy
 from fedrepro.privacy.mechanisms import clip_scalar, gaussian_noise
 
 TABLE_UPDATES = ("midpoint", "plus")
 LABEL_PRIVACY = ("none", "dp_head")
+
+
+def client_direction_launches(numels: list[int], buffers: int, kind: str, momentum: float) -> int:
+    """Kernel launches of a client's direction in one round besides its two forwards (`fedrepro.plan`):
+    the norm, client_query's three in-place passes and client_apply's step. `buffers` (the model's
+    buffer tensors) plays no part here; it is ZOO-VFL's."""
+    b = len(bucket_sizes(numels))
+    return norm_launches(b, kind) + 3 * add_launches(b) + step_launches(b, momentum)
 
 
 class DPZV(VFLAlgorithm):

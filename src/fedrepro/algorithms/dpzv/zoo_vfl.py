@@ -42,11 +42,27 @@ from fedrepro.algorithms.dpzv.base import (
     noisy_embedding,
     sgd,
 )
-from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, check_direction
+from fedrepro.algorithms.dpzv.zo import (
+    Direction,
+    ZOUpdater,
+    add_launches,
+    bucket_sizes,
+    check_direction,
+    norm_launches,
+    step_launches,
+)
 from fedrepro.privacy import dpzv as privacy
 from fedrepro.privacy.mechanisms import clip_by_norm, gaussian_noise
 
 NOISE_MODES = ("shared", "independent")
+
+
+def client_direction_launches(numels: list[int], buffers: int, kind: str, momentum: float) -> int:
+    """Kernel launches of a client's direction in one round besides its two forwards (`fedrepro.plan`):
+    the twin's refresh (one foreach copy of the parameters, one of the buffers if the model has any), its
+    direction's norm and perturbation, then client_apply's direction (its norm again) and step."""
+    b = len(bucket_sizes(numels))
+    return 1 + (buffers > 0) + 2 * norm_launches(b, kind) + add_launches(b) + step_launches(b, momentum)
 
 
 class ZOOVFL(VFLAlgorithm):
@@ -98,9 +114,20 @@ class ZOOVFL(VFLAlgorithm):
     def eval_embedding(self, h: torch.Tensor) -> torch.Tensor:
         return clip_by_norm(h, self.embed_clip, dim=1) if self.noise["sigma"] > 0 else h
 
-    def _perturbed_copy(self, model: torch.nn.Module, seed: int) -> torch.nn.Module:
-        """A deep copy of `model` moved to w + lambda u (the reference's memory pattern)."""
-        twin = copy.deepcopy(model)
+    @torch.no_grad()
+    def _perturbed_copy(self, owner, model: torch.nn.Module, seed: int) -> torch.nn.Module:
+        """A copy of `model` moved to w + lambda u (the reference's deep copy per round). The copy is made
+        once per party (`owner.twin`) and refreshed each round by foreach copies of the parameters and
+        buffers: the same values as a fresh deep copy, one kernel launch instead of one per tensor."""
+        twin = getattr(owner, "twin", None)
+        if twin is None:
+            twin = owner.twin = copy.deepcopy(model)
+        else:
+            torch._foreach_copy_(list(twin.parameters()), list(model.parameters()))
+            buffers = list(model.buffers())
+            if buffers:
+                torch._foreach_copy_(list(twin.buffers()), buffers)
+            twin.train(model.training)
         Direction([p for p in twin.parameters() if p.requires_grad], seed, self.direction).add_(self.zo_lambda)
         return twin
 
@@ -110,9 +137,7 @@ class ZOOVFL(VFLAlgorithm):
         seed = client.new_seed()
         x = client.x[self.ids_tensor(ids)]
         h = client.model(x)
-        twin = self._perturbed_copy(client.model, seed)
-        h_pert = twin(x)
-        del twin
+        h_pert = self._perturbed_copy(client, client.model, seed)(x)
         sigma = self.noise["sigma"]
         shared = (
             gaussian_noise(h.shape, sigma, client.noise, h.dtype, h.device)
@@ -144,10 +169,9 @@ class ZOOVFL(VFLAlgorithm):
             self.server.optimizer.step()
             return loss_pert - loss, {"train_loss": float(loss)}
         seed = self.server.new_seed()
-        twin = self._perturbed_copy(self.server.head, seed)
+        twin = self._perturbed_copy(self.server, self.server.head, seed)
         base = self.server.losses(ids).mean()
         head_pert = self.server.losses(ids, head=twin).mean()
-        del twin
         self.server.updater.step(
             Direction(self.server.params, seed, self.direction), float(head_pert - base) / self.zo_lambda
         )
