@@ -13,6 +13,12 @@
    the batched `torch.func` program (`fedrepro.fl.batched.local_sgd`), for logistic
    regression, an MLP and LeNet-5 (digits upsampled to 28x28), 100 and 1000 clients;
    ratio = speed-up, target >= 5 at 100 clients of a small model.
+3. FedAL clients of one architecture (issue 30): seconds per FedAL iteration (one local and one
+   global step of every client, tau = 2 so that half the steps run the frozen LF anchor's forward,
+   AL on), the batched path (`fedrepro.fl.batched.Stack`, the default) against the per-client loop
+   (`batched: false`), at 4, 16 and 64 clients, for the LEAF CNN (celeba_cnn pool, 3x84x84, 2
+   classes) and the SVHN WRN pool (wrn10_1, wrn10_2, wrn16_1; 3x32x32, 10 classes) on random
+   images (speed does not depend on the pixels); ratio = speed-up. `--fedal-only` runs this part alone.
 
 One torch thread (the pipeline's jobs run one per core). Writes results/benchmarks/fl_speed.{csv,md}.
 """
@@ -31,6 +37,8 @@ from common import row, write
 from sklearn.datasets import load_digits
 
 from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.algorithms.fedal.base import FedData, TrainConfig
+from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.data.tensors import TensorData
 from fedrepro.fl import batched
 from fedrepro.fl.loop import run_rounds
@@ -174,6 +182,57 @@ def many_clients(label: str, clients_count: int) -> dict:
     )
 
 
+FEDAL_POOLS = {  # label: (pool, image shape, classes): configs/paper.yaml's pools
+    "LEAF CNN (celeba_cnn)": ([{"name": "leaf_cnn", "options": {"in_channels": 3}}], (3, 84, 84), 2),
+    "WRN pool (svhn_wrn)": (
+        [{"name": f"wrn{d}_{k}", "options": {"in_channels": 3}} for d, k in ((10, 1), (10, 2), (16, 1))],
+        (3, 32, 32),
+        10,
+    ),
+}
+FEDAL_TAU, FEDAL_BATCH = 2, 32
+
+
+def fedal_seconds(label: str, clients: int, batched_clients: bool, rounds: int) -> float:
+    """Median seconds per FedAL iteration (a round / tau) after one warm-up round."""
+    pool, shape, classes = FEDAL_POOLS[label]
+    gen = torch.Generator().manual_seed(0)
+
+    def images(n):
+        return torch.randn(n, *shape, generator=gen), torch.randint(0, classes, (n,), generator=gen)
+
+    xs, ys = zip(*(images(2 * FEDAL_BATCH) for _ in range(clients)))
+    data = FedData(list(xs), list(ys), images(4 * FEDAL_BATCH)[0], *images(8), classes)
+    cfg = TrainConfig(tau=FEDAL_TAU, batch_size=FEDAL_BATCH, assignment="round_robin")
+    algo = FedAL(data, pool, cfg, seed=0, batched=batched_clients)
+    algo.round(1)
+    times = []
+    for t in range(rounds):
+        start = time.perf_counter()
+        algo.round(t + 2)
+        times.append((time.perf_counter() - start) / FEDAL_TAU)
+    return statistics.median(times)
+
+
+def fedal_clients(label: str, clients: int, rounds: int) -> dict:
+    batched_s = fedal_seconds(label, clients, True, rounds)
+    loop_s = fedal_seconds(label, clients, False, rounds)
+    print(f"{label}, {clients} clients: batched {batched_s:.3f} s, per-client loop {loop_s:.3f} s", flush=True)
+    return row(
+        "3 FedAL clients stacked",
+        f"{label}, {clients} clients",
+        "s/iteration",
+        batched_s,
+        loop_s,
+        "reference / ours",
+    )
+
+
+def run_fedal(quick: bool) -> list[dict]:
+    torch.set_num_threads(1)
+    return [fedal_clients(label, n, 1 if quick else 3) for label in FEDAL_POOLS for n in (4, 16, 64)]
+
+
 def run(quick: bool) -> list[dict]:
     torch.set_num_threads(1)
     data = digits_tensors()
@@ -181,13 +240,17 @@ def run(quick: bool) -> list[dict]:
     rows = [round_overhead(data, n, rounds[n], b) for b in (False, True) for n in (10, 100)]
     counts = (100,) if quick else (100, 1000)
     rows += [many_clients(label, n) for label in MODELS for n in counts]
-    return rows
+    return rows + run_fedal(quick)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, 100 clients only")
-    print(write(run(parser.parse_args().quick), "fl_speed").to_markdown(index=False, floatfmt=".4g"))
+    parser.add_argument("--fedal-only", action="store_true", help="only part 3 (FedAL clients stacked)")
+    args = parser.parse_args()
+    rows = run_fedal(args.quick) if args.fedal_only else run(args.quick)
+    name = "fl_speed_fedal" if args.fedal_only else "fl_speed"
+    print(write(rows, name).to_markdown(index=False, floatfmt=".4g"))
 
 
 if __name__ == "__main__":
