@@ -8,7 +8,9 @@ and counts it with `fedrepro.experiments.cost.count_step` (meta device; BERT on 
 The planner reads the table; a step missing from it is counted when the planner runs (slower).
 It then writes into benchmarks/unit_costs.csv the counted work (flops, launches) of the unit each
 measured row timed (the first paper-scale run matching its paper, unit, data set, model, method and
-setting prefix), so every configuration fits the same constants.
+setting prefix), so every configuration fits the same constants. A row with `counted = timed run`
+(benchmarks/paper_scale.py --costs) keeps its own: the bench counted the unit it timed, on its staged
+data and with the code it ran.
 """
 
 from __future__ import annotations
@@ -37,26 +39,45 @@ def steps() -> set[str]:
     return keys
 
 
-COLUMNS = ["paper", "unit", "dataset", "model", "method", "device", "seconds", "source", "setting", "flops", "launches"]
+COLUMNS = [
+    "paper",
+    "unit",
+    "dataset",
+    "model",
+    "method",
+    "device",
+    "seconds",
+    "source",
+    "setting",
+    "flops",
+    "launches",
+    "counted",
+]
+TIMED = "timed run"  # `counted`: flops and launches are the timed unit's, counted by the bench that timed it
 
 
-def fill_costs() -> int:
-    """Write each measured row's counted work into unit_costs.csv; returns how many rows got one."""
+def fill_costs(path: Path = COSTS) -> int:
+    """Write each measured row's counted work into the cost table, except the rows the bench counted
+    itself (`counted = timed run`); returns how many rows got one."""
     planned = jobs(load_config([str(ROOT / f) for f in CONFIGS[-1]]), load_counts(COUNTS))
-    costs = load_costs(COSTS)
+    costs = load_costs(path)
     measured = _measured_runs([j for per in planned.values() for j in per["all runs"]], costs)
-    with open(COSTS, newline="") as f:
+    with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
+    filled = 0
     for row, c in zip(rows, costs):
+        if row.get("counted") == TIMED:
+            continue
         work = measured[c].work if c in measured else None
         row["flops"] = f"{work.flops:.6g}" if work else ""
         row["launches"] = f"{work.launches:.6g}" if work else ""
         row["setting"] = c.setting
-    with open(COSTS, "w", newline="") as f:
+        filled += work is not None
+    with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
-        writer.writerows(rows)
-    return len(measured)
+        writer.writerows([{c: r.get(c) or "" for c in COLUMNS} for r in rows])
+    return filled
 
 
 def main() -> None:

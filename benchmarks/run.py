@@ -7,8 +7,9 @@
 Each benchmark measures the project's code and a reference in the same process and reports
 their ratio (see each module's docstring): 1-2 `fl_speed`, 3 `dpzv_speed`, 4 `steffle_speed`,
 5 `pipeline_speed`, the GPU options of fedrepro.fl.precision `precision_speed`, and 7
-`paper_scale` (seconds per unit of every paper-scale training kind; feeds benchmarks/unit_costs.csv on a GPU). Each also
-writes its own table beside the summary.
+`paper_scale` (without a GPU: a trial of `make bench-costs` at smoke sizes, which writes nothing; on a GPU
+only its lever rows: `make bench-costs` refreshes benchmarks/unit_costs.csv). Each also writes its own
+table beside the summary.
 """
 
 from __future__ import annotations
