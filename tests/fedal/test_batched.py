@@ -133,8 +133,9 @@ def test_architecture_groups():
     assert architecture_groups([2, 0, 2, 1]) == [[1], [3], [0, 2]]
 
 
-@pytest.mark.parametrize(("spec", "expected"), [({}, True), ({"batched": False}, False)])
+@pytest.mark.parametrize(("spec", "expected"), [({}, False), ({"batched": True}, True), ({"batched": False}, False)])
 def test_the_spec_flag_picks_the_path(spec, expected):
+    """Default: batched on a GPU only (these tensors are on the CPU)."""
     from fedrepro.algorithms.fedal.fedal import build
 
     algo = build(_images(), POOL, config(), 0, {"method": "fedmd", **spec})

@@ -368,7 +368,9 @@ SWITCHES = {"fedal": (True, True), "fedmd_lf": (False, True), "fedmd": (False, F
 
 def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FedAL:
     """fedal reads `use_al` / `use_lf` from the spec (default on); the ablations fix them. `batched`
-    (default on) trains each architecture's clients as one program; off: the per-client loop."""
+    trains each architecture's clients as one program, false runs the per-client loop; the default is
+    batched on a GPU only: on the CPU the stacked program is slower (benchmarks/fl_speed.py part 3:
+    vmap turns each convolution into a grouped one and BatchNorm's batching rule copies activations)."""
     method = spec["method"]
     use_al, use_lf = SWITCHES[method]
     if method == "fedal":
@@ -376,7 +378,7 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
     adversarial = None
     if use_al:
         adversarial = adversarial_config(spec)
-    batched = bool(spec.get("batched", True))
+    batched = bool(spec.get("batched", data.test_x.device.type == "cuda"))
     algo = FedAL(data, pool, cfg, seed, use_al=use_al, use_lf=use_lf, adversarial=adversarial, batched=batched)
     diag = spec.get("diagnostics")
     if diag:
