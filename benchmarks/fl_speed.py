@@ -228,9 +228,9 @@ def fedal_clients(label: str, clients: int, rounds: int) -> dict:
     )
 
 
-def run_fedal(quick: bool) -> list[dict]:
+def run_fedal(quick: bool, pools=tuple(FEDAL_POOLS), counts=(4, 16, 64)) -> list[dict]:
     torch.set_num_threads(1)
-    return [fedal_clients(label, n, 1 if quick else 3) for label in FEDAL_POOLS for n in (4, 16, 64)]
+    return [fedal_clients(label, n, 1 if quick else 3) for label in pools for n in counts]
 
 
 def run(quick: bool) -> list[dict]:
@@ -247,8 +247,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, 100 clients only")
     parser.add_argument("--fedal-only", action="store_true", help="only part 3 (FedAL clients stacked)")
+    parser.add_argument("--fedal-pools", nargs="+", choices=["leaf", "wrn"], default=["leaf", "wrn"])
+    parser.add_argument("--fedal-clients", nargs="+", type=int, default=[4, 16, 64])
     args = parser.parse_args()
-    rows = run_fedal(args.quick) if args.fedal_only else run(args.quick)
+    pools = [label for label in FEDAL_POOLS if any(p in label.lower() for p in args.fedal_pools)]
+    rows = run_fedal(args.quick, pools, args.fedal_clients) if args.fedal_only else run(args.quick)
     name = "fl_speed_fedal" if args.fedal_only else "fl_speed"
     print(write(rows, name).to_markdown(index=False, floatfmt=".4g"))
 
