@@ -105,10 +105,10 @@ def test_direction_is_the_seeded_gaussian_draw_scaled_to_its_kind(kind):
     params = params_of()
     generator = torch.Generator().manual_seed(77)
     d = num_params(params)
-    assert d == 3 * 4 + 4 + 4 * 2 + 2 and bucket_sizes([p.numel() for p in params]) == [4]  # one bucket
-    z = [
-        v.view(p.shape) for v, p in zip(torch.randn(d, generator=generator).split([p.numel() for p in params]), params)
-    ]
+    assert d == 3 * 4 + 4 + 4 * 2 + 2 and bucket_sizes([p.numel() for p in params]) == [1, 2, 1]
+    draws = [torch.randn(n, generator=generator) for n in (12, 4 + 8, 2)]  # one per bucket
+    z = [draws[0].view(4, 3), *draws[1].split([4, 8]), draws[2]]
+    z = [t.view(p.shape) for t, p in zip(z, params)]
     norm = math.sqrt(sum(float((t.double() ** 2).sum()) for t in z))
     scale = 1.0 if kind == "gaussian" else math.sqrt(d) / norm
     u = Direction(params, 77, kind)

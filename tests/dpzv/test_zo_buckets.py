@@ -8,33 +8,30 @@ import math
 import pytest
 import torch
 
-from fedrepro.algorithms.dpzv import zo
 from fedrepro.algorithms.dpzv.memory import LiveTensorTracker
 from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, bucket_sizes
 from fedrepro.algorithms.dpzv.zoo_vfl import ZOOVFL
 from tests.dpzv.conftest import tiny_settings
 
 
-def test_buckets_fill_in_order_up_to_the_constant_or_the_largest_tensor(monkeypatch):
-    monkeypatch.setattr(zo, "BUCKET_ELEMENTS", 6)
-    assert bucket_sizes([3, 3, 3]) == [2, 1]
-    assert bucket_sizes([6, 1, 5, 7]) == [2, 1, 1]  # the bound is the largest tensor (7) when larger
+def test_buckets_fill_in_order_up_to_the_largest_tensor():
+    assert bucket_sizes([3, 3, 3]) == [1, 1, 1]
+    assert bucket_sizes([6, 1, 5, 7]) == [2, 1, 1]
     assert bucket_sizes([2, 2, 10, 1, 9]) == [2, 1, 2]
+    assert bucket_sizes([35, 5, 15, 3, 21]) == [1, 3, 1]
     assert bucket_sizes([1]) == [1] and bucket_sizes([]) == []
-    monkeypatch.setattr(zo, "BUCKET_ELEMENTS", 1 << 16)
-    assert bucket_sizes([100] * 1000) == [655, 345]
+    assert bucket_sizes([100] * 1000 + [65_536]) == [655, 345, 1]
 
 
 def many_tensors(seed=0):
-    """Tensors of 35, 5, 15, 3 and 21 elements: buckets [35], [5, 15, 3], [21] at BUCKET_ELEMENTS = 1."""
+    """Tensors of 35, 5, 15, 3 and 21 elements: buckets [35], [5, 15, 3], [21]."""
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Linear(5, 3), torch.nn.Linear(3, 7, bias=False))
     return list(net.parameters())
 
 
 @pytest.fixture
-def small_buckets(monkeypatch):
-    monkeypatch.setattr(zo, "BUCKET_ELEMENTS", 1)
+def small_buckets():
     params = many_tensors()
     assert bucket_sizes([p.numel() for p in params]) == [1, 3, 1]
     return params
