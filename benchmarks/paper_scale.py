@@ -273,7 +273,7 @@ def kind_runs(config: dict, kinds: list[Kind], strict: bool = True) -> list[tupl
     return out
 
 
-def timed_work(config: dict, run, job: plan.Job) -> plan.Work:
+def timed_work(config: dict, run, job: plan.Job, counts) -> plan.Work:
     """The work of the unit the median times: the planner's unit, less a FedAL iteration's share of its
     `evals` test passes (the median round has none; the planner adds them back when it scales the row)."""
     if job.paper != "fedal":
@@ -281,7 +281,7 @@ def timed_work(config: dict, run, job: plan.Job) -> plan.Work:
     from fedrepro.experiments.fedal import parse_setting
 
     without = replace(run, spec={**run.spec, "evals": 0})
-    return plan.fedal_work(config, without, plan.load_default_counts(), parse_setting(run.setting)["clients"])
+    return plan.fedal_work(config, without, counts, parse_setting(run.setting)["clients"])
 
 
 def timed_kinds(
@@ -290,13 +290,14 @@ def timed_kinds(
     """Each kind's run and planned job (priced by the planner, `fedrepro.plan.plan_and_constants`), the
     job's work per unit the one the bench times (`timed_work`) at `sizes`; a kind the configuration does
     not plan raises."""
+    counts = plan.load_default_counts()  # plan_and_constants counts the steps missing from the table into it
     with sizes_of(sizes):
-        planned, _ = plan.plan_and_constants(config, costs)
+        planned, _ = plan.plan_and_constants(config, costs, counts)
     out = []
     for kind, run in kind_runs(config, kinds, strict):
         job = next(j for j in planned[kind.paper]["all runs"] if j.key[:3] == run.key and j.unit == kind.the_unit)
         with sizes_of(sizes):
-            work = timed_work(config, run, job)
+            work = timed_work(config, run, job, counts)
         if work != job.work:  # the bench's own copy: the planner's job object is shared by its tables
             job = replace(job, work=work)
         out.append(Timed(kind, run, job, units_per_round(kind.paper, run.spec)))
@@ -648,13 +649,16 @@ def prepared_sizes(config: dict, datasets: set[str]) -> dict[str, tuple[int, int
     return out
 
 
-def plan_bench(gpu: bool, scratch: Path, kinds: list[Kind] = KINDS) -> tuple[list[Timed], float]:
-    """The kinds that fit the budget, each priced by the planner at the staged sizes, and the estimate."""
+def plan_bench(
+    gpu: bool, scratch: Path, kinds: list[Kind] = KINDS, budget: float = BUDGET_S
+) -> tuple[list[Timed], float]:
+    """The kinds that fit `budget` (`fit_budget`; a GPU run's), each priced by the planner at the staged
+    sizes, and the estimate."""
     _, config = bench_config(scratch, gpu)
     costs = plan.load_costs()
     timed = timed_kinds(config, kinds, staged_sizes(gpu), costs, strict=gpu)
     if gpu:
-        timed = fit_budget(timed)
+        timed = fit_budget(timed, budget)
     return timed, planned_seconds(timed)
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from fedrepro import plan
+from fedrepro.data import sources
 from fedrepro.fl.loop import run_rounds
+from fedrepro.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -24,14 +26,22 @@ import paper_scale  # noqa: E402
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    """The kinds a GPU run would time, priced by the planner at the staged sizes, and its estimate."""
-    return paper_scale.plan_bench(True, tmp_path_factory.mktemp("bench"))
+    """Every kind a GPU run would time (none trimmed), priced by the planner at the staged sizes, and the
+    estimate."""
+    return paper_scale.plan_bench(True, tmp_path_factory.mktemp("bench"), budget=math.inf)
 
 
 @pytest.fixture(scope="module")
-def paper_pools():
+def paper_plan():
+    """The paper configuration, its counts (steps missing from the table counted) and its priced jobs."""
     config = plan.load_config([str(REPO / "config.yaml"), str(REPO / "configs" / "paper.yaml")])
-    return paper_scale.pools(plan.jobs(config, plan.load_default_counts()))
+    counts = plan.load_default_counts()
+    return config, counts, plan.plan_and_constants(config, counts=counts)[0]
+
+
+@pytest.fixture(scope="module")
+def paper_pools(paper_plan):
+    return paper_scale.pools(paper_plan[2])
 
 
 def test_every_pool_the_paper_configuration_plans_has_a_kind(bench, paper_pools):
@@ -49,8 +59,7 @@ def test_every_pool_the_paper_configuration_plans_has_a_kind(bench, paper_pools)
 
 def test_the_bench_fits_twenty_minutes_by_the_planners_own_model(bench):
     timed, estimate = bench
-    assert len(timed) == len(paper_scale.KINDS), "a kind was trimmed to fit the budget"
-    assert estimate == paper_scale.planned_seconds(timed)
+    assert estimate == paper_scale.planned_seconds(timed) and len(timed) == len(paper_scale.KINDS)
     assert estimate <= paper_scale.BUDGET_S, f"the planner expects {estimate / 60:.1f} min"
     for t in timed:  # every kind priced (a kind the planner cannot price would read as free)
         assert t.job.seconds_per_unit > 0 and math.isfinite(t.job.seconds_per_unit), t.kind
@@ -66,17 +75,13 @@ def test_over_budget_the_second_methods_go_first_and_the_pools_refuse(bench):
         paper_scale.fit_budget(timed, budget=pools_only - 1)
 
 
-def test_a_row_carries_the_work_of_the_unit_timed_on_the_staged_data(bench):
+def test_a_row_carries_the_work_of_the_unit_timed_on_the_staged_data(bench, paper_plan):
     """A FedSC round on 10,240 staged CIFAR-10 images is about a fifth of the paper's 50,000-image round
     (the kNN monitor reads the test images too); a FedAL iteration does not depend on the data size, and
     the median round has no evaluation: its work is the planner's with `evals: 0`."""
     timed, _ = bench
-    config = plan.load_config([str(REPO / "config.yaml"), str(REPO / "configs" / "paper.yaml")])
-    paper_jobs = {
-        (j.key[:3], j.unit): j
-        for per in plan.jobs(config, plan.load_default_counts()).values()
-        for j in per["all runs"]
-    }
+    config, counts, planned = paper_plan
+    paper_jobs = {(j.key[:3], j.unit): j for per in planned.values() for j in per["all runs"]}
     for t in timed:
         paper = paper_jobs[(t.job.key[:3], t.job.unit)]
         ratio = t.job.work.flops / paper.work.flops
@@ -86,7 +91,7 @@ def test_a_row_carries_the_work_of_the_unit_timed_on_the_staged_data(bench):
             run = next(r for r in paper_scale._runs(config, "fedal") if r.key == t.job.key[:3])
             spec = {**run.spec, "evals": 0}
             clients = int(t.job.key[2].split("-c")[1].split("-")[0])
-            expected = plan.fedal_work(config, replace(run, spec=spec), plan.load_default_counts(), clients)
+            expected = plan.fedal_work(config, replace(run, spec=spec), counts, clients)
             assert t.job.work == expected and ratio < 0.95, t.kind  # the paper's unit has 30 evaluations
 
 
@@ -220,12 +225,27 @@ def test_the_round_clock_caps_a_kind(monkeypatch):
     assert paper_scale.median_round(stamps) == 2.0
 
 
-def test_without_a_gpu_the_command_writes_nothing(monkeypatch, tmp_path):
+def test_without_a_gpu_the_command_writes_nothing(bench, monkeypatch, tmp_path):
+    """The CPU trial goes through every step but the GPU's (staging, preparing and timing faked here)
+    and leaves the table as it was; the bare command without --trial times nothing."""
+    timed, estimate = bench
+    table = tmp_path / "unit_costs.csv"
+    shutil.copy(plan.COSTS, table)
+    before = table.read_bytes()
+    monkeypatch.setattr(plan, "COSTS", table)
+    for name in (EVERY_ENV, MINUTES_ENV, DETERMINISTIC_ENV, sources.CHECKSUM_OVERRIDES_ENV):
+        monkeypatch.delenv(name, raising=False)  # the command sets them for its jobs: restored after the test
     monkeypatch.setattr(paper_scale.torch.cuda, "is_available", lambda: False)
-    before = plan.COSTS.read_bytes()
-    monkeypatch.setattr(paper_scale, "plan_bench", lambda gpu, scratch, kinds: ([], paper_scale.STARTUP_S))
+    monkeypatch.setattr(paper_scale, "plan_bench", lambda gpu, scratch, kinds: (timed[:2], estimate))
+    monkeypatch.setattr(paper_scale, "stage", lambda root, gpu, datasets: {})
+    monkeypatch.setattr(paper_scale, "prepare_inputs", lambda *args, **kwargs: None)
+    monkeypatch.setattr(paper_scale, "prepared_sizes", lambda config, datasets: {})
+    monkeypatch.setattr(paper_scale, "timed_kinds", lambda *args, **kwargs: timed[:2])
+    monkeypatch.setattr(paper_scale, "seconds_per_unit", lambda t, config, scratch: 1.0)
+    rows = paper_scale.bench_costs(trial=True)
+    assert [r["ours"] for r in rows] == [1.0, 1.0]  # both kinds went through
     assert paper_scale.bench_costs() == []
-    assert plan.COSTS.read_bytes() == before
+    assert table.read_bytes() == before
     assert paper_scale.device_name() == "CPU (no GPU present)"
 
 
