@@ -160,6 +160,9 @@ def bench_overrides(scratch: Path, gpu: bool, bert: Path | None = None) -> dict:
     results and raw data in `scratch`, Amazon's staged subsample, and on a GPU the random bert-base in
     `bert` as Amazon's tokenizer and client encoder (pretrained_source custom)."""
     overrides: dict = {"results": str(scratch / "results"), "data_root": str(scratch / "raw")}
+    if not gpu:  # the planner counts Amazon at the catalog's 384 tokens: smoke's small encoder must take 128
+        overrides["datasets"] = {"amazon_polarity": {"length": 384}}
+        overrides["dpzv"] = {"datasets": {"amazon_polarity": {"model": {"options": {"max_len": 128}}}}}
     if gpu:
         overrides["datasets"] = {"amazon_polarity": {"n_train": AMAZON_ROWS[0], "n_test": AMAZON_ROWS[1]}}
     if bert is not None:
