@@ -19,7 +19,8 @@ rule fedal_train:
     input:
         data=lambda w: prepared(w.dataset),
         partition=lambda w: partition_file(w.dataset, planned_run(FEDAL, w).partition),
-        code=code_for(lambda w: methods("fedal")[w.method]),
+        longer=lambda w: fedal_plan.longer_input(RESULTS, planned_run(FEDAL, w), w.seeds),
+        code=code_for(lambda w: [fedal_plan.job_entry(planned_run(FEDAL, w)), methods("fedal")[w.method]]),
     output:
         metrics=f"{FEDAL_OUT}/runs/{FEDAL_RUN}/metrics.parquet",
         summary=f"{FEDAL_OUT}/runs/{FEDAL_RUN}/summary.json",
@@ -31,7 +32,7 @@ rule fedal_train:
     resources:
         **train_resources(),
     params:
-        entry=lambda w: methods("fedal")[w.method],
+        entry=lambda w: fedal_plan.job_entry(planned_run(FEDAL, w)),
         spec=lambda w: planned_run(FEDAL, w).spec,
     script:
         ENTRY

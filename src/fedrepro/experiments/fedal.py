@@ -19,6 +19,9 @@ variances). Pure Python: no torch.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from fedrepro.algorithms import method_table
 from fedrepro.data.partition import make_tag
 from fedrepro.experiments import Run
@@ -175,7 +178,8 @@ def experiment_runs(config: dict, name: str) -> list[Run]:
 
 
 def runs(config: dict) -> list[Run]:
-    """Every run of every experiment; one run where two experiments plan the same job."""
+    """Every run of every experiment; one run where two experiments plan the same job, and a run that is the
+    first rounds of a longer one read from it (`_read_from_longer`)."""
     by_key: dict[tuple, Run] = {}
     for name in config[PAPER]["experiments"]:
         for run in experiment_runs(config, name):
@@ -183,7 +187,51 @@ def runs(config: dict) -> list[Run]:
             if seen is not None and seen.spec != run.spec:
                 raise ValueError(f"fedal: experiments plan the run {run.key} twice with different settings")
             by_key.setdefault(run.key, run)
-    return list(by_key.values())
+    return _read_from_longer(list(by_key.values()))
+
+
+# A run is, round for round, the first rounds of a run of the same setting with a larger budget: nothing but
+# the number of rounds and the evaluation cadence reads `iterations` (fedrepro.algorithms.fedal.budget). Such a
+# run (Table IX's |P| = 1000 cells, alpha = 1, 5,000 iterations, within the 7,000-iteration runs of Tables VI
+# and VIII) runs only its last round, from the longest run's state (`budget.run_read_at`); the longest keeps
+# that state (`budget.run_keeping`). Spec keys: `entry` (the method's), `read_at` (the longest run: the
+# budgets read from it), `read_from` (a shorter run: the longest run's setting).
+BUDGET = "fedrepro.algorithms.fedal.budget"
+
+
+def _read_from_longer(planned: list[Run]) -> list[Run]:
+    groups: dict[tuple, list[Run]] = {}
+    for run in planned:
+        rest = json.dumps({k: v for k, v in run.spec.items() if k != "iterations"}, sort_keys=True, default=str)
+        groups.setdefault((run.dataset, run.method, run.partition, rest), []).append(run)
+    out = {run.key: run for run in planned}
+    for members in groups.values():
+        longest = max(members, key=lambda r: r.spec["iterations"])
+        shorter = [r for r in members if r.spec["iterations"] < longest.spec["iterations"]]
+        if not shorter:
+            continue
+        entry = {"entry": method_table(PAPER)[longest.method].entry}
+        budgets = sorted({r.spec["iterations"] for r in shorter})
+        out[longest.key] = dataclasses.replace(longest, spec={**longest.spec, **entry, "read_at": budgets})
+        for run in shorter:
+            out[run.key] = dataclasses.replace(run, spec={**run.spec, **entry, "read_from": longest.setting})
+    return list(out.values())
+
+
+def job_entry(run: Run) -> str:
+    """The function a run's job calls: the method's, or the budget wrapper of a run read from / kept for another."""
+    if "read_at" in run.spec:
+        return f"{BUDGET}:run_keeping"
+    if "read_from" in run.spec:
+        return f"{BUDGET}:run_read_at"
+    return method_table(PAPER)[run.method].entry
+
+
+def longer_input(results: str, run: Run, seeds: str) -> list[str]:
+    """The `longer` input of a run read from a longer one: that run's summary (none for the others)."""
+    if "read_from" not in run.spec:
+        return []
+    return [f"{run.folder(results, PAPER, seeds).rsplit('/', 2)[0]}/{run.spec['read_from']}/{seeds}/summary.json"]
 
 
 # ------------------------------------------------------------------ report targets

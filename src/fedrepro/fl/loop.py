@@ -96,6 +96,15 @@ def _default_every() -> int:
     return parse_every(os.environ.get(EVERY_ENV))
 
 
+# Rounds after which a run also keeps its state in a file of its own (`Checkpoint.kept`), for shorter runs of
+# the same setting that end there (fedrepro.algorithms.fedal.budget): set by the job that asks for them.
+KEEP_ENV = "FEDREPRO_KEEP_ROUNDS"
+
+
+def _default_keep() -> tuple[int, ...]:
+    return tuple(int(t) for t in os.environ.get(KEEP_ENV, "").split(",") if t.strip())
+
+
 @dataclass
 class Checkpoint:
     """A file holding the algorithm, every RNG state and the metric rows so far.
@@ -110,6 +119,7 @@ class Checkpoint:
     every: int = field(default_factory=_default_every)
     minutes: float | None = field(default_factory=_default_minutes)
     clock: Callable[[], float] = time.monotonic
+    keep: tuple[int, ...] = field(default_factory=_default_keep)
     bytes_written: int = 0
     saves: int = 0
     _last: float | None = field(default=None, repr=False)
@@ -130,12 +140,7 @@ class Checkpoint:
         return self.clock() - self._last >= 60.0 * self.minutes
 
     def save(self, algorithm: FederatedAlgorithm, rounds_done: int, rows: list[dict]) -> None:
-        state = {
-            "rounds_done": rounds_done,
-            "rows": rows,
-            "rng": seeding.rng_state(),
-            "algorithm": algorithm.state_dict(),
-        }
+        state = _state(algorithm, rounds_done, rows)
         durable = bool(self.minutes)  # paper scale: rare, large writes, worth surviving a node crash
         written = atomic_write(self.path, lambda tmp: _write_state(tmp, state, durable))
         if durable:
@@ -143,6 +148,13 @@ class Checkpoint:
         self.bytes_written += written.stat().st_size
         self.saves += 1
         self._last = self.clock()
+
+    def kept(self, rounds_done: int) -> Path:
+        """The file holding the state after round `rounds_done` (`keep`)."""
+        return self.path.with_name(f"{self.path.stem}.r{rounds_done}{self.path.suffix}")
+
+    def keep_state(self, algorithm: FederatedAlgorithm, rounds_done: int, rows: list[dict]) -> None:
+        atomic_write(self.kept(rounds_done), lambda tmp: _write_state(tmp, _state(algorithm, rounds_done, rows), False))
 
     def restore(self, algorithm: FederatedAlgorithm) -> tuple[int, list[dict]]:
         """Load the checkpoint if there is one; returns (rounds done, metric rows). Temporary files of
@@ -163,6 +175,11 @@ class Checkpoint:
         seeding.set_rng_state(state["rng"])
         log.info("resumed %s after round %d", self.path, state["rounds_done"])
         return state["rounds_done"], state["rows"]
+
+
+def _state(algorithm: FederatedAlgorithm, rounds_done: int, rows: list[dict]) -> dict:
+    """What a checkpoint holds: rounds done, the metric rows so far, every global RNG state, the algorithm."""
+    return {"rounds_done": rounds_done, "rows": rows, "rng": seeding.rng_state(), "algorithm": algorithm.state_dict()}
 
 
 def start_from(path: Path, state: dict) -> bool:
@@ -216,6 +233,8 @@ def run_rounds(
         if t % eval_every == 0 or t == num_rounds:
             row.update(algorithm.evaluate(t))
         rows.append(row)
+        if checkpoint and t in checkpoint.keep:
+            checkpoint.keep_state(algorithm, t, list(rows))
         if checkpoint and checkpoint.due(t, num_rounds):
             checkpoint.save(algorithm, t, rows)
     if num_rounds > done:  # read by benchmarks/paper_scale.py (seconds per round, checkpoints included)
