@@ -149,3 +149,14 @@ def test_paper_scale_reads_table_9s_1000_cells_from_the_7000_iteration_runs():
     assert jobs[("svhn", "fedal", "svhn_wrn-a1-c20-p1000-i7000", "s0")].units == 7000
     quick = plan.load_config([str(repo / "config.yaml")])  # one budget (30 iterations): nothing read
     assert not any("entry" in r.spec for r in fedal.runs(quick))
+
+
+def test_table_9_says_which_cells_were_read_from_a_longer_run(tmp_path):
+    from fedrepro.report.fedal import read_notes
+
+    paths = []
+    for method, spec in (("fedal", {"read_from": "svhn_wrn-a1-c20-p1000-i7000"}), ("fedmd", {})):
+        paths.append(tmp_path / f"{method}.json")
+        paths[-1].write_text(json.dumps({"spec": {"method": method, **spec}, "seeds": {}}))
+    (note,) = read_notes([str(p) for p in paths])
+    assert note.startswith("FedAL at 1000 public samples: the first iterations of the 7000-iteration runs")

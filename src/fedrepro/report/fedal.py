@@ -82,7 +82,8 @@ def table(job) -> None:
     table = tables.compare(finals[["row", "column", "seed", "value", *health]], published)
     finals["panel"] = "all runs" if spec["axis"] == "method" else finals["column"]
     metrics = _panel_metrics(job.input["metrics"], spec["axis"]) if job.input.get("metrics") else None
-    caption = CAPTIONS[spec["name"]] + _describe(finals) + "".join(f"\n{n}" for n in notes(finals, spec, metrics))
+    extra = notes(finals, spec, metrics) + read_notes(job.input["summaries"])
+    caption = CAPTIONS[spec["name"]] + _describe(finals) + "".join(f"\n{n}" for n in extra)
     tables.write_table(table, job.output["md"].removesuffix(".md"), caption, spec["scale"], spec["decimals"])
 
 
@@ -214,6 +215,21 @@ def notes(finals: pd.DataFrame, spec: dict, metrics: pd.DataFrame | None = None)
     if "cfd" in methods:
         out.append("CFD: its soft-label quantisation and delta coding are not modelled (uplink counted unquantised).")
     return out
+
+
+def read_notes(paths: list[str]) -> list[str]:
+    """Cells read from a longer run of the same setting (fedrepro.algorithms.fedal.budget): one line per longer run."""
+    read = {}
+    for path in paths:
+        spec = json.loads(Path(path).read_text()).get("spec", {})
+        if "read_from" in spec:
+            read.setdefault(spec["read_from"], set()).add(NAMES[spec["method"]])
+    return [
+        f"{', '.join(sorted(methods))} at {parse_setting(longer)['public']} public samples: the first "
+        f"iterations of the {parse_setting(longer)['iterations']}-iteration runs of the same setting, read from "
+        "them (one round run from their state), not trained again: the same runs, so the same numbers"
+        for longer, methods in read.items()
+    ]
 
 
 FEDPROTO_VARIANTS = {
