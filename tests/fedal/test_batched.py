@@ -1,4 +1,4 @@
-"""FedAL, FedMD-LF and FedMD with each architecture's clients stacked into one program (issue 30)
+"""FedAL, FedMD-LF, FedMD and CFD with each architecture's clients stacked into one program (issue 30)
 give the per-client loop's numbers: parameters, BatchNorm running statistics, Adam state, the
 discriminator, the wire and every metric, in float64 so the tolerance is tight."""
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.fedal.base import FedData
-from fedrepro.algorithms.fedal.fedal import FedAL, architecture_groups
+from fedrepro.algorithms.fedal.base import FedData, architecture_groups
+from fedrepro.algorithms.fedal.cfd import CFD
+from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.server import AdversarialConfig
 from fedrepro.fl.loop import run_rounds
 
@@ -45,8 +46,20 @@ def _images(num_clients=5, k=4, public=24, seed=0) -> FedData:
 
 
 def _run(method: str, batched: bool, rounds: int = 2, diagnostics: bool = False, **cfg):
-    use_al, use_lf = SWITCHES[method]
     torch.manual_seed(0)
+    if method == "cfd":
+        algo = CFD(
+            _images(),
+            POOL,
+            config(tau=2, batch_size=6, record_messages=True, **cfg),
+            0,
+            POOL[1],
+            None,
+            ASSIGNMENT,
+            batched,
+        )
+        return algo, run_rounds(algo, rounds)
+    use_al, use_lf = SWITCHES[method]
     algo = FedAL(
         _images(),
         POOL,
@@ -94,7 +107,7 @@ def _same_runs(reference, batched):
     assert algo_ref.wire.messages == algo_bat.wire.messages
 
 
-@pytest.mark.parametrize("method", list(SWITCHES))
+@pytest.mark.parametrize("method", [*SWITCHES, "cfd"])
 def test_batched_clients_match_the_per_client_loop(method):
     _same_runs(_run(method, batched=False), _run(method, batched=True))
 

@@ -28,7 +28,7 @@ METHODS = {
     "fedmd_lf": _row("fedal", "FedMD-LF", {"ablation"}, ("batched",)),
     "fedmd": _row("fedal", "FedMD", {"ablation", "baseline"}, ("batched",)),
     "fedproto": _row("fedproto", "FedProto", {"baseline"}, ("proto_weight", "variant", "prototype_average")),
-    "cfd": _row("cfd", "CFD", {"baseline"}, ("server_model", "server_lr")),
+    "cfd": _row("cfd", "CFD", {"baseline"}, ("server_model", "server_lr", "batched")),
     "fccl": _row("fccl", "FCCL", {"baseline"}, ("pretrain_iters", "local_steps")),
     "fccl_plus": _row(
         "fccl", "FCCL+", {"baseline"}, ("similarity_temperature", "similarity_weight", "nt_temperature", "local_steps")

@@ -29,6 +29,7 @@ from fedrepro.algorithms.fedal.client import (
     cross_entropy,
 )
 from fedrepro.eval.health import check_chance, majority_rate
+from fedrepro.fl.batched import Stack
 from fedrepro.fl.transport import Wire
 
 
@@ -86,6 +87,7 @@ class Federation:
         cfg: TrainConfig,
         seed: int,
         assignment: Sequence[int] | None = None,
+        batched: bool = False,
     ):
         if cfg.tau < 1:
             raise ValueError(f"tau must be >= 1, got {cfg.tau}")
@@ -104,6 +106,11 @@ class Federation:
             client.pretrain(cfg.pretrain_iters)
         self.wire = Wire(record=cfg.record_messages)
         self.iteration = 0
+        self.batched = batched
+        groups = architecture_groups(self.assignment) if batched else []
+        self._groups = [PrivateGroup(members, self.clients) for members in groups]
+        self._stacks: list[Stack] | None = None
+        self._stale_clients = False
 
     def _make_client(self, n: int) -> Client:
         model = build_client_model(self.pool[self.assignment[n]], self.data.num_classes)
@@ -130,9 +137,45 @@ class Federation:
         """The public-batch stream every client draws, for a server that holds P's inputs."""
         return Stream(np.arange(len(self.data.public_x)), self.public_seed)
 
+    # ------------------------------------------------------------------ batched clients
+    # `batched` (FedAL, FedMD-LF, FedMD, CFD): the clients of one architecture train as one program
+    # (fl.batched.Stack); the stacks are the clients' state while they train and are copied into the
+    # client models and Adams whenever those are read (evaluation, checkpoint).
+    def stacks(self) -> list[Stack]:
+        """One stack per architecture group (`_groups`), built from the clients on first use."""
+        if self._stacks is None:
+            self._stacks = [
+                Stack([self.clients[n].model for n in g.members], [self.clients[n].opt for n in g.members])
+                for g in self._groups
+            ]
+        self._stale_clients = True  # the caller is about to train them
+        return self._stacks
+
+    def sync_clients(self) -> None:
+        """Copy the stacks into the client models and Adams (before anything reads them)."""
+        if self._stale_clients:
+            for stack in self._stacks:
+                stack.write_back()
+            self._stale_clients = False
+
+    def shared_public_batch(self) -> torch.Tensor:
+        """The public batch every client draws from its own copy of the shared stream (they agree)."""
+        draws = [c.public_stream.next(self.cfg.batch_size) for c in self.clients]
+        return self.data.public_x[torch.as_tensor(draws[0], device=self.data.public_x.device)]
+
+    def stacked_logits(self, xb: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Each group's stacked logits (G, B, K) on the shared batch `xb`, and each client's in client order."""
+        logits = [stack.forward(xb, shared_input=True) for stack in self.stacks()]
+        per_client: list = [None] * self.num_clients
+        for group, f in zip(self._groups, logits):
+            for j, n in enumerate(group.members):
+                per_client[n] = f[j]
+        return logits, per_client
+
     # ------------------------------------------------------------------ evaluation
     def models(self) -> list[torch.nn.Module]:
         """The model each client would deploy (overridden by shareable methods)."""
+        self.sync_clients()
         return [c.model for c in self.clients]
 
     @torch.no_grad()
@@ -180,6 +223,7 @@ class Federation:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
+        self.sync_clients()
         return {
             "clients": [c.state_dict() for c in self.clients],
             "wire": self.wire.state_dict(),
@@ -193,6 +237,7 @@ class Federation:
         self.wire.load_state_dict(state["wire"])
         self.iteration = state["iteration"]
         self.load_extra_state(state["extra"])
+        self._stacks, self._stale_clients = None, False
 
     def extra_state(self) -> dict:
         return {}
@@ -203,6 +248,14 @@ class Federation:
     def local_supervised_stage(self) -> float:
         """tau cross-entropy steps on every client's private data; the mean loss."""
         losses = []
+        if self.batched:
+            for group, stack in zip(self._groups, self.stacks()):
+                for _ in range(self.cfg.tau):
+                    x, y = group.batch(self.clients, self.cfg.batch_size)
+                    loss = cross_entropy(stack.forward(x), y)
+                    stack.step(loss.sum())
+                    losses.append(loss.detach())
+            return mean_of(losses)
         for client in self.clients:
             for _ in range(self.cfg.tau):
                 x, y = client.local_batch()
@@ -213,6 +266,29 @@ class Federation:
 
     def round(self, t: int) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def architecture_groups(assignment: Sequence[int]) -> list[list[int]]:
+    """The clients of each pool entry in use, in pool order (one batched program each)."""
+    return [[n for n, a in enumerate(assignment) if a == arch] for arch in sorted(set(assignment))]
+
+
+class PrivateGroup:
+    """The private data of one architecture group in one tensor, so that a step's batches of all
+    its clients are one gather; each client's indices still come from its own stream."""
+
+    def __init__(self, members: list[int], clients: Sequence[Client]):
+        self.members = members
+        self.x = torch.cat([clients[n].x for n in members])
+        self.y = torch.cat([clients[n].y for n in members])
+        sizes = [clients[n].num_samples for n in members]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+
+    def batch(self, clients: Sequence[Client], batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(G, B, ...) inputs and (G, B) labels: client n's next batch from its own stream."""
+        idx = np.stack([clients[n].local_stream.next(batch_size) + off for n, off in zip(self.members, self.offsets)])
+        idx = torch.as_tensor(idx, device=self.y.device)
+        return self.x[idx], self.y[idx]
 
 
 def mean_of(values: Sequence) -> float:

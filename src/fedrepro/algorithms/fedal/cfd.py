@@ -14,7 +14,9 @@ The server model is its own architecture (`server_model`, a pool entry; default
 the first entry of the client pool) and never leaves the server; it is trained
 only on the public inputs and the clients' logits. Choices (the paper gives no CFD
 settings): tau, the server model and its learning rate (`server_lr`, default the client lr)
-are config keys; CFD's soft-label quantisation/delta coding is not modelled.
+are config keys; CFD's soft-label quantisation/delta coding is not modelled. `batched` (spec key,
+default on a GPU): the clients of one architecture train as one program (base.Federation), with the
+per-client loop's numbers (tests/fedal/test_batched.py).
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ class CFD(Federation):
         server_model: Mapping | None = None,
         server_lr: float | None = None,
         assignment: Sequence[int] | None = None,
+        batched: bool = False,
     ):
-        super().__init__(data, pool, cfg, seed, assignment)
+        super().__init__(data, pool, cfg, seed, assignment, batched)
         model = build_client_model(server_model or self.pool[0], data.num_classes).to(data.test_x.device)
         self.server = ServerModelTrainer(model, server_lr or cfg.lr, cfg.kd_temperature)
         # the server draws the same public batches as the clients (shared seed)
@@ -85,6 +88,8 @@ class CFD(Federation):
         return {"ce": ce, "kd": mean_of(kd), "server_kd": mean_of(server_kd)}
 
     def _global_iteration(self):
+        if self.batched:
+            return self._global_iteration_batched()
         logits, uploads = [], []
         for client in self.clients:
             _, xb = client.public_batch()
@@ -102,6 +107,23 @@ class CFD(Federation):
         self.iteration += 1
         return mean_of(losses), server_loss
 
+    def _global_iteration_batched(self):
+        """_global_iteration with each architecture's clients stacked: same batch, messages and steps."""
+        logits, per_client = self.stacked_logits(self.shared_public_batch())
+        uploads = [
+            self.wire.send(c.name, "server", "logits", per_client[n].detach()) for n, c in enumerate(self.clients)
+        ]
+        idx = torch.as_tensor(self._server_public.next(self.cfg.batch_size), device=self.data.public_x.device)
+        server_logits, server_loss = self.server.respond(self.data.public_x[idx], uploads)
+        targets = [self.wire.send("server", c.name, "server_logits", server_logits) for c in self.clients]
+        losses = []
+        for group, stack, f in zip(self._groups, self.stacks(), logits):
+            loss = kl_to_logits(targets[group.members[0]], f, self.cfg.kd_temperature)  # the same for every client
+            stack.step(loss.sum())
+            losses.append(loss.detach())
+        self.iteration += 1
+        return mean_of(losses), server_loss
+
     def extra_state(self) -> dict:
         return {"server": self.server.state_dict(), "public": self._server_public.state_dict()}
 
@@ -115,7 +137,8 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
     index = int(spec.get("server_model", 0))
     if not 0 <= index < len(pool):
         raise ValueError(f"cfd.server_model={index} is not an index of the {len(pool)}-entry pool")
-    return CFD(data, pool, cfg, seed, server_model=pool[index], server_lr=spec.get("server_lr"))
+    batched = bool(spec.get("batched", data.test_x.device.type == "cuda"))
+    return CFD(data, pool, cfg, seed, server_model=pool[index], server_lr=spec.get("server_lr"), batched=batched)
 
 
 def run_job(job) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import torch
 
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
@@ -112,13 +111,8 @@ class FedAL(Federation):
         assignment: Sequence[int] | None = None,
         batched: bool = False,
     ):
-        super().__init__(data, pool, cfg, seed, assignment)
+        super().__init__(data, pool, cfg, seed, assignment, batched)
         self.use_al, self.use_lf = use_al, use_lf
-        self.batched = batched
-        groups = architecture_groups(self.assignment) if batched else []
-        self._groups = [PrivateGroup(members, self.clients) for members in groups]
-        self._stacks: list[Stack] | None = None
-        self._stale_clients = False
         adversary = None
         if use_al:
             a = adversarial or AdversarialConfig()
@@ -208,30 +202,14 @@ class FedAL(Federation):
         return {**self.local_stage(), **self.global_stage()}
 
     # ------------------------------------------------------------------ batched stages
-    def _stacked(self) -> list[Stack]:
-        if self._stacks is None:
-            self._stacks = [
-                Stack([self.clients[n].model for n in g.members], [self.clients[n].opt for n in g.members])
-                for g in self._groups
-            ]
-        return self._stacks
-
-    def _sync_clients(self) -> None:
-        """Copy the stacks into the client models and Adams (before anything reads them)."""
-        if self._stale_clients:
-            for stack in self._stacks:
-                stack.write_back()
-            self._stale_clients = False
-
     def _start_stage(self, slot: str) -> list[Stack]:
-        stacks = self._stacked()
         if self.diag_every:  # Fig. 6 reads client 0's anchors as modules
-            self._sync_clients()
+            self.sync_clients()
             self._anchors0[slot] = self.clients[0].snapshot(slot) if self.use_lf else None
+        stacks = self.stacks()
         if self.cfg.adam_state == "per_stage":
             for stack in stacks:
                 stack.reset_optimizer()
-        self._stale_clients = True
         return stacks
 
     def _local_stage_batched(self) -> dict:
@@ -266,13 +244,10 @@ class FedAL(Federation):
     def _global_iteration_batched(self, stacks: list[Stack], anchors: list, live: bool) -> dict:
         """global_iteration with each architecture group's clients stacked: same public batch (every
         client draws it from its own copy of the shared stream), same messages, same losses."""
-        draws = [c.public_stream.next(self.cfg.batch_size) for c in self.clients]
-        xb = self.data.public_x[torch.as_tensor(draws[0], device=self.data.public_x.device)]
-        logits = [stack.forward(xb, shared_input=True) for stack in stacks]
-        slot = {n: (g, j) for g, group in enumerate(self._groups) for j, n in enumerate(group.members)}
+        xb = self.shared_public_batch()
+        logits, per_client = self.stacked_logits(xb)
         uploads = [
-            self.wire.send(c.name, "server", "logits", logits[slot[n][0]][slot[n][1]].detach())
-            for n, c in enumerate(self.clients)
+            self.wire.send(c.name, "server", "logits", per_client[n].detach()) for n, c in enumerate(self.clients)
         ]
         replies = self.server.respond(uploads)
         replies = [self.wire.send("server", c.name, "reply", replies[n]) for n, c in enumerate(self.clients)]
@@ -290,10 +265,6 @@ class FedAL(Federation):
                 parts.setdefault(k, []).append(v)
         self.iteration += 1
         return {k: mean_of(v) for k, v in parts.items()}
-
-    def models(self) -> list:
-        self._sync_clients()
-        return super().models()
 
     def evaluate(self, t: int) -> dict:
         metrics = super().evaluate(t)
@@ -318,42 +289,11 @@ class FedAL(Federation):
         return out
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict:
-        self._sync_clients()
-        return super().state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self._stacks, self._stale_clients = None, False
-
     def extra_state(self) -> dict:
         return {"server": self.server.state_dict()}
 
     def load_extra_state(self, state: dict) -> None:
         self.server.load_state_dict(state["server"])
-
-
-def architecture_groups(assignment: Sequence[int]) -> list[list[int]]:
-    """The clients of each pool entry in use, in pool order (one batched program each)."""
-    return [[n for n, a in enumerate(assignment) if a == arch] for arch in sorted(set(assignment))]
-
-
-class PrivateGroup:
-    """The private data of one architecture group in one tensor, so that a step's batches of all
-    its clients are one gather; each client's indices still come from its own stream."""
-
-    def __init__(self, members: list[int], clients: Sequence[Client]):
-        self.members = members
-        self.x = torch.cat([clients[n].x for n in members])
-        self.y = torch.cat([clients[n].y for n in members])
-        sizes = [clients[n].num_samples for n in members]
-        self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-
-    def batch(self, clients: Sequence[Client], batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(G, B, ...) inputs and (G, B) labels: client n's next batch from its own stream."""
-        idx = np.stack([clients[n].local_stream.next(batch_size) + off for n, off in zip(self.members, self.offsets)])
-        idx = torch.as_tensor(idx, device=self.y.device)
-        return self.x[idx], self.y[idx]
 
 
 @torch.no_grad()

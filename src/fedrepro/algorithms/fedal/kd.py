@@ -32,7 +32,8 @@ def tempered_softmax(logits: torch.Tensor, temperature: float = 1.0) -> torch.Te
 def kl_to_probs(teacher_probs: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Batch mean of KL(teacher || softmax(student / E)); gradient flows to the student only."""
     log_student = torch.log_softmax(student_logits / temperature, dim=-1)
-    return F.kl_div(log_student, teacher_probs.detach(), reduction="none").sum(-1).mean(-1)
+    teacher = teacher_probs.detach().expand_as(log_student)  # one teacher batch for a stack of students
+    return F.kl_div(log_student, teacher, reduction="none").sum(-1).mean(-1)
 
 
 def kl_to_logits(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
