@@ -244,7 +244,9 @@ def prefixes(runs: list[Run]) -> tuple[dict[tuple[str, str], Prefix], dict[tuple
     groups: dict[tuple, list[Run]] = {}
     for run in runs:
         traits = METHODS[run.method].traits
-        if "sc" in traits and "centralized" not in traits and shared_prefix.rounds_before_sharing(run.spec):
+        before = shared_prefix.rounds_before_sharing(run.spec)
+        starts = run.spec.get("sharing") is None or 0 < before < int(run.spec["rounds"])  # else shares never / at once
+        if "sc" in traits and "centralized" not in traits and starts:
             key = (run.dataset, run.partition, json.dumps(shared_prefix.identity(run.spec), sort_keys=True))
             groups.setdefault(key, []).append(run)
     jobs: dict[tuple[str, str], Prefix] = {}
