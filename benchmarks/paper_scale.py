@@ -674,8 +674,8 @@ def bench_costs(
     gpu = torch.cuda.is_available()
     device = device_name()
     scratch = Path(tempfile.mkdtemp(prefix="bench_costs_"))
-    # --plan prints the GPU command's plan on any machine
-    timed, estimate = plan_bench(gpu or plan_only, scratch, [k for k in KINDS if papers is None or k.paper in papers])
+    # the GPU command's plan on any machine, but for the CPU trial's (smoke sizes)
+    timed, estimate = plan_bench(gpu or not trial, scratch, [k for k in KINDS if papers is None or k.paper in papers])
     print(
         f"{len(timed)} kinds; the planner expects {estimate / 60:.1f} min on {plan.DEVICE} (budget {BUDGET_S / 60:.0f})"
     )
