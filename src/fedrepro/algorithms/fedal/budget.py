@@ -7,9 +7,9 @@ shorter runs) keeps each seed's state after the round before each shorter run's 
 (`fedrepro.fl.loop.Checkpoint.keep`) in `read_at.pt` beside its outputs, and the shorter run
 (`run_read_at`, input `longer`: the longer run's summary) starts every seed from that state and runs its
 last round itself: it evaluates there and writes the summary (final accuracies, health, the
-discriminator's last loss) as from round 1. Its metric rows before that round are the longer run's, so
-they carry the longer run's evaluations (its cadence), not its own. Both wrap the method's entry (spec
-key `entry`).
+discriminator's last loss) as from round 1. Its metric rows before that round are the longer run's
+training metrics (those logged every round); the longer run's evaluations, at another cadence, are left
+out, so the shorter run's only evaluation is its last. Both wrap the method's entry (spec key `entry`).
 """
 
 from __future__ import annotations
@@ -75,8 +75,15 @@ def run_read_at(job) -> None:
     for seed in job.seeds:
         if states[seed]["rounds_done"] != kept_round(job.spec, budget):
             raise ValueError(f"{path}: seed {seed} was kept after round {states[seed]['rounds_done']}")
-        start_from(job.scratch / f"seed{seed}.pt", states[seed])
+        start_from(job.scratch / f"seed{seed}.pt", {**states[seed], "rows": _every_round_only(states[seed]["rows"])})
     resolve(job.spec["entry"])(job)
+
+
+def _every_round_only(rows: list[dict]) -> list[dict]:
+    """The rows' metrics logged every round: the longer run's evaluations, at its own cadence, are left out
+    (a run with another cadence than its evaluation interval reads as diverged, eval.health.check_finite)."""
+    every = set.intersection(*(set(row) for row in rows)) if rows else set()
+    return [{k: v for k, v in row.items() if k in every} for row in rows]
 
 
 def _load(path: Path) -> dict:
