@@ -14,14 +14,16 @@ every loss in every run's metrics is finite, and every table has the rows of the
 checkpoints) are removed after the checks unless PAPERSCALE_KEEP is set. Known crashes in code owned elsewhere
 are xfail with the reason until fixed (KNOWN below).
 
-Cost. tests/paperscale/smoke.yaml plans 202 jobs (every rule that runs package code at least once;
-test_smoke_checks.py says which is left out and why). Each job pays a fixed cost (a Python process importing
-torch, scipy, dp_accounting and pandas: about 6 CPU-s); the rest is mostly fedsc_pretrain (22 jobs of 20
-ResNet-20x8 or ResNet-34 clients; the full-participation ones train all 20 in their one round, the partial ones
-only the sampled clients, `first_round: sampled`), fedal_train (27; the ResNet-18/34 pools of CIFAR-10 and
-CINIC-10), dpzv_train (16; ModelNet40's 12 ResNet-18 clients), fedsc_probe (22) and steffle_train (21). Alone on
-2 idle cores it took 9.7 min with 215 jobs (issue 16); on 2026-11-25, beside the rest of the suite in `make test`,
-its fixture took 29.8 of the suite's 30.2 min, which is why `make test` no longer runs it.
+Cost. tests/paperscale/smoke.yaml plans 200 jobs (every rule that runs package code at least once;
+test_smoke_checks.py says which is left out and why, from the rules as Snakemake parsed them). Each job that runs
+the package pays a fixed cost (a Python process importing torch or pandas and scipy: 2-4 CPU-s; the data jobs
+about 0.4); the rest is mostly fedsc_pretrain (20 jobs of 10 ResNet-20x8 or 20 ResNet-34 clients: a
+full-participation round about 30 CPU-s, a partial one 11, a partial one that shares DPCALR data about 57),
+fedsc_probe (20, about 10 each), dpzv_train (16; ModelNet40's 12 ResNet-18 clients about 28 each), fedal_train
+(27; the ResNet-18/34 pool 11-15 each at smoke.yaml's tau 1, 2 iterations, batch 2) and steffle_train (21, about
+5 each). Measured with per-job CPU times (the job's process, imports included): see the README's test section.
+On 2026-11-25, beside the rest of the suite in `make test`, its fixture took 29.8 of the suite's 30.2 min, which is
+why `make test` no longer runs it.
 """
 
 from __future__ import annotations
