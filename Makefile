@@ -43,6 +43,13 @@ smoke: install
 bench: install
 	$(BIN)/python benchmarks/run.py
 
+# The cost planner's table on a GPU (docs/benchmarks.md, "make bench-costs"): times one run per pool
+# `python -m fedrepro.plan` prices and replaces those rows of benchmarks/unit_costs.csv, within 20 minutes
+# on an H200 (it prints the planner's estimate first). Without a GPU it prints that plan and writes nothing.
+.PHONY: bench-costs
+bench-costs: install
+	$(BIN)/python benchmarks/paper_scale.py --costs
+
 # Empirical privacy audit at full n (results/privacy/audit_full.{csv,md}; config.yaml audit.runs.full);
 # tens of CPU-minutes. The default run builds the small-n version (results/privacy/audit.md).
 .PHONY: audit

@@ -8,9 +8,10 @@ and counts it with `fedrepro.experiments.cost.count_step` (meta device; BERT on 
 The planner reads the table; a step missing from it is counted when the planner runs (slower).
 It then writes into benchmarks/unit_costs.csv the counted work (flops, launches) of the unit each
 measured row timed (the first paper-scale run matching its paper, unit, data set, model, method and
-setting prefix), so every configuration fits the same constants. A row with `counted = timed run`
-(benchmarks/paper_scale.py --costs) keeps its own: the bench counted the unit it timed, on its staged
-data and with the code it ran.
+setting prefix), so every configuration fits the same constants. A row whose `counted` says where its
+work came from keeps it: `timed run` (benchmarks/paper_scale.py --costs counted the unit it timed, on its
+staged data and with the code it ran) or `as measured` (the older rows, counted with the code they timed:
+DPZV's per-tensor directions, FedAL's per-client loop, FedSC without the shared prefix).
 """
 
 from __future__ import annotations
@@ -54,11 +55,12 @@ COLUMNS = [
     "counted",
 ]
 TIMED = "timed run"  # `counted`: flops and launches are the timed unit's, counted by the bench that timed it
+AS_MEASURED = "as measured"  # `counted`: counted earlier with the code the row timed; a re-count would see today's
 
 
 def fill_costs(path: Path = COSTS) -> int:
-    """Write each measured row's counted work into the cost table, except the rows the bench counted
-    itself (`counted = timed run`); returns how many rows got one."""
+    """Write each measured row's counted work into the cost table, except the rows whose `counted` names
+    where their work came from (TIMED, AS_MEASURED); returns how many rows got one."""
     planned = jobs(load_config([str(ROOT / f) for f in CONFIGS[-1]]), load_counts(COUNTS))
     costs = load_costs(path)
     measured = _measured_runs([j for per in planned.values() for j in per["all runs"]], costs)
@@ -66,7 +68,7 @@ def fill_costs(path: Path = COSTS) -> int:
         rows = list(csv.DictReader(f))
     filled = 0
     for row, c in zip(rows, costs):
-        if row.get("counted") == TIMED:
+        if row.get("counted") in (TIMED, AS_MEASURED):
             continue
         work = measured[c].work if c in measured else None
         row["flops"] = f"{work.flops:.6g}" if work else ""

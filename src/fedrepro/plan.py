@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
+import importlib
 import math
 import sys
 from collections.abc import Iterable
@@ -113,12 +115,17 @@ class Job:
 # FedAL (algorithms/fedal/*.py): an iteration (a round / tau) is one local and one global step per
 #   client (FD, FedAvg: local only), plus a frozen anchor forward per step for the LF methods
 #   (FedAL, FedMD-LF: not the first of each stage's tau, which is the live forward) and FCCL; FCCL's `pretrain_iters` local steps; every client's test forward at
-#   each of the `evals` evaluations. Clients share the pool's architectures equally.
+#   each of the `evals` evaluations. Clients share the pool's architectures equally. FedAL, FedMD-LF and
+#   FedMD and CFD (spec `batched`, default true on a GPU) run each architecture's clients as one stacked step
+#   (fl/batched.py `Stack`): every client's FLOPs, the launches once per architecture (cost.py `_stacked`
+#   steps); their pretraining and evaluation stay per client.
 # DPZV (algorithms/dpzv/*.py): an epoch is M floor(D/B) server rounds (D: training rows less the
 #   validation holdout); a round is one client's message: two perturbed forwards for the zeroth-order
-#   methods (plus regenerating the direction, 5 passes x 2 ops per parameter tensor, and ZOO-VFL's
-#   model copy), a forward + backward for VAFL, and the server head's step; each evaluation forwards
-#   the validation and test rows through every client.
+#   methods (DPZV, ZOO-VFL) plus their direction's kernel launches (drawn in flat buckets: the module's
+#   `client_direction_launches`, counted from the model's parameter shapes), a training step for VAFL
+#   and VFL-CZOFO (their clients backpropagate), and the server head's step (SGD: a training step;
+#   `server_update: zo`: two head forwards and the same direction launches over the head); each
+#   evaluation forwards the validation and test rows through every client.
 FEDAL_STEPS = {  # method: (training steps, frozen forwards) per client and iteration
     "fedal": (2, 2),
     "fedmd_lf": (2, 2),
@@ -133,10 +140,12 @@ FEDAL_STEPS = {  # method: (training steps, frozen forwards) per client and iter
     "fedavg": (1, 0),
 }
 LIVE_FIRST_ANCHOR = {"fedal", "fedmd_lf"}  # algorithms/fedal/fedal.py: FedAL.share_first_anchor
+FEDAL_STACKED = {"fedal", "fedmd_lf", "fedmd", "cfd"}  # algorithms/fedal: Federation(batched=spec["batched"])
 BYOL_METHODS = {"fedavg_byol", "fedu", "fedema"}
-ZO_METHODS = {"dpzv": 0, "zoo_vfl": 1, "vfl_czofo": 0}  # method: extra per-tensor passes (ZOO-VFL's copy)
-ZO_PASSES = 13  # ops per tensor per round (zo.Direction): norm 3 (randn, dot, float), +lambda, -2 lambda, restore 2
-# each (randn, add_), the momentum update 4 (randn, mul_, add_, add_)
+ZO_METHODS = {  # zeroth-order methods: the module whose client_direction_launches counts a round's direction
+    "dpzv": "fedrepro.algorithms.dpzv.dpzv",
+    "zoo_vfl": "fedrepro.algorithms.dpzv.zoo_vfl",
+}
 PROBE_FEATURES = 512  # the linear probe's input: the encoder's features (Fixup ResNet-20x8 and ResNet-34)
 
 
@@ -198,16 +207,20 @@ def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
         frozen *= (int(spec["tau"]) - 1) / int(spec["tau"])
     pretrain = float(spec.get("pretrain_iters", 0)) / float(spec["iterations"])
     evals = float(spec.get("evals", 0)) / float(spec["iterations"]) * info.n_test / EVAL_BATCH
-    per_client = Work()
+    stacked = run.method in FEDAL_STACKED and bool(spec.get("batched", True))
+    share = clients / len(spec["pool"])  # clients per architecture
+    work = Work()
     for arch in spec["pool"]:
-        options = {**arch.get("options", {}), "num_classes": info.num_classes}
-        train = counts(Step.of(arch["name"], options, info.input_shape, batch, "train"))
-        forward = counts(Step.of(arch["name"], options, info.input_shape, batch, "forward"))
-        evaluation = counts(Step.of(arch["name"], options, info.input_shape, EVAL_BATCH, "forward"))
-        per_client = per_client + (train * (trains + pretrain) + forward * frozen + evaluation * evals) * (
-            1 / len(spec["pool"])
-        )
-    return per_client * clients
+        model = (arch["name"], {**arch.get("options", {}), "num_classes": info.num_classes}, info.input_shape)
+        train, evaluation = counts(Step.of(*model, batch, "train")), counts(Step.of(*model, EVAL_BATCH, "forward"))
+        work = work + (train * pretrain + evaluation * evals) * share
+        if stacked:  # one step of the architecture's clients: their FLOPs, its launches once
+            group = counts(Step.of(*model, batch, "train_stacked")) * trains
+            group = group + counts(Step.of(*model, batch, "forward_stacked")) * frozen
+            work = work + Work(group.flops * share, group.launches * min(1.0, share))
+        else:
+            work = work + (train * trains + counts(Step.of(*model, batch, "forward")) * frozen) * share
+    return work
 
 
 def dpzv_work(config: dict, run, counts: Counts) -> Work:
@@ -225,16 +238,14 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
     holdout = float(spec.get("val_fraction", 0.0)) if spec.get("val") == "holdout" else 0.0
     rows = int(n_train * (1 - holdout))
     batch, embed = int(spec["batch_size"]), int(spec["embed_dim"])
-    server = counts(
-        Step.of(
-            "vfl_server",
-            {"in_features": len(shapes) * embed, "num_classes": info.num_classes, "hidden": int(spec["server_hidden"])},
-            (len(shapes) * embed,),
-            batch,
-            "train",
-            "sgd",
-        )
+    head = (
+        "vfl_server",
+        {"in_features": len(shapes) * embed, "num_classes": info.num_classes, "hidden": int(spec["server_hidden"])},
     )
+    server = counts(Step.of(*head, (len(shapes) * embed,), batch, "train", "sgd"))
+    if run.method in ZO_METHODS and spec.get("server_update") == "zo":  # two head forwards and a direction
+        head_forward = Step.of(*head, (len(shapes) * embed,), batch, "forward")
+        server = counts(head_forward) * 2 + Work(0.0, direction_launches(run.method, head_forward, spec))
     text = info.kind == "text"
     epoch = Work()
     for shape in shapes:
@@ -244,13 +255,25 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
         forward_step = Step.of(spec["client_model"], options, shape, batch, "forward")
         forward = counts(forward_step)
         if run.method in ZO_METHODS:
-            tensors = counts.parameter_tensors(forward_step)
-            client = forward * 2 + Work(0.0, (ZO_PASSES + ZO_METHODS[run.method]) * tensors)
+            client = forward * 2 + Work(0.0, direction_launches(run.method, forward_step, spec))
         else:
             client = counts(Step.of(spec["client_model"], options, shape, batch, "train", "sgd"))
         evaluation = forward * (int(spec.get("evals_per_epoch", 1)) * (n_train - rows + info.n_test) / batch)
         epoch = epoch + (client + server) * (rows // batch) + evaluation
     return epoch
+
+
+def direction_launches(method: str, step: Step, spec: dict) -> int:
+    """Kernel launches of one round's zeroth-order direction over the parameters of `step`'s model."""
+    return _direction_launches(method, step, spec.get("direction", "sphere"), float(spec.get("zo_momentum", 0.9)))
+
+
+@functools.cache
+def _direction_launches(method: str, step: Step, kind: str, momentum: float) -> int:
+    from fedrepro.experiments.cost import parameter_numels
+
+    numels, buffers = parameter_numels(step)
+    return importlib.import_module(ZO_METHODS[method]).client_direction_launches(numels, buffers, kind, momentum)
 
 
 # ---------------------------------------------------------------------------------------- pricing
@@ -351,40 +374,83 @@ def _fedal_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
 
     section = config["fedal"]
     tags = seed_tags(section)
+    planned = {run.key: run for run in fedal.runs(config)}  # with the budget keys (fedal._read_from_longer)
     per_output, by_key = {}, {}
+
+    def job(run, tag: str) -> Job:  # one job object per run, whatever outputs read it
+        key = (run.dataset, run.method, run.setting, tag)
+        if key not in by_key:
+            pool = run.setting.split("-")[0]
+            clients = int(next(p[1:] for p in run.setting.split("-")[1:] if p[:1] == "c" and p[1:].isdigit()))
+            units = run.spec["iterations"]
+            if "read_from" in run.spec:  # read from a longer run: only its last round (algorithms/fedal/budget.py)
+                units = run.spec["tau"] if run.spec.get("iteration_unit", "step") == "step" else 1
+            work = fedal_work(config, run, counts, clients)
+            by_key[key] = _job("fedal", key, units, "iteration", _seeds(tag), pool, work)
+        return by_key[key]
+
     for name in section.get("outputs", {}):
         if "experiment" not in section["outputs"][name]:
             continue
         jobs = []
         for run in fedal.output_runs(config, name):
-            pool = run.setting.split("-")[0]
-            clients = int(next(p[1:] for p in run.setting.split("-")[1:] if p[:1] == "c" and p[1:].isdigit()))
-            work = fedal_work(config, run, counts, clients)
-            for tag in tags:
-                key = (run.dataset, run.method, run.setting, tag)
-                if key not in by_key:  # one job object per run, whatever outputs read it
-                    by_key[key] = _job("fedal", key, run.spec["iterations"], "iteration", _seeds(tag), pool, work)
-                jobs.append(by_key[key])
+            run = planned[run.key]
+            longer = [planned[(run.dataset, run.method, run.spec["read_from"])]] if "read_from" in run.spec else []
+            jobs += [job(r, tag) for tag in tags for r in (run, *longer)]  # a table counts the run it reads too
         per_output[name] = jobs
     return per_output
 
 
 def _fedsc_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
+    from fedrepro.algorithms.fedsc.prefix import identity, knn_every
     from fedrepro.experiments import fedsc, seed_tags
 
     tags = seed_tags(config["fedsc"])
+    runs = fedsc.runs(config)
+    prefixes, starts = fedsc.prefixes(runs)  # the rounds before sharing: each prefix job runs them once
+
+    def no_sharing(run) -> tuple[Work, Work]:  # a round of the run's setting without sharing; one kNN evaluation
+        def round_monitoring_every(every: int) -> Work:
+            spec = {**identity(run.spec), "knn": {**run.spec["knn"], "every": every}}
+            return fedsc_work(config, replace(run, spec=spec), counts)[0]
+
+        train = round_monitoring_every(0)
+        return train, round_monitoring_every(1) + train * -1
+
+    def evals(done: int, rounds: int, every: int) -> int:  # kNN evaluations of rounds done+1..rounds
+        return rounds // every - done // every + (rounds % every != 0)  # the last round always evaluates
+
+    chains, prefix_jobs = {}, {}  # a prefix job: its own rounds (after the prefix it starts from), once
+    for (dataset, setting), prefix in prefixes.items():
+        run = next(r for r in runs if r.dataset == dataset and starts.get(r.key) == setting)
+        train, monitor = no_sharing(run)
+        done = prefixes[(dataset, prefix.start)].rounds if prefix.start else 0
+        own = prefix.rounds - done
+        work = train + monitor * (evals(done, prefix.rounds, knn_every(prefix.spec)) / own)
+        for tag in tags:
+            key = (dataset, "fedavg_sc", setting, tag)
+            prefix_jobs[key] = _job("fedsc", key, own, "round", _seeds(tag), run.spec["encoder"]["name"], work)
+            chains[key] = [prefix_jobs[key], *chains.get((dataset, "fedavg_sc", prefix.start, tag), [])]
     jobs_by_folder = {}
-    for run in fedsc.runs(config):
+    for run in runs:
         model = run.spec["encoder"]["name"]
         rounds = run.spec.get("rounds", 1)
         round_work, probe_work = fedsc_work(config, run, counts)
+        start = starts.get(run.key)
+        done = prefixes[(run.dataset, start)].rounds if start else 0
+        if done:  # the run's rounds less the prefix's training and the kNN evaluations it made for the run
+            train, monitor = no_sharing(run)
+            round_work = (round_work * rounds + train * -done + monitor * -(done // knn_every(run.spec))) * (
+                1 / (rounds - done)
+            )
         probe_epochs = fedsc.probe_spec(config, run)["probe"]["epochs"]
         for tag in tags:
             folder = f"{config['results']}/fedsc/runs/{run.dataset}/{run.method}/{run.setting}/{tag}"
             key = (run.dataset, run.method, run.setting, tag)
             jobs_by_folder[folder] = [
-                _job("fedsc", key, rounds, "round", _seeds(tag), model, round_work),
+                _job("fedsc", key, rounds - done, "round", _seeds(tag), model, round_work),
                 _job("fedsc", (*key, "probe"), probe_epochs, "probe_epoch", _seeds(tag), model, probe_work),
+                *chains.get((run.dataset, "fedavg_sc", start, tag), []),
             ]
     tables = {"table2": fedsc.table2_cells(config), "figure2": fedsc.figure2_cells(config)}
     for name in ("table3", "table4", "table5"):
@@ -395,7 +461,8 @@ def _fedsc_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
         name: _unique(j for cell in cells for j in jobs_by_folder.get(str(Path(cell["path"]).parent), []))
         for name, cells in tables.items()
     }
-    out["all runs"] = [j for jobs in jobs_by_folder.values() for j in jobs]
+    out["all runs"] = [j for jobs in jobs_by_folder.values() for j in jobs if j.key not in prefix_jobs]
+    out["all runs"] += prefix_jobs.values()
     return out
 
 

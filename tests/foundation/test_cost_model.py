@@ -141,7 +141,7 @@ class FixedCounts(Counts):
     TRAIN, FORWARD = Work(1e9, 300), Work(3e8, 100)
 
     def __call__(self, step):
-        return self.TRAIN if step.mode == "train" else self.FORWARD
+        return self.TRAIN if step.mode.startswith("train") else self.FORWARD
 
     def parameter_tensors(self, step):
         return 100
@@ -174,10 +174,12 @@ def test_a_dpzv_modelnet40_epoch_is_3312_server_rounds(paper_config):
     counts = FixedCounts()
     epoch = plan.dpzv_work(paper_config, run, counts)
     rows = int(9843 * 0.9)
-    per_round = counts.FORWARD * 2 + Work(0, plan.ZO_PASSES * 100) + counts.TRAIN  # two ZO forwards + server
+    # two ZO forwards of the client and two of the head (server_update: zo); the directions' launches are
+    # counted against the code in tests/dpzv/test_zo_cost.py
+    per_round = counts.FORWARD * 4
     evaluation = counts.FORWARD * (12 * (9843 - rows + 2468) / 32)
     assert 12 * (rows // 32) == 3312
-    assert epoch.launches == pytest.approx((per_round * 3312 + evaluation).launches)
+    assert epoch.flops == pytest.approx((per_round * 3312 + evaluation).flops)
     vafl = next(r for r in dpzv.runs(paper_config) if (r.dataset, r.method) == ("modelnet40", "vafl"))
     assert plan.dpzv_work(paper_config, vafl, counts).flops == pytest.approx(
         ((counts.TRAIN * 2) * 3312 + evaluation).flops

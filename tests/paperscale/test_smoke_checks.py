@@ -103,6 +103,8 @@ def test_a_job_left_to_run_fails_its_papers_output_check(monkeypatch, pending, f
 
 # Rules that run package code and that the smoke run leaves out, each with the reason.
 NOT_IN_SMOKE = {
+    "fedsc_prefix": "smoke.yaml's FedSC runs 1 round, so no round comes before sharing and no run shares a prefix; "
+    "tests/fedsc/test_prefix.py runs run_prefix and the runs resumed from it",
     "audit_full": "a fixed-size privacy audit (make audit), no paper-scale setting; `audit` runs its code at small n",
     "stage_pretrained": "the smoke run's Amazon uses the hash tokenizer and a small random encoder; "
     "tests/dpzv/test_bert.py stages a tiny BERT (pinned and custom) and runs the BERT text path",

@@ -196,9 +196,22 @@ def _pretrained(step: Step) -> bool:
 BERT_BASE: dict = {}
 
 
+STACKED = "_stacked"  # mode suffix: the step of a group of clients stacked by fedrepro.fl.batched.Stack
+
+
 def count_step(step: Step) -> Work:
-    """FLOPs and launches of one `step` at its batch (see the module docstring for the device)."""
+    """FLOPs and launches of one `step` at its batch (see the module docstring for the device).
+
+    `train_stacked` / `forward_stacked`: one client's FLOPs and the launches of the whole group's step,
+    which do not depend on the group's size (`stacked_launches`); FlopCounterMode would over-count
+    the grouped convolutions' weight gradients that vmap makes of a stacked step."""
+    import dataclasses
+
     import torch
+
+    if step.mode.endswith(STACKED):
+        alone = dataclasses.replace(step, mode=step.mode.removesuffix(STACKED))
+        return Work(count_step(alone).flops, stacked_launches(alone))
 
     from fedrepro.fl import optim
     from fedrepro.models import build_model
@@ -248,8 +261,36 @@ def count_step(step: Step) -> Work:
     return Work(work.flops * step.batch / batch, work.launches)
 
 
-def parameter_tensors(step: Step) -> int:
-    """Parameter tensors of the step's model (the per-tensor loops of a ZO perturbation)."""
+def stacked_launches(step: Step, clients: int = 2) -> float:
+    """Kernel launches of `step` run by `clients` stacked models (FedAL's batched clients: vmap forward,
+    one backward of the summed losses, one Adam over the stacked tensors), training-mode BatchNorm as
+    FedAL's anchors run it."""
+    import torch
+
+    from fedrepro.fl import optim
+    from fedrepro.fl.batched import Stack
+
+    nets = [_meta_model(step) for _ in range(clients)]
+    stack = Stack(nets, [optim.Adam(n.parameters(), lr=1e-3) for n in nets])
+    x = torch.zeros((clients, step.batch, *step.shape), device="meta")
+
+    def fn():
+        if step.mode == "forward":
+            with torch.no_grad():
+                stack.forward(x)
+            return
+        saved = optim.CPU_GROUP_ELEMENTS
+        optim.CPU_GROUP_ELEMENTS = math.inf  # one foreach group, as on a GPU
+        try:
+            stack.step(stack.forward(x).float().square().flatten(1).mean(1).sum())
+        finally:
+            optim.CPU_GROUP_ELEMENTS = saved
+
+    return count(fn).launches
+
+
+def _meta_model(step: Step):
+    """The step's model on the meta device (shapes only; a pre-trained BERT as bert-base's architecture)."""
     import torch
 
     from fedrepro.models import build_model
@@ -258,7 +299,19 @@ def parameter_tensors(step: Step) -> int:
     if _pretrained(step):
         kwargs = {**{k: v for k, v in kwargs.items() if k != "pretrained_dir"}, "bert_config": BERT_BASE}
     with torch.device("meta"):
-        return sum(1 for _ in build_model(step.model, **kwargs).parameters())
+        return build_model(step.model, **kwargs)
+
+
+def parameter_tensors(step: Step) -> int:
+    """Parameter tensors of the step's model (the per-tensor loops of a ZO perturbation)."""
+    return sum(1 for _ in _meta_model(step).parameters())
+
+
+def parameter_numels(step: Step) -> tuple[list[int], int]:
+    """Elements of each trainable parameter tensor of the step's model, in order (what a ZO direction's
+    buckets cover: `fedrepro.algorithms.dpzv.zo.bucket_sizes`), and how many buffers the model has."""
+    net = _meta_model(step)
+    return [p.numel() for p in net.parameters() if p.requires_grad], sum(1 for _ in net.buffers())
 
 
 class Counts:
