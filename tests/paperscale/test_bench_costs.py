@@ -166,13 +166,15 @@ def test_the_counts_script_keeps_a_timed_rows_work(tmp_path):
     with open(table, newline="") as f:
         legacy = list(csv.DictReader(f))
     timed = {**legacy[0], "setting": "full_epsinf", "flops": "123", "launches": "4", "counted": cost_counts.TIMED}
-    stale = {**legacy[0], "flops": "5", "launches": "6"}
-    _table(table, [stale, timed])
+    as_measured = {**legacy[0], "flops": "7", "launches": "8", "counted": cost_counts.AS_MEASURED}
+    stale = {**legacy[0], "flops": "5", "launches": "6", "counted": ""}
+    _table(table, [stale, timed, as_measured])
     cost_counts.fill_costs(table)
     with open(table, newline="") as f:
         rows = list(csv.DictReader(f))
     assert (rows[1]["flops"], rows[1]["launches"]) == ("123", "4")
-    assert (rows[0]["flops"], rows[0]["launches"]) == (legacy[0]["flops"], legacy[0]["launches"])
+    assert (rows[2]["flops"], rows[2]["launches"]) == ("7", "8")
+    assert float(rows[0]["flops"]) > 1e12 and float(rows[0]["launches"]) > 1e3  # re-derived: a FedSC paper round
 
 
 class _Rounds:

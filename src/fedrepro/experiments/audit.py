@@ -567,7 +567,7 @@ def _clean_embeddings(algo, client, ids, answer) -> list:
     if algo.method == "zoo_vfl":
         seed = client.new_seed()
         with torch.no_grad():
-            twin = algo._perturbed_copy(client.model, seed)
+            twin = algo._perturbed_copy(client, client.model, seed)
             clean = [clip_by_norm(m(x), algo.embed_clip, dim=1).double() for m in (client.model, twin)]
         algo.client_apply(client, seed, float(answer))
         return clean
