@@ -569,12 +569,12 @@ def plan_and_constants(config: dict, costs: list[Cost] | None = None, counts: Co
     counts = load_default_counts() if counts is None else counts
     planned = jobs(config, counts)
     if counts.missing:
-        from fedrepro.experiments.cost import count_step, parameter_tensors
+        from fedrepro.experiments.cost import count_step
 
         for key in sorted(counts.missing):
             step = Step.from_key(key)
             try:
-                counts.table[key], counts.tensors[key] = count_step(step), parameter_tensors(step)
+                counts.table[key] = count_step(step)
             except (RuntimeError, TypeError, NotImplementedError) as error:  # a model the meta device cannot run
                 raise ValueError(f"cannot count the step {key} ({type(error).__name__}: {error})") from error
         counts.missing.clear()

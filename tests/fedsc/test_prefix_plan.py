@@ -25,9 +25,6 @@ class FixedCounts(Counts):
     def __call__(self, step):
         return self.TRAIN if step.mode == "train" else self.FORWARD
 
-    def parameter_tensors(self, step):
-        return 100
-
 
 def test_paper_scale_prefixes_one_chain_per_setting(paper_config):
     prefixes, starts = fedsc.prefixes(fedsc.runs(paper_config))

@@ -136,15 +136,12 @@ def test_the_report_prints_the_floor_and_the_estimate_per_table():
 
 # ------------------------------------------------------------------------------------ units
 class FixedCounts(Counts):
-    """Every training step costs TRAIN, every forward FORWARD; 100 parameter tensors."""
+    """Every training step costs TRAIN, every forward FORWARD."""
 
     TRAIN, FORWARD = Work(1e9, 300), Work(3e8, 100)
 
     def __call__(self, step):
         return self.TRAIN if step.mode.startswith("train") else self.FORWARD
-
-    def parameter_tensors(self, step):
-        return 100
 
 
 def _run(paper_config, planner, dataset, method, setting):

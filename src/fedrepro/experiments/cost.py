@@ -302,11 +302,6 @@ def _meta_model(step: Step):
         return build_model(step.model, **kwargs)
 
 
-def parameter_tensors(step: Step) -> int:
-    """Parameter tensors of the step's model (the per-tensor loops of a ZO perturbation)."""
-    return sum(1 for _ in _meta_model(step).parameters())
-
-
 def parameter_numels(step: Step) -> tuple[list[int], int]:
     """Elements of each trainable parameter tensor of the step's model, in order (what a ZO direction's
     buckets cover: `fedrepro.algorithms.dpzv.zo.bucket_sizes`), and how many buffers the model has."""
@@ -318,9 +313,8 @@ class Counts:
     """Counted steps by key (`benchmarks/unit_counts.csv`); a missing step is recorded in `missing`
     and costs nothing, so that one pass over the plan lists every step to count."""
 
-    def __init__(self, table: dict[str, Work] | None = None, tensors: dict[str, int] | None = None):
+    def __init__(self, table: dict[str, Work] | None = None):
         self.table = table or {}
-        self.tensors = tensors or {}
         self.missing: set[str] = set()
 
     def __call__(self, step: Step) -> Work:
@@ -330,23 +324,15 @@ class Counts:
             return Work()
         return work
 
-    def parameter_tensors(self, step: Step) -> int:
-        n = self.tensors.get(step.key)
-        if n is None:
-            self.missing.add(step.key)
-            return 0
-        return n
-
 
 def load_counts(path) -> Counts:
     import csv
 
-    table, tensors = {}, {}
+    table = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             table[row["step"]] = Work(float(row["flops"]), float(row["launches"]))
-            tensors[row["step"]] = int(row["parameter_tensors"])
-    return Counts(table, tensors)
+    return Counts(table)
 
 
 def write_counts(path, steps: Iterable[str]) -> int:
@@ -357,9 +343,9 @@ def write_counts(path, steps: Iterable[str]) -> int:
     for key in sorted(set(steps)):
         step = Step.from_key(key)
         work = count_step(step)
-        rows.append([key, f"{work.flops:.6g}", f"{work.launches:.0f}", parameter_tensors(step)])
+        rows.append([key, f"{work.flops:.6g}", f"{work.launches:.0f}"])
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["step", "flops", "launches", "parameter_tensors"])
+        writer.writerow(["step", "flops", "launches"])
         writer.writerows(rows)
     return len(rows)
