@@ -237,7 +237,7 @@ def run_rounds(
             checkpoint.keep_state(algorithm, t, list(rows))
         if checkpoint and checkpoint.due(t, num_rounds):
             checkpoint.save(algorithm, t, rows)
-    if num_rounds > done:  # read by benchmarks/paper_scale.py (seconds per round, checkpoints included)
+    if num_rounds > done:  # read by benchmarks/checkpoint_bytes.py (seconds per round, checkpoints included)
         log.info(
             "rounds %d-%d: %.3f s per round", done + 1, num_rounds, (time.perf_counter() - start) / (num_rounds - done)
         )
