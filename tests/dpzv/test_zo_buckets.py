@@ -12,6 +12,7 @@ from fedrepro.algorithms.dpzv.memory import LiveTensorTracker
 from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, bucket_sizes
 from fedrepro.algorithms.dpzv.zoo_vfl import ZOOVFL
 from tests.dpzv.conftest import tiny_settings
+from tests.dpzv.test_zo import assert_zo_updater_is_torch_sgd
 
 
 def test_buckets_fill_in_order_up_to_the_largest_tensor():
@@ -70,18 +71,8 @@ def test_many_buckets_regenerate_bit_identically_and_restore(small_buckets):
 
 
 def test_many_bucket_momentum_step_is_torch_sgd(small_buckets):
-    params = small_buckets
-    twin = [p.detach().clone().requires_grad_(True) for p in params]
-    sgd = torch.optim.SGD(twin, lr=0.1, momentum=0.9)
-    updater = ZOUpdater(params, lr=0.1, momentum=0.9)
-    for step, coeff in enumerate([0.5, -1.2, 2.0]):
-        u = Direction(params, step)
-        updater.step(u, coeff)
-        for p, t in zip(twin, u.tensors()):
-            p.grad = coeff * t
-        sgd.step()
-    for p, q in zip(params, twin):
-        assert torch.allclose(p, q, atol=1e-6)
+    twin = [p.detach().clone().requires_grad_(True) for p in small_buckets]
+    assert_zo_updater_is_torch_sgd(small_buckets, twin)
 
 
 def test_direction_moments_over_buckets(small_buckets):
