@@ -7,7 +7,6 @@ longer run. Another seed's state does not load; a state kept after another round
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -15,22 +14,15 @@ import torch
 from fedrepro.algorithms import methods
 from fedrepro.algorithms.fedal import budget
 from fedrepro.pipeline import make_job
-from tests.fedal.test_pipeline import _spec
+from tests.fedal.test_pipeline import _spec, digits_setting  # noqa: F401  (fixture: prepared digits and a partition)
 
 torch.set_num_threads(1)
 SHORT, LONG = 10, 20  # iterations; tau 5 (FedAL) and 1 (FedMD): 2 and 4 rounds, 10 and 20 rounds
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    from fedrepro.data.partition import make_partition, save_partition
-    from fedrepro.data.prepare import prepare_dataset
-
-    root = tmp_path_factory.mktemp("fedal_budget")
-    prepare_dataset("digits", root / "data/digits", root / "raw", {})
-    arrays = dict(np.load(root / "data/digits/arrays.npz"))
-    part = root / "part.npz"
-    save_partition(make_partition("dirichlet", arrays, alpha=1.0, clients=3, public=100, seed=0), part)
+def inputs(digits_setting):  # noqa: F811
+    root, part = digits_setting
     return {"data": str(root / "data/digits/arrays.npz"), "partition": str(part)}
 
 
