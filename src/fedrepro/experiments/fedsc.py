@@ -332,11 +332,16 @@ def _cells(config, dataset, method, setting, row, col, filename="probe.json") ->
 
 
 def table2_cells(config: dict) -> list[dict]:
-    """Linear-probe accuracy of every method; FedSC at eps = inf; Centralized SC under full participation."""
+    """Linear-probe accuracy of every method at the table's participations (`tables.table2.participation`,
+    both by default); FedSC at eps = inf. Centralized SC is not federated: its one run keeps the paper's
+    column, full participation (Table 2's "10/10"), whichever participations the table lists."""
     section = config[PAPER]
+    table = section["tables"]["table2"]
+    participations = table.get("participation", list(PARTICIPATIONS))
+    central_at = "full" if "full" in participations else participations[0]  # where its row is listed
     cells = []
-    for participation in PARTICIPATIONS:
-        for dataset in section["tables"]["table2"]["datasets"]:
+    for participation in participations:
+        for dataset in table["datasets"]:
             ds = section["datasets"][dataset]
             col = column(dataset, ds, participation)
             for method in METHODS:
@@ -344,8 +349,9 @@ def table2_cells(config: dict) -> list[dict]:
                     continue
                 traits = METHODS[method].traits
                 if "centralized" in traits:
-                    if participation == "full":
-                        cells += _cells(config, dataset, method, "central", row_name(method), col)
+                    if participation == central_at:
+                        full = column(dataset, ds, "full")
+                        cells += _cells(config, dataset, method, "central", row_name(method), full)
                     continue
                 setting = fedsc_settings(ds)[(participation, "inf", None)] if "private" in traits else participation
                 cells += _cells(config, dataset, method, setting, row_name(method), col)
