@@ -3,10 +3,9 @@ a federated method is requested, and Centralized SC keeps its row in the paper's
 
 import copy
 
-from tests.fedsc.test_pipeline import _config
-
 from fedrepro.algorithms.fedsc import METHODS
 from fedrepro.experiments import fedsc as plan
+from tests.fedsc.test_pipeline import _config
 
 
 def _table2(participation=None):
