@@ -12,6 +12,11 @@ Choices (the paper gives no FD settings, and its authors had no code either): KL
 temperature E_kd instead of FD's logit MSE, weight `fd_weight` (default 1), tau a
 config key; the per-label averages are accumulated over the round's batches
 (FD's running average) and start empty.
+
+`batched` (spec key, default on a GPU): the clients of one architecture train as one program
+(base.Federation, fl.batched.Stack) with the per-client loop's batches, losses, updates and messages;
+each client's targets, mask and per-label sums are its own along the stacked axis
+(tests/fedal/test_batched_baselines.py).
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ import torch
 
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.client import cross_entropy
-from fedrepro.algorithms.fedal.kd import kl_to_logits
+from fedrepro.algorithms.fedal.kd import kl_to_logits, tempered_softmax
+
+
+def per_sample_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """kd.kl_to_logits before its batch mean: KL(softmax(teacher / E) || softmax(student / E)) per sample."""
+    log_student = torch.log_softmax(student_logits / temperature, dim=-1)
+    teacher = tempered_softmax(teacher_logits.detach(), temperature)
+    return torch.nn.functional.kl_div(log_student, teacher, reduction="none").sum(-1)
 
 
 class LabelLogitServer:
@@ -46,8 +58,9 @@ class FD(Federation):
         seed: int,
         fd_weight: float = 1.0,
         assignment: Sequence[int] | None = None,
+        batched: bool = False,
     ):
-        super().__init__(data, pool, cfg, seed, assignment)
+        super().__init__(data, pool, cfg, seed, assignment, batched)
         k, device = data.num_classes, data.test_x.device
         self.fd_weight = fd_weight
         self.server = LabelLogitServer()
@@ -57,6 +70,8 @@ class FD(Federation):
 
     def round(self, t: int) -> dict:
         self.wire.round = t
+        if self.batched:
+            return self._round_batched()
         k = self.data.num_classes
         losses, uploads, own = [], [], []
         for n, client in enumerate(self.clients):
@@ -80,6 +95,40 @@ class FD(Federation):
                 counts += torch.bincount(y, minlength=k).to(counts.dtype)
             own.append((sums, counts))
             uploads.append(self.wire.send(client.name, "server", "label_logits", {"sums": sums, "counts": counts}))
+        return self._exchange(uploads, own, losses)
+
+    def _round_batched(self) -> dict:
+        """round with each architecture's clients stacked: client n's batches from its own stream, its own
+        targets g_{-n, y} and known labels, its own per-label sums (one-hot products along the stacked axis)."""
+        k = self.data.num_classes
+        losses, own = [], [None] * self.num_clients
+        for group, stack in zip(self._groups, self.stacks()):
+            members = torch.as_tensor(group.members, device=self.targets.device)
+            sums = torch.zeros(len(members), k, k, device=self.targets.device)
+            counts = torch.zeros(len(members), k, device=self.targets.device)
+            for _ in range(self.cfg.tau):
+                x, y = group.batch(self.clients, self.cfg.batch_size)
+                f = stack.forward(x)
+                mask = self.known[members[:, None], y].to(f.dtype)  # (G, B)
+                kl = per_sample_kl(self.targets[members[:, None], y], f, self.cfg.kd_temperature)  # (G, B)
+                held = mask.sum(-1)
+                # per client: the KL's mean over its known rows times their fraction of the batch (as `round`)
+                fd = (kl * mask).sum(-1) / held.clamp_min(1) * (held / y.shape[-1])
+                loss = cross_entropy(f, y) + self.fd_weight * fd
+                stack.step(loss.sum())
+                losses.append(loss.detach())
+                onehot = torch.nn.functional.one_hot(y, k).to(f.dtype)
+                sums += torch.einsum("gbk,gbc->gkc", onehot, f.detach())
+                counts += onehot.sum(1)
+            for j, n in enumerate(group.members):
+                own[n] = (sums[j], counts[j])
+        uploads = [
+            self.wire.send(c.name, "server", "label_logits", {"sums": own[n][0], "counts": own[n][1]})
+            for n, c in enumerate(self.clients)
+        ]
+        return self._exchange(uploads, own, losses)
+
+    def _exchange(self, uploads: list, own: list, losses: list) -> dict:
         total = self.server.respond(uploads)
         for n, client in enumerate(self.clients):
             reply = self.wire.send("server", client.name, "global_label_logits", total)
@@ -99,7 +148,8 @@ class FD(Federation):
 
 
 def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FD:
-    return FD(data, pool, cfg, seed, fd_weight=float(spec.get("fd_weight", 1.0)))
+    batched = bool(spec.get("batched", data.test_x.device.type == "cuda"))
+    return FD(data, pool, cfg, seed, fd_weight=float(spec.get("fd_weight", 1.0)), batched=batched)
 
 
 def run_job(job) -> None:

@@ -13,6 +13,12 @@ FedAL paper trains every client model with Adam (Sec. VI-A) and every method
 here is evaluated, counted and checkpointed the same way (`Federation`). The
 building blocks (weighted averaging, Wire) are shared.
 Each client keeps its own Adam state across rounds (the paper does not say; as `client`).
+
+`batched` (spec key, default on a GPU): the clients' local steps run as one program (base.Federation,
+fl.batched.Stack; `local_updates_batched`, which FedDF's clients use too) with the per-client loop's
+batches, losses, updates and uploads; the averaging is unchanged. All clients receive the global
+weights before any uploads, so within a round the wire logs the downlinks first (the same messages,
+in another order; tests/fedal/test_batched_baselines.py).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.kd import less_forgetting
 from fedrepro.fl.aggregate import weighted_average
@@ -45,6 +51,33 @@ def local_update(
     return losses
 
 
+def local_updates_batched(
+    fed: Federation, starts: Sequence[Mapping[str, torch.Tensor]], steps: int, use_lf: bool = False
+) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+    """`local_update` of every client (client n from `starts[n]`), each architecture group stacked;
+    returns the losses (one (G,) tensor per group and step) and each client's state dict after the steps."""
+    losses, states = [], [None] * fed.num_clients
+    for group, stack in zip(fed._groups, fed.stacks()):
+        with torch.no_grad():
+            for name, t in (stack.params | stack.buffers).items():
+                t.copy_(torch.stack([starts[n][name] for n in group.members]))
+        anchor = stack.freeze() if use_lf else None  # r_loc's anchor: the model each client loaded
+        for _ in range(steps):
+            x, y = group.batch(fed.clients, fed.cfg.batch_size)
+            f = stack.forward(x)
+            loss = cross_entropy(f, y)
+            if use_lf:
+                with torch.no_grad():
+                    anchor_f = stack.forward(x, frozen=anchor)
+                loss = loss + less_forgetting(anchor_f, f)
+            stack.step(loss.sum())
+            losses.append(loss.detach())
+        tensors = stack.params | stack.buffers
+        for j, n in enumerate(group.members):
+            states[n] = {name: tensors[name][j].detach().clone() for name in starts[n]}
+    return losses, states
+
+
 def state_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -59,8 +92,9 @@ class FedAvg(Federation):
         cfg: TrainConfig,
         seed: int,
         assignment: Sequence[int] | None = None,
+        batched: bool = False,
     ):
-        super().__init__(data, pool, cfg, seed, assignment)
+        super().__init__(data, pool, cfg, seed, assignment, batched)
         if len(set(self.assignment)) != 1:
             archs = sorted({c.model.arch for c in self.clients})
             raise ValueError(
@@ -71,12 +105,20 @@ class FedAvg(Federation):
         self.sizes = [c.num_samples for c in self.clients]
 
     def models(self) -> list[torch.nn.Module]:
+        self.sync_clients()  # before client 0's model is overwritten by the global weights
         model = self.clients[0].model
         model.load_state_dict(self.global_state)
         return [model] * self.num_clients
 
     def round(self, t: int) -> dict:
         self.wire.round = t
+        if self.batched:
+            starts = [self.wire.send("server", c.name, "weights", self.global_state) for c in self.clients]
+            losses, states = local_updates_batched(self, starts, self.cfg.tau)
+            uploads = [self.wire.send(c.name, "server", "weights", s) for c, s in zip(self.clients, states)]
+            self.global_state = weighted_average(uploads, self.sizes)
+            self.iteration += self.cfg.tau
+            return {"ce": mean_of(losses)}
         uploads, losses = [], []
         for client in self.clients:
             start = self.wire.send("server", client.name, "weights", self.global_state)
@@ -84,7 +126,7 @@ class FedAvg(Federation):
             uploads.append(self.wire.send(client.name, "server", "weights", state_of(client.model)))
         self.global_state = weighted_average(uploads, self.sizes)
         self.iteration += self.cfg.tau
-        return {"ce": float(torch.stack(losses).mean())}
+        return {"ce": mean_of(losses)}
 
     def extra_state(self) -> dict:
         return {"global": self.global_state}
@@ -94,7 +136,7 @@ class FedAvg(Federation):
 
 
 def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FedAvg:
-    return FedAvg(data, pool, cfg, seed)
+    return FedAvg(data, pool, cfg, seed, batched=bool(spec.get("batched", data.test_x.device.type == "cuda")))
 
 
 def run_job(job) -> None:

@@ -23,6 +23,11 @@ per-client discriminator would have nothing to separate); `use_lf` defaults to
 false (FedDF + the AL component, the paper's wording for Fig. 10); one
 iteration = one distillation step, tau per round. Needs at least two
 architectures when `use_al`.
+
+`batched` (spec key, default on a GPU): step 1 runs each architecture's clients as one program
+(fedavg.local_updates_batched) with the per-client loop's batches, losses, updates and uploads, the
+downlinks logged before the uplinks. Steps 2-3 are unchanged: the server's students are one model
+per architecture (nothing to stack), and its ensemble forwards the N teachers one by one.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import torch
 
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.client import build_client_model, frozen_logits
-from fedrepro.algorithms.fedal.fedavg import local_update, state_of
+from fedrepro.algorithms.fedal.fedavg import local_update, local_updates_batched, state_of
 from fedrepro.algorithms.fedal.kd import kl_to_probs, less_forgetting, surrogate_from_grad, tempered_softmax
 from fedrepro.algorithms.fedal.server import AdversarialConfig, AdversarialHelper, adversarial_config
 from fedrepro.fl.aggregate import weighted_average
@@ -54,8 +59,9 @@ class FedDF(Federation):
         adversarial: AdversarialConfig | None = None,
         server_lr: float | None = None,
         assignment: Sequence[int] | None = None,
+        batched: bool = False,
     ):
-        super().__init__(data, pool, cfg, seed, assignment)
+        super().__init__(data, pool, cfg, seed, assignment, batched)
         device = data.test_x.device
         self.groups = sorted(set(self.assignment))
         self.members = {g: [n for n, a in enumerate(self.assignment) if a == g] for g in self.groups}
@@ -94,16 +100,32 @@ class FedDF(Federation):
 
     def round(self, t: int) -> dict:
         self.wire.round = t
-        losses = []
-        for n, client in enumerate(self.clients):
-            start = self.wire.send("server", client.name, "weights", state_of(self.group_models[self.assignment[n]]))
-            losses += local_update(client, start, self.cfg.tau, self.use_lf)
-            self.teachers[n].load_state_dict(self.wire.send(client.name, "server", "weights", state_of(client.model)))
+        losses = self._local_updates_batched() if self.batched else self._local_updates()
         for g in self.groups:
             states = [t.state_dict() for i, t in enumerate(self.teachers) if self.assignment[i] == g]
             sizes = [self.clients[n].num_samples for n in self.members[g]]
             self.group_models[g].load_state_dict(weighted_average(states, sizes))
         return {"ce": mean_of(losses), **self._distill()}
+
+    def _local_updates(self) -> list[torch.Tensor]:
+        """Step 1: each client trains from its group's model; its upload becomes its teacher copy."""
+        losses = []
+        for n, client in enumerate(self.clients):
+            start = self.wire.send("server", client.name, "weights", state_of(self.group_models[self.assignment[n]]))
+            losses += local_update(client, start, self.cfg.tau, self.use_lf)
+            self.teachers[n].load_state_dict(self.wire.send(client.name, "server", "weights", state_of(client.model)))
+        return losses
+
+    def _local_updates_batched(self) -> list[torch.Tensor]:
+        """_local_updates with each architecture's clients stacked (every downlink before the uplinks)."""
+        starts = [
+            self.wire.send("server", c.name, "weights", state_of(self.group_models[a]))
+            for c, a in zip(self.clients, self.assignment)
+        ]
+        losses, states = local_updates_batched(self, starts, self.cfg.tau, self.use_lf)
+        for client, teacher, state in zip(self.clients, self.teachers, states):
+            teacher.load_state_dict(self.wire.send(client.name, "server", "weights", state))
+        return losses
 
     @torch.no_grad()
     def ensemble_logits(self, xb: torch.Tensor) -> torch.Tensor:
@@ -194,6 +216,7 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
         use_lf=bool(spec.get("use_lf", False)),
         adversarial=adversarial,
         server_lr=spec.get("server_lr"),
+        batched=bool(spec.get("batched", data.test_x.device.type == "cuda")),
     )
 
 

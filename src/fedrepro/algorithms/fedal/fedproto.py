@@ -21,6 +21,11 @@ shared public batch (d*B floats), the server replies with the average, and the c
 
 Both need one feature dimension across the pool (the paper's reason for leaving FedProto out
 on SVHN); a mixed pool raises a clear error.
+
+`batched` (spec key, default on a GPU): the clients of one architecture train as one program
+(base.Federation, fl.batched.Stack) with the per-client loop's batches, losses, updates and messages;
+the features, prototypes and regulariser are computed per client along the stacked axis
+(tests/fedal/test_batched_baselines.py).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.client import cross_entropy
 from fedrepro.algorithms.fedal.kd import leave_one_out
 
 
@@ -78,12 +84,13 @@ class FedProto(Federation):
         variant: str = "public_features",
         prototype_average: str = "unweighted",
         assignment: Sequence[int] | None = None,
+        batched: bool = False,
     ):
         if variant not in VARIANTS:
             raise ValueError(f"fedproto.variant {variant!r} is not one of {', '.join(VARIANTS)}")
         self.variant = variant
         self.uses_public = variant == "public_features"
-        super().__init__(data, pool, cfg, seed, assignment)
+        super().__init__(data, pool, cfg, seed, assignment, batched)
         dims = {c.model.feature_dim for c in self.clients}
         if len(dims) != 1:
             archs = sorted({c.model.arch for c in self.clients})
@@ -107,6 +114,8 @@ class FedProto(Federation):
         return {"ce": ce, "proto_mse": mean_of(mse)}
 
     def _global_iteration(self) -> torch.Tensor:
+        if self.batched:
+            return self._global_iteration_batched()
         feats, uploads = [], []
         for client in self.clients:
             _, xb = client.public_batch()
@@ -123,8 +132,31 @@ class FedProto(Federation):
         self.iteration += 1
         return mean_of(losses)
 
+    def _global_iteration_batched(self) -> torch.Tensor:
+        """_global_iteration with each architecture's clients stacked: same batch, messages and steps."""
+        xb = self.shared_public_batch()
+        feats = [stack.call("features", xb, shared_input=True) for stack in self.stacks()]
+        uploads = [self.wire.send(c.name, "server", "features", h.detach()) for c, h in self._per_client(feats)]
+        mean = self.server.respond(uploads)
+        targets = [self.wire.send("server", c.name, "mean_features", mean) for c in self.clients]
+        losses = []
+        for group, stack, h in zip(self._groups, self.stacks(), feats):
+            target = leave_one_out(targets[group.members[0]], h.detach(), self.num_clients)  # per client
+            loss = self.proto_weight * (h - target).square().mean(dim=(-2, -1))
+            stack.step(loss.sum())
+            losses.append(loss.detach())
+        self.iteration += 1
+        return mean_of(losses)
+
+    def _per_client(self, stacked: Sequence[torch.Tensor]) -> list[tuple]:
+        """(client, its slice) in client order from one stacked tensor per architecture group."""
+        out = [(self.clients[n], t[j]) for group, t in zip(self._groups, stacked) for j, n in enumerate(group.members)]
+        return sorted(out, key=lambda pair: pair[0].cid)
+
     def _prototype_round(self) -> dict:
         """FedProto's Algorithm 1: local steps with the prototype regulariser, then the exchange."""
+        if self.batched:
+            return self._prototype_round_batched()
         k, d = self.prototypes.shape
         ce_losses, proto_losses, uploads = [], [], []
         for client in self.clients:
@@ -146,12 +178,45 @@ class FedProto(Federation):
                 counts += torch.bincount(y, minlength=k).to(counts.dtype)
             local = sums / counts.clamp_min(1)[:, None]  # C_n^(j), eq. (2); zero for labels it has not seen
             uploads.append(self.wire.send(client.name, "server", "prototypes", {"prototypes": local, "counts": counts}))
+        return self._exchange_prototypes(uploads, ce_losses, proto_losses)
+
+    def _exchange_prototypes(self, uploads: list, ce_losses: list, proto_losses: list) -> dict:
         reply = self.server.respond(uploads)
         for client in self.clients:
             got = self.wire.send("server", client.name, "global_prototypes", reply)
         self.prototypes, self.known = got["prototypes"], got["known"].bool()
         self.iteration += self.cfg.tau
         return {"ce": mean_of(ce_losses), "proto_mse": mean_of(proto_losses)}
+
+    def _prototype_round_batched(self) -> dict:
+        """_prototype_round with each architecture's clients stacked: every client's batches from its own
+        stream, its regulariser over its own labelled rows, its local prototypes from its own features."""
+        k = self.prototypes.shape[0]
+        ce_losses, proto_losses, local = [], [], []
+        for group, stack in zip(self._groups, self.stacks()):
+            sums = torch.zeros(len(group.members), *self.prototypes.shape, device=self.prototypes.device)
+            counts = torch.zeros(len(group.members), k, device=self.prototypes.device)
+            for _ in range(self.cfg.tau):
+                x, y = group.batch(self.clients, self.cfg.batch_size)
+                h, f = stack.call("forward_both", x)
+                ce = cross_entropy(f, y)
+                mask = self.known[y].to(h.dtype)  # (G, B): rows whose label has a global prototype
+                # per client: F.mse_loss over its masked rows times their fraction of the batch (eq. (4))
+                held = mask.sum(-1)
+                sq = ((h - self.prototypes[y]).square().mean(-1) * mask).sum(-1)
+                reg = sq / held.clamp_min(1) * (held / y.shape[-1])
+                stack.step((ce + self.proto_weight * reg).sum())
+                ce_losses.append(ce.detach())
+                proto_losses.append(reg.detach()[held > 0])
+                onehot = F.one_hot(y, k).to(h.dtype)
+                sums += torch.einsum("gbk,gbd->gkd", onehot, h.detach())
+                counts += onehot.sum(1)
+            local += list(zip(group.members, sums / counts.clamp_min(1)[..., None], counts))  # eq. (2)
+        uploads = [
+            self.wire.send(self.clients[n].name, "server", "prototypes", {"prototypes": p, "counts": c})
+            for n, p, c in sorted(local, key=lambda entry: entry[0])
+        ]
+        return self._exchange_prototypes(uploads, ce_losses, proto_losses)
 
     def summary(self) -> dict:
         variant = self.variant if self.uses_public else f"{self.variant} ({self.server.average})"
@@ -173,6 +238,7 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
         proto_weight=float(spec.get("proto_weight", 1.0)),
         variant=spec.get("variant", "public_features"),
         prototype_average=spec.get("prototype_average", "unweighted"),
+        batched=bool(spec.get("batched", data.test_x.device.type == "cuda")),
     )
 
 
