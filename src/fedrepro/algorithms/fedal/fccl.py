@@ -38,6 +38,13 @@ Choices (the FedAL paper gives no FCCL settings): the authors' digits settings a
 `pretrain_iters` are config keys; the server average includes the client itself (as in the
 authors' FCCL+ code). Not modelled: the authors' fresh Adam per public batch and local weight
 decay 1e-5 (every client here keeps one Adam, as in every other method).
+
+`batched` (spec key, default on a GPU): the clients of one architecture run every step as one program
+(base.Federation, fl.batched.Stack), the pretraining of the intra-domain teachers included; the frozen
+teachers (inter, intra) are forward-only stacks of the same group, and every per-client reduction (the
+batch standardisation and correlation matrix of eq. (3), the instance similarities, the non-target KL)
+is computed per client along the stacked axis, so the numbers are the per-client loop's
+(tests/fedal/test_batched_fccl.py).
 """
 
 from __future__ import annotations
@@ -45,11 +52,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
+from torch.func import vmap
 
-from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.base import FedData, Federation, PrivateGroup, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.client import cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.kd import cross_correlation_loss, kl_to_logits, non_target_kl, similarity_logits
+from fedrepro.fl.batched import Stack
 from fedrepro.fl.optim import Adam
+
+# the per-client losses along a stacked client axis (G, B, ...): one value per client (G,)
+stacked_cross_correlation = vmap(cross_correlation_loss, in_dims=(0, None))
+stacked_similarity = vmap(similarity_logits, in_dims=(0, None))
+stacked_non_target_kl = vmap(non_target_kl, in_dims=(0, 0, 0, None))
 
 
 class AveragingServer:
@@ -75,8 +89,9 @@ class FCCL(Federation):
         nt_temperature: float = 3.0,
         local_steps: int | None = None,
         assignment: Sequence[int] | None = None,
+        batched: bool = False,
     ):
-        super().__init__(data, pool, cfg, seed, assignment)
+        super().__init__(data, pool, cfg, seed, assignment, batched)
         self.plus = plus
         self.sim_temperature, self.sim_weight, self.nt_temperature = (
             similarity_temperature,
@@ -86,26 +101,38 @@ class FCCL(Federation):
         self.pretrain_steps = 0 if plus else pretrain_iters
         self.local_steps = local_steps or cfg.tau  # local-updating steps per round (default tau)
         self.server = AveragingServer()
-        self.intra = None if plus else [self._pretrain(c, pretrain_iters) for c in self.clients]
+        self.intra = None if plus else self._pretrain(pretrain_iters)
+        self._intra_stacks: list | None = None  # batched: the intra teachers of each group, forward-only
 
-    def _pretrain(self, client, iters: int):
-        """FCCL's "optimal" local model: CE on local data only, then frozen (a separate copy)."""
-        model = client.snapshot()
-        for p in model.parameters():
-            p.requires_grad_(True)
-        opt = Adam(model.parameters(), lr=self.cfg.lr)
-        for _ in range(iters):
-            x, y = client.local_batch()
-            loss = cross_entropy(model(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        for p in model.parameters():
-            p.requires_grad_(False)
-        return model
+    def _pretrain(self, iters: int) -> list:
+        """FCCL's "optimal" local models: CE on local data only, then frozen (separate copies)."""
+        models = [c.snapshot() for c in self.clients]
+        for model in models:
+            model.requires_grad_(True)
+        opts = [Adam(m.parameters(), lr=self.cfg.lr) for m in models]
+        if self.batched:
+            for group in self._groups:
+                stack = Stack([models[n] for n in group.members], [opts[n] for n in group.members])
+                for _ in range(iters):
+                    x, y = group.batch(self.clients, self.cfg.batch_size)
+                    stack.step(cross_entropy(stack.forward(x), y).sum())
+                stack.write_back()
+        else:
+            for client, model, opt in zip(self.clients, models, opts):
+                for _ in range(iters):
+                    x, y = client.local_batch()
+                    loss = cross_entropy(model(x), y)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+        for model in models:
+            model.requires_grad_(False)
+        return models
 
     def round(self, t: int) -> dict:
         self.wire.round = t
+        if self.batched:
+            return self._round_batched()
         # the inter-domain teacher: each model as the previous round left it (both authors' codebases)
         inter = [c.snapshot("inter") for c in self.clients]
         col = [self._collaborative_iteration() for _ in range(self.cfg.tau)]
@@ -157,6 +184,87 @@ class FCCL(Federation):
             losses.append(loss.detach())
         return mean_of(losses)
 
+    # ------------------------------------------------------------------ batched clients
+    def _round_batched(self) -> dict:
+        """round() with each architecture group's clients stacked (class docstring of base.Federation)."""
+        stacks = self.stacks()
+        inter = [stack.freeze() for stack in stacks]
+        col = [self._collaborative_iteration_batched(stacks) for _ in range(self.cfg.tau)]
+        intra = self._intra_teachers()
+        local = []
+        for group, stack, inter_g, intra_g in zip(self._groups, stacks, inter, intra):
+            local += self._local_updates_batched(group, stack, inter_g, intra_g)
+        self._write_back_intra()
+        return {"collab": mean_of(col), "local": mean_of(local)}
+
+    def _collaborative_iteration_batched(self, stacks: list[Stack]) -> float:
+        """_collaborative_iteration on the shared public batch: same uploads, replies and losses."""
+        xb = self.shared_public_batch()
+        outputs = [stack.call("forward_both", xb, shared_input=True) for stack in stacks]
+        sims = [stacked_similarity(h, self.sim_temperature) if self.plus else None for h, _ in outputs]
+        up_logits, up_sims = [None] * self.num_clients, [None] * self.num_clients
+        for group, (_, f), sim in zip(self._groups, outputs, sims):
+            for j, n in enumerate(group.members):
+                up_logits[n], up_sims[n] = f[j].detach(), sim[j].detach() if self.plus else None
+        for n, client in enumerate(self.clients):  # the wire in the per-client loop's order
+            up_logits[n] = self.wire.send(client.name, "server", "logits", up_logits[n])
+            if self.plus:
+                up_sims[n] = self.wire.send(client.name, "server", "similarity", up_sims[n])
+        mean_logits = self.server.respond(up_logits)
+        mean_sim = self.server.respond(up_sims) if self.plus else None
+        targets, sim_targets = [], []
+        for client in self.clients:
+            targets.append(self.wire.send("server", client.name, "mean_logits", mean_logits))
+            if self.plus:
+                sim_targets.append(self.wire.send("server", client.name, "mean_similarity", mean_sim))
+        losses = []
+        for group, stack, (_, f), sim in zip(self._groups, stacks, outputs, sims):
+            first = group.members[0]  # every client receives the same average
+            loss = stacked_cross_correlation(f, targets[first])
+            if self.plus:
+                loss = loss + self.sim_weight * kl_to_logits(sim_targets[first], sim)
+            stack.step(loss.sum())
+            losses.append(loss.detach())
+        self.iteration += 1
+        return mean_of(losses)
+
+    def _local_updates_batched(self, group: PrivateGroup, stack: Stack, inter, intra) -> list[torch.Tensor]:
+        """_local_updates of one group's clients at once; each client's loss per step (G,)."""
+        losses = []
+        for _ in range(self.local_steps):
+            x, y = group.batch(self.clients, self.cfg.batch_size)
+            f = stack.forward(x)
+            with torch.no_grad():
+                inter_f = stack.forward(x, frozen=inter)
+                intra_f = None if self.plus else stack.forward(x, frozen=intra)
+            loss = cross_entropy(f, y)
+            if self.plus:
+                t = self.nt_temperature
+                loss = loss + t * t * stacked_non_target_kl(inter_f, f, y, t)
+            else:
+                temperature = self.cfg.kd_temperature
+                loss = loss + kl_to_logits(inter_f, f, temperature) + kl_to_logits(intra_f, f, temperature)
+            stack.step(loss.sum())
+            losses.append(loss.detach())
+        return losses
+
+    def _intra_teachers(self) -> list:
+        """Per group, the intra-domain teachers' stacked (parameters, buffers) (None for FCCL+). Their
+        training-mode forwards move their BatchNorm statistics, as the per-client teachers' do."""
+        if self.intra is None:
+            return [None] * len(self._groups)
+        if self._intra_stacks is None:
+            self._intra_stacks = [frozen_stack([self.intra[n] for n in g.members]) for g in self._groups]
+        return self._intra_stacks
+
+    @torch.no_grad()
+    def _write_back_intra(self) -> None:
+        """The intra teachers' stacked BatchNorm statistics into their models (their state is saved)."""
+        for group, (_, buffers) in zip(self._groups, self._intra_stacks or []):
+            for j, n in enumerate(group.members):
+                for name, b in self.intra[n].named_buffers():
+                    b.copy_(buffers[name][j])
+
     def summary(self) -> dict:
         """Adds the CE steps per client spent before the budget (FCCL's pretrained local model) and the
         local-updating steps per round beside its tau collaborative iterations."""
@@ -174,6 +282,18 @@ class FCCL(Federation):
         if self.intra:
             for m, s in zip(self.intra, state["intra"]):
                 m.load_state_dict(s)
+        self._intra_stacks = None  # rebuilt from the loaded teachers
+
+
+def frozen_stack(models: Sequence[torch.nn.Module]) -> tuple[dict, dict]:
+    """(parameters, buffers) of frozen models of one architecture stacked along a client axis (copies),
+    the `frozen` argument of Stack.forward."""
+    params = [dict(m.named_parameters()) for m in models]
+    buffers = [dict(m.named_buffers()) for m in models]
+    return (
+        {k: torch.stack([p[k].detach() for p in params]) for k in params[0]},
+        {k: torch.stack([b[k] for b in buffers]) for k in buffers[0]},
+    )
 
 
 def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) -> FCCL:
@@ -189,6 +309,7 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
         similarity_weight=float(spec.get("similarity_weight", 3.0)),
         nt_temperature=float(spec.get("nt_temperature", 3.0)),
         local_steps=spec.get("local_steps"),
+        batched=bool(spec.get("batched", data.test_x.device.type == "cuda")),
     )
 
 
