@@ -66,3 +66,20 @@ def test_the_spec_flag_picks_the_path(method, spec, expected):
     """Default: batched on a GPU only (these tensors are on the CPU)."""
     algo = build(_images(), POOL, config(), 0, {"method": method, "pretrain_iters": 1, **spec})
     assert algo.batched is expected and bool(algo._groups) is expected
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_fccl_clients_start_from_their_pretrained_teacher_pretrained_once(batched):
+    """The authors' FCCL loads the pretrained intra-domain teacher into each client's model; the
+    pipeline's spec key `pretrain_iters` also reaches TrainConfig, which must not pretrain the
+    clients a second time (same streams and models as without it)."""
+
+    def build_with(train_pretrain: int) -> FCCL:
+        torch.manual_seed(0)
+        cfg = config(tau=2, batch_size=6, pretrain_iters=train_pretrain)
+        return FCCL(_images(), POOL, cfg, 0, pretrain_iters=3, assignment=ASSIGNMENT, batched=batched)
+
+    pipeline, plain = build_with(3), build_with(0)
+    for client, teacher in zip(pipeline.clients, pipeline.intra):
+        assert_same(client.model.state_dict(), teacher.state_dict(), client.name)
+    assert_same(pipeline.state_dict(), plain.state_dict())

@@ -8,11 +8,14 @@ FCCL (Huang et al., CVPR 2022), per round:
 * local updating, tau steps: CE + dual-domain distillation on private batches,
   KL(p_inter || p_n) toward the client's model from the end of the previous round
   (inter-domain knowledge; the authors' `progressive_net_list`, refreshed after every
-  round's local updating; the initial model in round 1) + KL(p_intra || p_n) toward the
+  round's local updating; the starting model in round 1) + KL(p_intra || p_n) toward the
   "optimal" local model pretrained once on the client's own data (intra-domain knowledge).
   The pretraining costs `pretrain_iters` CE steps per client BEFORE the iteration
   budget starts; they are not counted in `iteration`, every run's summary reports
-  them (`pretrain_steps`) and the tables name them in FCCL's row.
+  them (`pretrain_steps`) and the tables name them in FCCL's row. Each client's model
+  starts from its pretrained teacher (the authors' `load_pretrained_nets`; its Adam fresh),
+  and is not pretrained a second time: the spec's `pretrain_iters` is FCCL's own, not
+  the generic `train.pretrain_iters` of base.Federation, whose key it shares.
 
 FCCL+ (Huang et al., TPAMI 2023), per round:
 * collaborative updating as above plus federated instance-similarity learning:
@@ -49,6 +52,7 @@ is computed per client along the stacked axis, so the numbers are the per-client
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -91,6 +95,8 @@ class FCCL(Federation):
         assignment: Sequence[int] | None = None,
         batched: bool = False,
     ):
+        if not plus:  # `pretrain_iters` pretrains the teacher, which the clients then start from
+            cfg = dataclasses.replace(cfg, pretrain_iters=0)
         super().__init__(data, pool, cfg, seed, assignment, batched)
         self.plus = plus
         self.sim_temperature, self.sim_weight, self.nt_temperature = (
@@ -102,6 +108,8 @@ class FCCL(Federation):
         self.local_steps = local_steps or cfg.tau  # local-updating steps per round (default tau)
         self.server = AveragingServer()
         self.intra = None if plus else self._pretrain(pretrain_iters)
+        for client, teacher in zip(self.clients, self.intra or []):
+            client.model.load_state_dict(teacher.state_dict())
         self._intra_stacks: list | None = None  # batched: the intra teachers of each group, forward-only
 
     def _pretrain(self, iters: int) -> list:
