@@ -26,8 +26,9 @@ architectures when `use_al`.
 
 `batched` (spec key, default on a GPU): step 1 runs each architecture's clients as one program
 (fedavg.local_updates_batched) with the per-client loop's batches, losses, updates and uploads, the
-downlinks logged before the uplinks. Steps 2-3 are unchanged: the server's students are one model
-per architecture (nothing to stack), and its ensemble forwards the N teachers one by one.
+downlinks logged before the uplinks, and step 3's ensemble forwards each architecture's teachers as one
+stacked eval-mode program. The server's students and their steps are unchanged: one model per
+architecture, so there is no group of same-architecture students to stack.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import torch
+from torch.func import functional_call, vmap
 
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
 from fedrepro.algorithms.fedal.client import build_client_model, frozen_logits
@@ -71,6 +73,7 @@ class FedDF(Federation):
             model.load_state_dict(self.clients[self.members[g][0]].model.state_dict())
         # server-side copies of the uploaded client models (the distillation teachers)
         self.teachers = [build_client_model(self.pool[a], data.num_classes).to(device) for a in self.assignment]
+        self._teacher_stacks: list[dict] = []  # batched: each group's received models stacked, set every round
         self.use_al, self.use_lf = use_al, use_lf
         self.server_lr = server_lr or cfg.lr
         self.adversary = None
@@ -123,18 +126,35 @@ class FedDF(Federation):
             for c, a in zip(self.clients, self.assignment)
         ]
         losses, states = local_updates_batched(self, starts, self.cfg.tau, self.use_lf)
-        for client, teacher, state in zip(self.clients, self.teachers, states):
-            teacher.load_state_dict(self.wire.send(client.name, "server", "weights", state))
+        uploads = [self.wire.send(c.name, "server", "weights", s) for c, s in zip(self.clients, states)]
+        for teacher, upload in zip(self.teachers, uploads):
+            teacher.load_state_dict(upload)
+        self._teacher_stacks = [
+            {name: torch.stack([uploads[n][name] for n in group.members]) for name in uploads[group.members[0]]}
+            for group in self._groups
+        ]
         return losses
 
     @torch.no_grad()
     def ensemble_logits(self, xb: torch.Tensor) -> torch.Tensor:
         """FedDF's teacher (Lin et al. 2020, Algorithm 1 and Sec. 3): the average LOGITS of the
         N received client models, each evaluated in eval mode (BatchNorm running statistics)."""
+        if self.batched:
+            return self._ensemble_logits_batched(xb)
         out = []
         for teacher in self.teachers:
             teacher.eval()
             out.append(teacher(xb))
+        return torch.stack(out).mean(0)
+
+    def _ensemble_logits_batched(self, xb: torch.Tensor) -> torch.Tensor:
+        """ensemble_logits with each architecture's received models stacked (eval mode: nothing moves)."""
+        out = [None] * self.num_clients
+        for group, tensors in zip(self._groups, self._teacher_stacks):
+            template = self.teachers[group.members[0]].eval()
+            logits = vmap(functional_call, in_dims=(None, 0, None))(template, tensors, (xb,))
+            for j, n in enumerate(group.members):
+                out[n] = logits[j]
         return torch.stack(out).mean(0)
 
     def _distill(self) -> dict:
