@@ -64,7 +64,8 @@ def test_batched_clients_match_the_per_client_loop(method):
 
 
 def test_the_prototype_runs_exercise_partly_known_labels():
-    """The regulariser's mask is neither all nor nothing for some client step (what `per client` tests)."""
+    """After round 1 some labels have a global prototype and some do not, so the later rounds' regulariser
+    covers part of a batch's rows: the equality test above checks the batched mask, not only all-or-nothing."""
     algo, rows = _run("fedproto_prototypes", batched=True, rounds=1)
     assert not bool(algo.known.all()) and bool(algo.known.any())
     assert rows["proto_mse"].isna().all()  # nothing known in round 1
