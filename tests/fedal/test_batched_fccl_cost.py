@@ -52,6 +52,14 @@ def test_fccl_teacher_pretraining_is_a_stacked_step_when_batched(batched):
     assert work.flops == pytest.approx(flops) and work.launches == pytest.approx(launches)
 
 
+def test_fccl_plus_generic_pretraining_stays_per_client():
+    """FCCL+ has no teacher: a `pretrain_iters` is base.Federation's per-client pretraining."""
+    work = _work(CLIENTS, method="fccl_plus", pretrain_iters=ITERATIONS // 2)
+    _, launches = _expected(2, 1, batched=True)
+    per_client = sum(count_step(_step(arch, "train")).launches for arch in (WRN, LENET)) * CLIENTS / 2
+    assert work.launches == pytest.approx(launches + per_client / 2)
+
+
 def test_batched_fccl_launches_do_not_grow_with_the_clients():
     few, many = _work(4, method="fccl_plus", local_steps=30), _work(12, method="fccl_plus", local_steps=30)
     assert many.launches == pytest.approx(few.launches)
