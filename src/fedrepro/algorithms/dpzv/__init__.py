@@ -37,13 +37,14 @@ METHODS: dict[str, Method] = {
             "head_clip",
             "batch",
             "secret_rate",
+            "stack_clients",
         ),
     ),
     "vafl": Method(
         entry="fedrepro.algorithms.dpzv.vafl:run_job",
         label="VAFL",
         traits=frozenset({"first_order"}),
-        config_keys=("embed_clip", "momentum"),
+        config_keys=("embed_clip", "momentum", "stack_clients"),
     ),
     "zoo_vfl": Method(
         entry="fedrepro.algorithms.dpzv.zoo_vfl:run_job",
@@ -58,12 +59,13 @@ METHODS: dict[str, Method] = {
             "zoo_noise",
             "server_update",
             "momentum",
+            "stack_clients",
         ),
     ),
     "vfl_czofo": Method(
         entry="fedrepro.algorithms.dpzv.vfl_czofo:run_job",
         label="VFL-CZOFO",
         traits=frozenset({"zeroth_order"}),
-        config_keys=("embed_clip", "momentum", "zo_lambda", "perturbations"),
+        config_keys=("embed_clip", "momentum", "zo_lambda", "perturbations", "stack_clients"),
     ),
 }

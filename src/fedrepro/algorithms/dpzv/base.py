@@ -301,11 +301,15 @@ class VFLAlgorithm:
     """One VFL run as a `fedrepro.fl.loop.FederatedAlgorithm`.
 
     `round(t)` runs one evaluation block (1/evals_per_epoch of an epoch) of
-    server rounds; each server round is `exchange(m, ids)`, which subclasses
-    implement as client -> wire -> server -> wire -> client.
+    server rounds; each server round is `exchange(m, ids)`: the client's query
+    (`client_query`), then `serve`: wire (`up_kind`) -> `server_answer` -> wire
+    (`down_kind`) -> the client's update (`client_reply`). With `stack_clients`
+    the queries of a segment of distinct clients run first, as one stacked
+    program (`run_segment`), and the server rounds then as here.
     """
 
     method = "vfl"
+    up_kind = down_kind = ""  # the wire's kinds of the client's message and the server's reply
 
     def __init__(self, data: VFLData, settings: VFLSettings, seed: int, device: torch.device | str = "cpu"):
         self.data = data
@@ -333,12 +337,31 @@ class VFLAlgorithm:
         self.num_blocks = settings.epochs * settings.evals_per_epoch
         self.server_round = 0
         self.queue: list[int] = []
+        self.pending: int | None = None  # a segment's first repeated client: the next segment's first
         self.best = {"val_acc": -1.0}
         self.weights = self._weights(settings.client_weights)
         self.client_rounds = self.planned_rounds()
         self.uses = self.planned_uses()
         if settings.table_init == "forward":
             self._fill_table()
+        self.stacks = None  # the subclass builds them (`use_stacks`) when `stack_clients` is on
+
+    def use_stacks(self, per_client: int, requires_grad: bool = False) -> None:
+        """`stack_clients` (settings.extra; default: on a GPU): each segment's queries as one stacked program
+        per client architecture (`stacked.py`), `per_client` parameter snapshots per client."""
+        from fedrepro.algorithms.dpzv.stacked import Stacks, stackable
+
+        wanted = self.cfg.extra.get("stack_clients")
+        if wanted not in (None, True, False):
+            raise ValueError(f"stack_clients must be true, false or null (auto: on a GPU), got {wanted!r}")
+        able = all(stackable(c.model) for c in self.clients)
+        if wanted and not able:
+            raise ValueError(
+                "stack_clients: true needs client models that run under torch.func.vmap; "
+                f"{self.cfg.client_model} holds a Hugging Face BERT, whose mask builder branches on the data"
+            )
+        if wanted or (wanted is None and able and self.device.type == "cuda"):
+            self.stacks = Stacks(self.clients, per_client, requires_grad)
 
     # ---- construction helpers
     def _client_model(self, m: int) -> torch.nn.Module:
@@ -397,14 +420,12 @@ class VFLAlgorithm:
     # ---- FederatedAlgorithm
     def round(self, t: int) -> dict:
         stats: dict[str, list[float]] = {}
-        for _ in range(self.server_round, self.block_end(t)):
-            m = self.next_client()
-            client = self.clients[m]
-            ids = client.next_batch()
-            self.server_round += 1
-            self.wire.round = self.server_round
-            for key, value in self.exchange(m, ids).items():
-                stats.setdefault(key, []).append(float(value))
+        end = self.block_end(t)
+        while self.server_round < end:
+            rows = self.run_segment(self.segment(end)) if self.stacks else [self.one_round()]
+            for row in rows:
+                for key, value in row.items():
+                    stats.setdefault(key, []).append(float(value))
         row = {key: float(np.mean(values)) for key, values in stats.items()}
         row.update(
             server_round=self.server_round,
@@ -414,8 +435,70 @@ class VFLAlgorithm:
         )
         return row
 
+    def one_round(self) -> dict:
+        m = self.next_client()
+        client = self.clients[m]
+        ids = client.next_batch()
+        self.server_round += 1
+        self.wire.round = self.server_round
+        return self.exchange(m, ids)
+
     def exchange(self, m: int, ids: np.ndarray) -> dict:
+        """One server round with client m on batch `ids`: its query, then `serve`."""
+        payload, private = self.client_query(self.clients[m], ids)
+        return self.serve(m, payload, private)
+
+    def client_query(self, client: Client, ids: np.ndarray) -> tuple[dict, object]:
+        """(the message to the server, what the client keeps for its update)."""
         raise NotImplementedError
+
+    # ---- stacked segments (`stack_clients`, stacked.py)
+    def segment(self, end: int) -> list[tuple[int, np.ndarray]]:
+        """The next server rounds up to the first repeated client or round `end`: (client, its batch ids) each.
+        The schedule and each client's loader are drawn in the per-client loop's order (each stream is its
+        own generator); the repeated client is kept for the next segment (`pending`, None at a block's end)."""
+        turns: list[tuple[int, np.ndarray]] = []
+        while self.server_round + len(turns) < end:
+            m = self.next_client() if self.pending is None else self.pending
+            self.pending = None
+            if any(m == seen for seen, _ in turns):
+                self.pending = m
+                break
+            turns.append((m, self.clients[m].next_batch()))
+        return turns
+
+    def run_segment(self, turns: list[tuple[int, np.ndarray]]) -> list[dict]:
+        """Every query of the segment up front (`stacked_queries`), then each server round in schedule order as
+        `exchange` runs it: message, answer, reply, the client's update (`client_reply`), then `segment_end`."""
+        rows = []
+        for (m, _), (payload, private) in zip(turns, self.stacked_queries(turns)):
+            self.server_round += 1
+            self.wire.round = self.server_round
+            rows.append(self.serve(m, payload, private))
+        self.segment_end()
+        return rows
+
+    def serve(self, m: int, payload: dict, private) -> dict:
+        """One server round after client m's query: up the wire, the server's answer, down, the client's update."""
+        client = self.clients[m]
+        msg = self.wire.send(client.name, "server", self.up_kind, payload)
+        answer, stats = self.server_answer(m, msg)
+        reply = self.wire.send("server", client.name, self.down_kind, answer)
+        self.client_reply(client, private, reply)
+        return stats
+
+    def stacked_queries(self, turns: list[tuple[int, np.ndarray]]) -> list[tuple[dict, object]]:
+        raise NotImplementedError
+
+    def client_reply(self, client: Client, private, reply) -> None:
+        raise NotImplementedError
+
+    def segment_end(self) -> None:
+        """After a segment's last server round (the first-order baselines' stacked backward)."""
+
+    def stacked_inputs(self, turns, positions: list[int]) -> torch.Tensor:
+        """The batches of the turns at `positions`, stacked: (clients, B, ...)."""
+        return torch.stack([self.clients[turns[i][0]].x[self.ids_tensor(turns[i][1])] for i in positions])
 
     @torch.no_grad()
     def evaluate(self, t: int) -> dict:

@@ -75,6 +75,7 @@ def client_direction_launches(numels: list[int], buffers: int, kind: str, moment
 
 class DPZV(VFLAlgorithm):
     method = "dpzv"
+    up_kind, down_kind = "embeddings", "zo_scalar"
 
     def __init__(self, data, settings, seed, device="cpu"):
         super().__init__(data, settings, seed, device)
@@ -107,6 +108,7 @@ class DPZV(VFLAlgorithm):
         if not math.isinf(settings.eps) and math.isinf(self.clip):
             raise ValueError("dpzv: a finite eps needs a finite clip threshold (sensitivity 2C/B)")
         self.noise = self._noise(settings, data.num_train)
+        self.use_stacks(per_client=2)
         if not self.two_sided and self.noise["sigma"] > 0:
             self.noise["note"] = "one-sided clipping: the 2C/B sensitivity (and so the DP claim) does not hold"
 
@@ -233,14 +235,32 @@ class DPZV(VFLAlgorithm):
             p.grad = g / divisor
 
     # ------------------------------------------------------------------ one round
-    def exchange(self, m: int, ids: np.ndarray) -> dict:
-        client = self.clients[m]
-        payload, u = self.client_query(client, ids)
-        msg = self.wire.send(client.name, "server", "embeddings", payload)
-        answer, stats = self.server_answer(m, msg)
-        delta = self.wire.send("server", client.name, "zo_scalar", answer)
+    def client_reply(self, client, u: Direction, delta: torch.Tensor) -> None:
         self.client_apply(client, u, float(delta))
-        return stats
+
+    @torch.no_grad()
+    def stacked_queries(self, turns) -> list[tuple[dict, Direction]]:
+        """`client_query` of each turn (distinct clients): every client perturbs its own parameters in place as
+        there, its w + lambda u and w - lambda u copied into slots k and K + k, then one forward of the 2K slots."""
+        out = [None] * len(turns)
+        for stack, positions in self.stacks.split(turns):
+            count = len(positions)
+            directions = []
+            for slot, i in enumerate(positions):
+                client = self.clients[turns[i][0]]
+                u = Direction(client.params, client.new_seed(), self.direction)
+                u.add_(self.zo_lambda)
+                stack.snapshot(client.model, slot)
+                u.add_(-2.0 * self.zo_lambda)
+                stack.snapshot(client.model, count + slot)
+                u.add_(self.zo_lambda)
+                directions.append(u)
+            x = self.stacked_inputs(turns, positions)
+            h = stack.forward(torch.cat([x, x]))
+            for slot, (i, u) in enumerate(zip(positions, directions)):
+                ids = self.ids_tensor(turns[i][1])
+                out[i] = {"ids": ids, "h_plus": h[slot], "h_minus": h[count + slot]}, u
+        return out
 
     def privacy(self) -> dict:
         return {

@@ -24,6 +24,7 @@ class EmbeddingBaseline(VFLAlgorithm):
     """Shared by VAFL and VFL-CZOFO: the client sends one noisy embedding, gets a B x e gradient."""
 
     embeddings_per_round = 1
+    up_kind, down_kind = "embedding", "embedding_grad"
 
     def __init__(self, data, settings, seed, device="cpu"):
         super().__init__(data, settings, seed, device)
@@ -44,6 +45,7 @@ class EmbeddingBaseline(VFLAlgorithm):
             settings.library_accountant,
         )
         self.server.input_scale = embedding_input_scale(self.embed_clip, self.noise["sigma"], settings.embed_dim)
+        self.use_stacks(per_client=1, requires_grad=True)
 
     def eval_embedding(self, h: torch.Tensor) -> torch.Tensor:
         """Evaluation: the clipped embedding without noise (the head was trained on clipped ones)."""
@@ -59,10 +61,52 @@ class EmbeddingBaseline(VFLAlgorithm):
         sent = noisy_embedding(h.detach(), self.embed_clip, self.noise["sigma"], client.noise)
         return {"ids": self.ids_tensor(ids), "h": sent}, h
 
+    def client_query(self, client, ids: np.ndarray):
+        return self.client_forward(client, ids)
+
     def client_backward(self, client, h: torch.Tensor, grad_h: torch.Tensor) -> None:
         client.optimizer.zero_grad()
         h.backward(grad_h)
         client.optimizer.step()
+
+    def client_reply(self, client, h: torch.Tensor, grad_h: torch.Tensor) -> None:
+        if self.stacks is None:
+            self.client_backward(client, h, grad_h)
+        else:  # the segment's one backward (segment_end)
+            self.replies.append((client, h, grad_h))
+
+    def stacked_queries(self, turns) -> list[tuple[dict, torch.Tensor]]:
+        """`client_forward` of each turn (distinct clients): w in slot k (a leaf with gradients), one forward
+        of the K slots with autograd, the clip on the stack, then each client's noise."""
+        out = [None] * len(turns)
+        self.replies = []
+        self.slots = {}
+        for stack, positions in self.stacks.split(turns):
+            stack.clear_gradients()
+            for slot, i in enumerate(positions):
+                stack.snapshot(self.clients[turns[i][0]].model, slot)
+                self.slots[turns[i][0]] = stack, slot
+            h = stack.forward(self.stacked_inputs(turns, positions))
+            if self.noise["sigma"] > 0:  # as client_forward: the backward goes through the clip
+                h = clip_by_norm(h, self.embed_clip, dim=-1)
+            for slot, i in enumerate(positions):
+                m, ids = turns[i]
+                sent = noisy_embedding(h[slot].detach(), self.embed_clip, self.noise["sigma"], self.clients[m].noise)
+                out[i] = {"ids": self.ids_tensor(ids), "h": sent}, h[slot]
+        return out
+
+    def segment_end(self) -> None:
+        """One backward over the segment's stacked graph (each slot gets its own client's gradient: the clients
+        share no parameter), then each client's SGD step on its own parameters, in schedule order."""
+        clients, hs, grads = zip(*self.replies)
+        torch.autograd.backward(list(hs), list(grads))
+        for client in clients:
+            stack, slot = self.slots[client.index]
+            client.optimizer.zero_grad()
+            for p, g in zip(client.params, stack.gradients(slot)):
+                p.grad = g
+            client.optimizer.step()
+        self.replies, self.slots = [], {}
 
     # server side
     def server_answer(self, m: int, msg: dict) -> tuple[torch.Tensor, dict]:
@@ -75,15 +119,6 @@ class EmbeddingBaseline(VFLAlgorithm):
         loss.backward()
         self.server.optimizer.step()
         return loss.item()
-
-    def exchange(self, m: int, ids: np.ndarray) -> dict:
-        client = self.clients[m]
-        payload, h = self.client_forward(client, ids)
-        msg = self.wire.send(client.name, "server", "embedding", payload)
-        answer, stats = self.server_answer(m, msg)
-        grad_h = self.wire.send("server", client.name, "embedding_grad", answer)
-        self.client_backward(client, h, grad_h)
-        return stats
 
     def privacy(self) -> dict:
         return {

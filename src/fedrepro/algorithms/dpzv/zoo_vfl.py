@@ -67,6 +67,7 @@ def client_direction_launches(numels: list[int], buffers: int, kind: str, moment
 
 class ZOOVFL(VFLAlgorithm):
     method = "zoo_vfl"
+    up_kind, down_kind = "embedding_pair", "loss_difference"
 
     def __init__(self, data, settings, seed, device="cpu"):
         super().__init__(data, settings, seed, device)
@@ -110,6 +111,7 @@ class ZOOVFL(VFLAlgorithm):
                 settings.library_accountant,
             )
         self.server.input_scale = embedding_input_scale(self.embed_clip, self.noise["sigma"], settings.embed_dim)
+        self.use_stacks(per_client=2)
 
     def eval_embedding(self, h: torch.Tensor) -> torch.Tensor:
         return clip_by_norm(h, self.embed_clip, dim=1) if self.noise["sigma"] > 0 else h
@@ -138,18 +140,42 @@ class ZOOVFL(VFLAlgorithm):
         x = client.x[self.ids_tensor(ids)]
         h = client.model(x)
         h_pert = self._perturbed_copy(client, client.model, seed)(x)
+        return self.message(client, ids, h, h_pert), seed
+
+    @torch.no_grad()
+    def stacked_queries(self, turns) -> list[tuple[dict, int]]:
+        """`client_query` of each turn (distinct clients): w in slot k, the twin's w + lambda u (the same copy
+        and in-place perturbation) in slot K + k, one forward of the 2K slots, then each client's noise."""
+        out = [None] * len(turns)
+        for stack, positions in self.stacks.split(turns):
+            count = len(positions)
+            seeds = []
+            for slot, i in enumerate(positions):
+                client = self.clients[turns[i][0]]
+                seeds.append(client.new_seed())
+                stack.snapshot(client.model, slot)
+                stack.snapshot(client.model, count + slot)
+                Direction(stack.trainable(count + slot), seeds[-1], self.direction).add_(self.zo_lambda)
+            x = self.stacked_inputs(turns, positions)
+            h = stack.forward(torch.cat([x, x]))
+            for slot, (i, seed) in enumerate(zip(positions, seeds)):
+                m, ids = turns[i]
+                out[i] = self.message(self.clients[m], ids, h[slot], h[count + slot]), seed
+        return out
+
+    def message(self, client, ids: np.ndarray, h: torch.Tensor, h_pert: torch.Tensor) -> dict:
+        """The pair the client sends: both embeddings clipped and noised from the client's own generator."""
         sigma = self.noise["sigma"]
         shared = (
             gaussian_noise(h.shape, sigma, client.noise, h.dtype, h.device)
             if self.noise_mode == "shared" and sigma > 0
             else None
         )
-        payload = {
+        return {
             "ids": self.ids_tensor(ids),
             "h": noisy_embedding(h, self.embed_clip, sigma, client.noise, shared),
             "h_perturbed": noisy_embedding(h_pert, self.embed_clip, sigma, client.noise, shared),
         }
-        return payload, seed
 
     def client_apply(self, client, seed: int, loss_diff: float) -> None:
         u = Direction(client.params, seed, self.direction)
@@ -177,14 +203,8 @@ class ZOOVFL(VFLAlgorithm):
         )
         return loss_pert - loss, {"train_loss": float(loss)}
 
-    def exchange(self, m: int, ids: np.ndarray) -> dict:
-        client = self.clients[m]
-        payload, seed = self.client_query(client, ids)
-        msg = self.wire.send(client.name, "server", "embedding_pair", payload)
-        answer, stats = self.server_answer(m, msg)
-        diff = self.wire.send("server", client.name, "loss_difference", answer)
+    def client_reply(self, client, seed: int, diff: torch.Tensor) -> None:
         self.client_apply(client, seed, float(diff))
-        return stats
 
     def privacy(self) -> dict:
         return {
