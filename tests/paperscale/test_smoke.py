@@ -23,7 +23,8 @@ runs at partial participation only), fedsc_probe (13, about 10 each), dpzv_train
 ResNet-18 clients about 28 each), fedal_train (27; the ResNet-18/34 pool 11-15 each at smoke.yaml's tau 1,
 2 iterations, batch 2) and steffle_train (21, about 5 each). Snakemake itself: about 20 CPU-s to plan the DAG (half
 of it the cost planner counting the smoke shapes, which benchmarks/unit_counts.csv does not hold) in each of the
-run and the dry run, and its scheduling rounds (SCHEDULING below). Measured with per-job CPU times (the job's process, imports included): see the README's test section.
+run and the dry run, and its scheduling rounds (SCHEDULING below). Measured with per-job CPU times (the job's
+process, imports included): see the README's test section.
 On 2026-11-25, beside the rest of the suite in `make test`, its fixture took 29.8 of the suite's 30.2 min, which is
 why `make test` no longer runs it.
 """
