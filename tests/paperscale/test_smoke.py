@@ -68,9 +68,10 @@ KNOWN: dict[str, str] = {}
 
 
 # Snakemake's job rate limiter (default 100 jobs per 1 s) re-runs a scheduling round every second while jobs
-# wait for a core: each round re-evaluates the params and input sizes of every ready job (with -c2, up to about
-# 100 here), which cost the main process about 0.15 CPU-s a second, 100-180 CPU-s a run. Every 5 s it costs a
-# fifth of that; a finishing job still starts the next at once, and the exit waits for the last timer (<= 5 s).
+# wait for a core: each round re-evaluates the params and input sizes of every ready job (up to about 100 here).
+# Measured on 2026-11-26 under load, DAG planning included: the main process took 184 CPU-s in the first 28 min
+# of a run with the default, 76 CPU-s in the first 26 min with one round per 5 s. A finishing job still starts
+# the next at once, and Snakemake's exit waits for the last timer (<= 5 s).
 SCHEDULING = ("--scheduler", "greedy", "--max-jobs-per-timespan", "1000/5s")
 
 # The smoke run's configuration, relative to the repository: the paper's, then the smoke sizes on top.
