@@ -18,7 +18,9 @@
    AL on), the batched path (`fedrepro.fl.batched.Stack`, the default) against the per-client loop
    (`batched: false`), at 4, 16 and 64 clients, for the LEAF CNN (celeba_cnn pool, 3x84x84, 2
    classes) and the SVHN WRN pool (wrn10_1, wrn10_2, wrn16_1; 3x32x32, 10 classes) on random
-   images (speed does not depend on the pixels); ratio = speed-up. `--fedal-only` runs this part alone.
+   images (speed does not depend on the pixels); ratio = speed-up. `--fedal-only` runs this part alone;
+   `--fedal-method fedproto` times FedProto (public features) instead (LEAF CNN pool: one feature width);
+   `fccl`, `fccl_plus` time FCCL and FCCL+ (local_steps = tau).
 
 One torch thread (the pipeline's jobs run one per core). Writes results/benchmarks/fl_speed.{csv,md}.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import statistics
 import time
 
@@ -38,7 +41,9 @@ from sklearn.datasets import load_digits
 
 from fedrepro.algorithms.baselines.fedavg import FedAvg
 from fedrepro.algorithms.fedal.base import FedData, TrainConfig
+from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fedal import FedAL
+from fedrepro.algorithms.fedal.fedproto import FedProto
 from fedrepro.data.tensors import TensorData
 from fedrepro.fl import batched
 from fedrepro.fl.loop import run_rounds
@@ -191,10 +196,17 @@ FEDAL_POOLS = {  # label: (pool, image shape, classes): configs/paper.yaml's poo
     ),
 }
 FEDAL_TAU, FEDAL_BATCH = 2, 32
+FEDAL_METHODS = {  # --fedal-method: the paper-scale settings' kind of run (FedProto: its public-feature variant)
+    "fedal": FedAL,
+    "fedproto": FedProto,  # needs one feature dimension: the LEAF CNN pool
+    # FCCL's teachers pretrain before the timed rounds (one step here); local_steps = tau
+    "fccl": functools.partial(FCCL, pretrain_iters=1),
+    "fccl_plus": functools.partial(FCCL, plus=True),
+}
 
 
-def fedal_seconds(label: str, clients: int, batched_clients: bool, rounds: int) -> float:
-    """Median seconds per FedAL iteration (a round / tau) after one warm-up round."""
+def fedal_seconds(label: str, clients: int, batched_clients: bool, rounds: int, method: str = "fedal") -> float:
+    """Median seconds per iteration of `method` (a round / tau) after one warm-up round."""
     pool, shape, classes = FEDAL_POOLS[label]
     gen = torch.Generator().manual_seed(0)
 
@@ -204,7 +216,7 @@ def fedal_seconds(label: str, clients: int, batched_clients: bool, rounds: int) 
     xs, ys = zip(*(images(2 * FEDAL_BATCH) for _ in range(clients)))
     data = FedData(list(xs), list(ys), images(4 * FEDAL_BATCH)[0], *images(8), classes)
     cfg = TrainConfig(tau=FEDAL_TAU, batch_size=FEDAL_BATCH, assignment="round_robin")
-    algo = FedAL(data, pool, cfg, seed=0, batched=batched_clients)
+    algo = FEDAL_METHODS[method](data, pool, cfg, seed=0, batched=batched_clients)
     algo.round(1)
     times = []
     for t in range(rounds):
@@ -214,12 +226,14 @@ def fedal_seconds(label: str, clients: int, batched_clients: bool, rounds: int) 
     return statistics.median(times)
 
 
-def fedal_clients(label: str, clients: int, rounds: int) -> dict:
-    batched_s = fedal_seconds(label, clients, True, rounds)
-    loop_s = fedal_seconds(label, clients, False, rounds)
-    print(f"{label}, {clients} clients: batched {batched_s:.3f} s, per-client loop {loop_s:.3f} s", flush=True)
+def fedal_clients(label: str, clients: int, rounds: int, method: str = "fedal") -> dict:
+    batched_s = fedal_seconds(label, clients, True, rounds, method)
+    loop_s = fedal_seconds(label, clients, False, rounds, method)
+    print(
+        f"{method}, {label}, {clients} clients: batched {batched_s:.3f} s, per-client loop {loop_s:.3f} s", flush=True
+    )
     return row(
-        "3 FedAL clients stacked",
+        "3 FedAL clients stacked" if method == "fedal" else f"3 {method} clients stacked",
         f"{label}, {clients} clients",
         "s/iteration",
         batched_s,
@@ -228,9 +242,9 @@ def fedal_clients(label: str, clients: int, rounds: int) -> dict:
     )
 
 
-def run_fedal(quick: bool, pools=tuple(FEDAL_POOLS), counts=(4, 16, 64)) -> list[dict]:
+def run_fedal(quick: bool, pools=tuple(FEDAL_POOLS), counts=(4, 16, 64), method: str = "fedal") -> list[dict]:
     torch.set_num_threads(1)
-    return [fedal_clients(label, n, 1 if quick else 3) for label in pools for n in counts]
+    return [fedal_clients(label, n, 1 if quick else 3, method) for label in pools for n in counts]
 
 
 def run(quick: bool) -> list[dict]:
@@ -249,10 +263,12 @@ def main() -> None:
     parser.add_argument("--fedal-only", action="store_true", help="only part 3 (FedAL clients stacked)")
     parser.add_argument("--fedal-pools", nargs="+", choices=["leaf", "wrn"], default=["leaf", "wrn"])
     parser.add_argument("--fedal-clients", nargs="+", type=int, default=[4, 16, 64])
+    parser.add_argument("--fedal-method", choices=sorted(FEDAL_METHODS), default="fedal", help="with --fedal-only")
     args = parser.parse_args()
     pools = [label for label in FEDAL_POOLS if any(p in label.lower() for p in args.fedal_pools)]
-    rows = run_fedal(args.quick, pools, args.fedal_clients) if args.fedal_only else run(args.quick)
-    name = "fl_speed_fedal" if args.fedal_only else "fl_speed"
+    method = args.fedal_method
+    rows = run_fedal(args.quick, pools, args.fedal_clients, method) if args.fedal_only else run(args.quick)
+    name = ("fl_speed_fedal" if method == "fedal" else f"fl_speed_{method}") if args.fedal_only else "fl_speed"
     print(write(rows, name).to_markdown(index=False, floatfmt=".4g"))
 
 

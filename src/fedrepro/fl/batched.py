@@ -125,6 +125,17 @@ class Stack:
 
         return vmap(one, in_dims=(0, 0, None if shared_input else 0))(params, buffers, x)
 
+    def call(self, method: str, x: torch.Tensor, shared_input: bool = False):
+        """Every client's `model.<method>(x)` (e.g. a ClientModel's `features` or `forward_both`), stacked
+        like `forward`; a method returning a tuple gives a tuple of stacked tensors."""
+        bound = _Bound(self.template, method)
+
+        def one(p: Params, b: Params, xb: torch.Tensor):
+            tensors = {f"model.{k}": v for k, v in (p | b).items()}
+            return functional_call(bound, tensors, (xb,))
+
+        return vmap(one, in_dims=(0, 0, None if shared_input else 0))(self.params, self.buffers, x)
+
     def freeze(self) -> tuple[Params, Params]:
         """A frozen copy of the current parameters and buffers (an anchor snapshot)."""
         return (
@@ -162,3 +173,14 @@ class Stack:
                 src += [self.opt.m[k][i], self.opt.v[k][i]]
             opt.step_count = self.opt.step_count
         torch._foreach_copy_(dst, src)
+
+
+class _Bound(torch.nn.Module):
+    """`model.<method>` as a module's forward, so that functional_call can run a method other than forward."""
+
+    def __init__(self, model: torch.nn.Module, method: str):
+        super().__init__()
+        self.model, self.method = model, method
+
+    def forward(self, x: torch.Tensor):
+        return getattr(self.model, self.method)(x)
