@@ -114,33 +114,46 @@ class Job:
 #   monitor forwards the training and test images every `knn.every` rounds.
 # FedAL (algorithms/fedal/*.py): an iteration (a round / tau) is one local and one global step per
 #   client (FD, FedAvg: local only), plus a frozen anchor forward per step for the LF methods
-#   (FedAL, FedMD-LF: not the first of each stage's tau, which is the live forward) and FCCL; FCCL's `pretrain_iters` local steps; every client's test forward at
-#   each of the `evals` evaluations. Clients share the pool's architectures equally. FedAL, FedMD-LF and
-#   FedMD and CFD (spec `batched`, default true on a GPU) run each architecture's clients as one stacked step
-#   (fl/batched.py `Stack`): every client's FLOPs, the launches once per architecture (cost.py `_stacked`
-#   steps); their pretraining and evaluation stay per client.
+#   (FedAL, FedMD-LF: not the first of each stage's tau, which is the live forward); FCCL and FCCL+: one
+#   collaborative step per iteration and `local_steps` local steps per round of tau, each local step with
+#   its frozen teachers' forwards (FCCL_TEACHERS), and FCCL's `pretrain_iters` teacher steps; every client's test forward at
+#   each of the `evals` evaluations. Clients share the pool's architectures equally. FedAL, FedMD-LF,
+#   FedMD, CFD, FedProto, FD, FedAvg, FedDF, FedDF-AL, FCCL and FCCL+ (spec `batched`, default true on a GPU) run each
+#   architecture's clients as one stacked step (fl/batched.py `Stack`): every client's FLOPs, the launches
+#   once per architecture (cost.py `_stacked` steps); their pretraining (FCCL's teachers' aside) and evaluation stay per client, and
+#   so does FedDF's server step (one per group model; its N teachers' forwards are stacked per group).
 # DPZV (algorithms/dpzv/*.py): an epoch is M floor(D/B) server rounds (D: training rows less the
 #   validation holdout); a round is one client's message: two perturbed forwards for the zeroth-order
 #   methods (DPZV, ZOO-VFL) plus their direction's kernel launches (drawn in flat buckets: the module's
 #   `client_direction_launches`, counted from the model's parameter shapes), a training step for VAFL
 #   and VFL-CZOFO (their clients backpropagate), and the server head's step (SGD: a training step;
 #   `server_update: zo`: two head forwards and the same direction launches over the head); each
-#   evaluation forwards the validation and test rows through every client.
+#   evaluation forwards the validation and test rows through every client. With `stack_clients` (default
+#   true on a GPU; not for a Hugging Face BERT, which vmap cannot run) each segment of consecutive rounds
+#   of distinct clients (algorithms/dpzv/stacked.py) runs its queries as one stacked program per client
+#   shape: every client's FLOPs, the stacked forward's (ZO: one over the 2K perturbed slots) or training
+#   step's launches once per segment, and per client its direction, its parameter snapshots (one
+#   multi-tensor copy each) and, first-order, its own SGD step; `expected_segment_length` rounds a segment.
 FEDAL_STEPS = {  # method: (training steps, frozen forwards) per client and iteration
     "fedal": (2, 2),
     "fedmd_lf": (2, 2),
-    "fccl": (2, 2),
-    "fccl_plus": (2, 2),
     "fedmd": (2, 0),
     "fedproto": (2, 0),
     "cfd": (2, 0),
-    "feddf": (2, 0),
-    "feddf_al": (2, 0),
+    "feddf": (1, 0),  # + the server's distillation (FEDAL_SERVER_DISTILL)
+    "feddf_al": (1, 0),
     "fd": (1, 0),
     "fedavg": (1, 0),
 }
 LIVE_FIRST_ANCHOR = {"fedal", "fedmd_lf"}  # algorithms/fedal/fedal.py: FedAL.share_first_anchor
-FEDAL_STACKED = {"fedal", "fedmd_lf", "fedmd", "cfd"}  # algorithms/fedal: Federation(batched=spec["batched"])
+FCCL_TEACHERS = {"fccl": 2, "fccl_plus": 1}  # fccl.py: frozen forwards per local step (inter + intra; FCCL+: inter)
+FEDAL_STACKED = {  # algorithms/fedal: Federation(batched=spec["batched"])
+    *("fedal", "fedmd_lf", "fedmd", "cfd"),
+    *("fedproto", "fd", "fedavg", "feddf", "feddf_al"),  # feddf: the clients' steps and the teachers' forwards
+    *("fccl", "fccl_plus"),  # FCCL's teacher pretraining stacked too
+}
+FEDAL_SERVER_DISTILL = {"feddf", "feddf_al"}  # feddf.py: an iteration is one local step per client and one step
+# of each group's server model toward the N teachers' logits (a forward per client, counted as a frozen forward)
 BYOL_METHODS = {"fedavg_byol", "fedu", "fedema"}
 ZO_METHODS = {  # zeroth-order methods: the module whose client_direction_launches counts a round's direction
     "dpzv": "fedrepro.algorithms.dpzv.dpzv",
@@ -205,15 +218,26 @@ def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
     trains, frozen = FEDAL_STEPS.get(run.method, (2, 0))
     if run.method in LIVE_FIRST_ANCHOR:  # a stage's first anchor forward is the live one (FedAL class)
         frozen *= (int(spec["tau"]) - 1) / int(spec["tau"])
+    if run.method == "fedproto" and spec.get("variant") == "prototypes":  # FedProto's own: local steps only
+        trains = 1
+    if run.method in FEDAL_SERVER_DISTILL:  # each teacher's forward, and r_loc's anchor's at each local step
+        frozen = 1 + bool(spec.get("use_lf"))
     pretrain = float(spec.get("pretrain_iters", 0)) / float(spec["iterations"])
     evals = float(spec.get("evals", 0)) / float(spec["iterations"]) * info.n_test / EVAL_BATCH
     stacked = run.method in FEDAL_STACKED and bool(spec.get("batched", True))
+    if run.method in FCCL_TEACHERS:
+        local = float(spec.get("local_steps") or spec["tau"]) / float(spec["tau"])  # local steps per iteration
+        trains, frozen = 1 + local, local * FCCL_TEACHERS[run.method]
+        if stacked and run.method == "fccl":  # fccl.py FCCL._pretrain: the teachers' pretraining, stacked
+            trains, pretrain = trains + pretrain, 0.0
     share = clients / len(spec["pool"])  # clients per architecture
     work = Work()
     for arch in spec["pool"]:
         model = (arch["name"], {**arch.get("options", {}), "num_classes": info.num_classes}, info.input_shape)
         train, evaluation = counts(Step.of(*model, batch, "train")), counts(Step.of(*model, EVAL_BATCH, "forward"))
         work = work + (train * pretrain + evaluation * evals) * share
+        if run.method in FEDAL_SERVER_DISTILL:  # one step of the group's server model
+            work = work + train
         if stacked:  # one step of the architecture's clients: their FLOPs, its launches once
             group = counts(Step.of(*model, batch, "train_stacked")) * trains
             group = group + counts(Step.of(*model, batch, "forward_stacked")) * frozen
@@ -247,20 +271,76 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
         head_forward = Step.of(*head, (len(shapes) * embed,), batch, "forward")
         server = counts(head_forward) * 2 + Work(0.0, direction_launches(run.method, head_forward, spec))
     text = info.kind == "text"
-    epoch = Work()
+    kwargs = spec.get("client_kwargs", {})
+    bert = text and bool(kwargs.get("pretrained_dir") or kwargs.get("bert_config") is not None)
+    stacked = bool(spec.get("stack_clients", True)) and not bert  # algorithms/dpzv/stacked.py `stackable`
+    zo = run.method in ZO_METHODS
+    epoch, segment = Work(), {}
     for shape in shapes:
-        options = {**spec.get("client_kwargs", {}), "embed_dim": embed}
+        options = {**kwargs, "embed_dim": embed}
         if not text:
             options.setdefault("in_channels", shape[0])
         forward_step = Step.of(spec["client_model"], options, shape, batch, "forward")
         forward = counts(forward_step)
-        if run.method in ZO_METHODS:
+        train_step = Step.of(spec["client_model"], options, shape, batch, "train", "sgd")
+        if zo:
             client = forward * 2 + Work(0.0, direction_launches(run.method, forward_step, spec))
         else:
-            client = counts(Step.of(spec["client_model"], options, shape, batch, "train", "sgd"))
+            client = counts(train_step)
+        if stacked:  # the client's FLOPs and own launches; its group's stacked program once per segment
+            group = replace(forward_step, mode="forward_stacked") if zo else replace(train_step, mode="train_stacked")
+            segment[group] = counts(group).launches  # one group per client shape
+            own = direction_launches(run.method, forward_step, spec) if zo else STACKED_SGD_STEP
+            client = Work(client.flops, own + (STACKED_SNAPSHOTS if zo else 1))
         evaluation = forward * (int(spec.get("evals_per_epoch", 1)) * (n_train - rows + info.n_test) / batch)
         epoch = epoch + (client + server) * (rows // batch) + evaluation
+    if stacked:
+        length = expected_segment_length(len(shapes), spec.get("client_weights"))
+        epoch = epoch + Work(0.0, sum(segment.values()) * len(shapes) * (rows // batch) / length)
     return epoch
+
+
+# A stacked segment's launches per client besides its direction: ZO, two parameter snapshots (one multi-tensor
+# copy each); first order, one snapshot and its own SGD step (fl/optim.py with momentum: mul and add of the
+# buffers, add to the parameters; tests/dpzv/test_stacked_cost.py counts both).
+STACKED_SNAPSHOTS = 2
+STACKED_SGD_STEP = 3
+
+
+def expected_segment_length(clients: int, weights=None) -> float:
+    """Expected server rounds per stacked segment under the `random` schedule (algorithms/dpzv/base.py
+    `segment`: rounds up to the first repeated client, which starts the next segment). Uniform client
+    probabilities: P(length >= k) = prod_{j<k} (M - j) / M, so E[length] = sum_k M! / ((M - k)! M^k): 1.89 for
+    3 clients, 4.04 for 12. Unequal `client_weights`: the repeat that starts a segment favours heavy clients, so
+    the first clients form a Markov chain (`_weighted_segment_length`). The `permutation` schedule (draws without
+    replacement from floor(D/B) copies of each client) differs from the uniform value by a relative O(M B / D); a
+    segment also ends at an evaluation block's end (one in thousands of rounds at paper scale), left out."""
+    if weights is None or len(set(weights)) == 1:
+        return sum(math.prod(range(clients - k + 1, clients + 1)) / clients**k for k in range(1, clients + 1))
+    return _weighted_segment_length(tuple(float(w) / sum(weights) for w in weights))
+
+
+@functools.cache
+def _weighted_segment_length(q: tuple[float, ...]) -> float:
+    """Renewal reward over the segments' first clients: from first client i a segment's clients are a set S
+    (i in S) with probability (|S| - 1)! prod_{S - i} q (its other clients in any order), it ends with a draw
+    j in S (probability q_j), which is the next segment's first client. E[length] = sum_i pi_i E[|S| | i] with
+    pi the chain's stationary distribution (power iteration)."""
+    m = len(q)
+    move = [[0.0] * m for _ in range(m)]
+    length = [0.0] * m
+    for mask in range(1, 1 << m):
+        members = [i for i in range(m) if mask >> i & 1]
+        weight = math.factorial(len(members) - 1) * math.prod(q[i] for i in members)
+        for i in members:
+            reach = weight / q[i]
+            length[i] += len(members) * reach * sum(q[j] for j in members)
+            for j in members:
+                move[i][j] += reach * q[j]
+    pi = list(q)
+    for _ in range(500):
+        pi = [sum(pi[i] * move[i][j] for i in range(m)) for j in range(m)]
+    return sum(p * e for p, e in zip(pi, length))
 
 
 def direction_launches(method: str, step: Step, spec: dict) -> int:
