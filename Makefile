@@ -7,13 +7,15 @@ BIN = $(VENV)/bin
 
 .PHONY: install reproduce test lint bench
 
+# --no-compile: pip byte-compiles every file it installs (16,000, 84 of the install's 165 CPU-s, measured
+# 2026-11-26); Python compiles and caches the few thousand that are imported, on first import.
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install --quiet -e ".[test,lint,bert]"
+	$(BIN)/python -m pip install --quiet --no-compile torch==2.14.1 torchvision==0.29.1
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[test,lint,bert]"
 	touch $@
 
 reproduce: install
