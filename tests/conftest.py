@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from fedrepro.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV
 
@@ -55,6 +56,16 @@ def process_settings_restored():
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture
+def float64():
+    """float64 as the default dtype for one test (exact comparisons against an independent computation),
+    the previous default restored after it; a module opts in with pytestmark = pytest.mark.usefixtures("float64")."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
 
 
 def shared_folder(tmp_path_factory) -> Path:

@@ -28,12 +28,7 @@ LR_SERVER = {"zoo_vfl": 0.005}  # ZOO-VFL's head on noisy pairs (sigma_h 19 at e
 TIGHT = 1e-9  # float64: vmap's batched kernels differ from the per-client ones in the last bits only
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def _double(data: VFLData) -> VFLData:

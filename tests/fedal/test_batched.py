@@ -25,12 +25,7 @@ ASSIGNMENT = [0, 1, 0, 0, 1]  # groups of 3 and 2 clients
 SWITCHES = {"fedal": (True, True), "fedmd_lf": (False, True), "fedmd": (False, False)}
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def _images(num_clients=5, k=4, public=24, seed=0) -> FedData:

@@ -17,7 +17,9 @@ from fedrepro.algorithms.fedal.server import AdversarialConfig
 from fedrepro.fl.loop import run_rounds
 
 from .helpers import config
-from .test_batched import ASSIGNMENT, POOL, _images, _same_runs, assert_same, float64  # noqa: F401
+from .test_batched import ASSIGNMENT, POOL, _images, _same_runs, assert_same
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 SAME_DIM_POOL = [  # FedProto needs one feature dimension: two BatchNorm networks with 64-d features
     {"name": "wrn10_1", "options": {"in_channels": 3}},

@@ -11,7 +11,9 @@ from fedrepro.algorithms.fedal.fccl import FCCL, build
 from fedrepro.fl.loop import run_rounds
 
 from .helpers import config
-from .test_batched import ASSIGNMENT, POOL, _images, _same_runs, assert_same, float64  # noqa: F401
+from .test_batched import ASSIGNMENT, POOL, _images, _same_runs, assert_same
+
+pytestmark = pytest.mark.usefixtures("float64")
 
 METHODS = {"fccl": False, "fccl_plus": True}
 

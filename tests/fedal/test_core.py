@@ -20,12 +20,7 @@ from fedrepro.algorithms.fedal.kd import (
     tempered_softmax,
 )
 
-
-@pytest.fixture(autouse=True)
-def _float64():
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(torch.float32)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def test_tempered_softmax_rows_sum_to_one_and_flatten_with_temperature():

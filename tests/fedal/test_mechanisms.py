@@ -32,11 +32,7 @@ from .helpers import POOL, config, make_data
 TOL = dict(rtol=1e-7, atol=1e-10)
 
 
-@pytest.fixture(autouse=True)
-def _float64():
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(torch.float32)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 # ---------------------------------------------------------------------- instruments

@@ -35,12 +35,7 @@ from fedrepro.algorithms.fedal.server import AdversarialHelper
 
 from .helpers import POOL, config, make_data
 
-
-@pytest.fixture(autouse=True)
-def _float64():
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(torch.float32)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def gen(seed: int) -> torch.Generator:

@@ -7,13 +7,7 @@ import torch
 from fedrepro.algorithms.fedsc import loss as L
 from fedrepro.privacy.mechanisms import normclip
 
-
-@pytest.fixture(autouse=True)
-def _float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def _toy(n_per_client=(7, 4, 9), dim_in=5, hidden=4, two_v=4, seed=0):
