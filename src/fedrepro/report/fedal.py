@@ -247,7 +247,8 @@ def baseline_notes(finals: pd.DataFrame) -> list[str]:
         if len(steps) and steps.max() > 0:
             out.append(
                 f"FCCL is not at the others' budget: each client also takes {int(steps.max())} cross-entropy steps "
-                "pretraining its intra-domain teacher before the iteration budget starts (not counted in it)."
+                "pretraining its intra-domain teacher before the iteration budget starts (not counted in it), "
+                "and starts from that teacher, as in the authors' code."
             )
     for method in ("fccl", "fccl_plus") if {"local_steps", "tau"} <= set(finals) else ():
         runs = finals[finals["method"] == method]
