@@ -120,13 +120,19 @@ def test_batched_clients_match_without_sharing_the_first_anchor(monkeypatch):
     _same_runs(_run("fedmd_lf", batched=False), _run("fedmd_lf", batched=True))
 
 
-def test_a_batched_run_resumes_from_its_checkpoint_state():
-    whole, _ = _run("fedal", batched=True, rounds=2)
-    first, _ = _run("fedal", batched=True, rounds=1)
-    resumed, _ = _run("fedal", batched=True, rounds=0)
+def assert_resumes_exactly(run) -> None:
+    """`run(rounds)`: a batched run after `rounds` rounds. Resumed after round 1 from its checkpoint state, it
+    ends round 2 in the state of the run done in one go (evaluated too: FedAvg's evaluation writes the
+    global weights into client 0's model)."""
+    whole, first, resumed = run(2), run(1), run(0)
     resumed.load_state_dict(first.state_dict())
     resumed.round(2)
+    resumed.evaluate(2)
     assert_same(whole.state_dict(), resumed.state_dict())
+
+
+def test_a_batched_run_resumes_from_its_checkpoint_state():
+    assert_resumes_exactly(lambda rounds: _run("fedal", batched=True, rounds=rounds)[0])
 
 
 def test_running_statistics_are_per_client():

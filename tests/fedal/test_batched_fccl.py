@@ -11,7 +11,7 @@ from fedrepro.algorithms.fedal.fccl import FCCL, build
 from fedrepro.fl.loop import run_rounds
 
 from .helpers import config
-from .test_batched import ASSIGNMENT, POOL, _images, _same_runs, assert_same
+from .test_batched import ASSIGNMENT, POOL, _images, _same_runs, assert_resumes_exactly, assert_same
 
 pytestmark = pytest.mark.usefixtures("float64")
 
@@ -54,12 +54,7 @@ def test_the_intra_teachers_pretrain_alike_and_their_statistics_move_per_client(
 
 
 def test_a_batched_run_resumes_from_its_checkpoint_state():
-    whole, _ = _run("fccl", batched=True, rounds=2)
-    first, _ = _run("fccl", batched=True, rounds=1)
-    resumed, _ = _run("fccl", batched=True, rounds=0)
-    resumed.load_state_dict(first.state_dict())
-    resumed.round(2)
-    assert_same(whole.state_dict(), resumed.state_dict())
+    assert_resumes_exactly(lambda rounds: _run("fccl", batched=True, rounds=rounds)[0])
 
 
 @pytest.mark.parametrize(("spec", "expected"), [({}, False), ({"batched": True}, True), ({"batched": False}, False)])
