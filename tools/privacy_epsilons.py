@@ -91,7 +91,9 @@ def fedsc(table: pd.DataFrame) -> pd.DataFrame:
             "eps_label": table["label ε"],
             "paper_accounting": table["eps_paper_max"],
             "bound_for_what_is_sent": table["eps_pld_max"].map(
-                lambda e: f"{SERVER_EPSILON} ({SERVER_REASON}); matrices alone: {e:.3g} (tight PLD of the realised shares)"
+                lambda e: (
+                    f"{SERVER_EPSILON} ({SERVER_REASON}); matrices alone: {e:.3g} (tight PLD of the realised shares)"
+                )
             ),
             "adversary": f"the server: ∞; the matrices-alone bound: {MATRICES_ONLY}",
         }

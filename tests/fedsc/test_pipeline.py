@@ -203,7 +203,9 @@ def test_standin_plans_its_own_runs_and_the_claims_of_tables_2_and_3():
         ("fedavg_sc", "partial"),
         ("centralized_sc", "central"),
     }
-    assert {(r.dataset, r.method, r.setting) for r in runs} == {(d, *k) for d in standin["datasets"] for k in per_dataset}
+    assert {(r.dataset, r.method, r.setting) for r in runs} == {
+        (d, *k) for d in standin["datasets"] for k in per_dataset
+    }
     for run in runs:
         assert run.spec["rounds"] == standin["rounds"] and run.spec["train"]["local_epochs"] == standin["local_epochs"]
         assert run.spec["augment"] == config["fedsc"]["datasets"][run.dataset]["augment"]

@@ -179,6 +179,12 @@ def test_one_test_image_apart_in_float32_is_inconclusive_not_holds(tmp_path):
     assert frame.loc[0, "verdict"] == "inconclusive (3 seeds, identical differences)"
     assert frame.loc[0, "seeds_needed"] == 6
     assert "needs about 6 seeds" in frame.loc[0, claims_report.VERDICT_TEXT]
+    # differences within half a test image of each other are the same difference (the resolution is passed)
+    near = _write_run(
+        tmp_path / "near", {s: float(np.float32((n - 1) / 450 + (s - 1) * 1e-4)) for s, n in enumerate(k)}
+    )
+    frame, _ = claims_report.claims_frame([{**claim, "b": [{**claim["b"][0], "path": near}]}], {"digits": 100 / 450})
+    assert frame.loc[0, "verdict"] == "inconclusive (3 seeds, identical differences)"
 
 
 def _meta(folder: Path, n_test: int) -> str:

@@ -64,7 +64,9 @@ def test_fedsc_table6_and_claims_name_what_their_epsilon_covers(captured, monkey
     )
     monkeypatch.setattr(fedsc_claims, "claims_frame", lambda claims_spec, resolution: (claims, []))
     monkeypatch.setattr(fedsc_claims, "resolutions", lambda paths: {})
-    job = SimpleNamespace(spec={"claims": [], "scale": "quick", "decimals": 2}, input={"meta": []}, output={"md": "x.md"})
+    job = SimpleNamespace(
+        spec={"claims": [], "scale": "quick", "decimals": 2}, input={"meta": []}, output={"md": "x.md"}
+    )
     fedsc_claims.claims_table(job)
     assert len(captured) == 2 and all(threat.shows_epsilon(" ".join(t)) and not threat.missing(t) for t in captured)
 

@@ -5,7 +5,9 @@ from fedrepro.experiments import index
 
 FEDSC_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:probe_job"
 FEDSC_RANDOM_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:random_probe_job"  # untrained encoder (reference row)
-FEDSC_RUNS = fedsc_plan.runs(config) + fedsc_plan.standin_runs(config)  # stand-in runs: targets fedsc_standin, fedsc_ablations
+FEDSC_RUNS = fedsc_plan.runs(config) + fedsc_plan.standin_runs(
+    config
+)  # stand-in runs: targets fedsc_standin, fedsc_ablations
 FEDSC = index(FEDSC_RUNS)
 FEDSC_PREFIX_ENTRY = "fedrepro.algorithms.fedsc.fedsc:run_prefix"
 FEDSC_PREFIXES, FEDSC_STARTS = fedsc_plan.prefixes(FEDSC_RUNS)  # the rounds before sharing, run once
@@ -132,20 +134,11 @@ rule fedsc_random_probe:
         ENTRY
 
 
-def claim_cells(claims):
-    return [c for claim in claims for side in ("a", "b") for c in claim[side]]
-
-
-def data_meta(datasets):
-    """The prepared data sets' meta.json (their test-set sizes: one test image is a claim's resolution)."""
-    return [f"{RESULTS}/data/{d}/meta.json" for d in datasets]
-
-
 rule fedsc_claims:
     input:
-        probes=sorted({c["path"] for c in claim_cells(FEDSC_CLAIMS)}),
-        summaries=fedsc_plan.summary_inputs(claim_cells(FEDSC_CLAIMS)),
-        meta=data_meta(fedsc_plan.enabled_datasets(config["fedsc"])),
+        probes=sorted({c["path"] for c in fedsc_plan.claim_cells(FEDSC_CLAIMS)}),
+        summaries=fedsc_plan.summary_inputs(fedsc_plan.claim_cells(FEDSC_CLAIMS)),
+        meta=fedsc_plan.meta_files(RESULTS, fedsc_plan.enabled_datasets(config["fedsc"])),
         code=code_for(FEDSC_CLAIMS_ENTRY),
     output:
         md=f"{FEDSC_OUT}/tables/claims.md",
@@ -289,9 +282,9 @@ if FEDSC_STANDIN:
 
     rule fedsc_standin_claims:
         input:
-            probes=sorted({c["path"] for c in claim_cells(FEDSC_STANDIN_CLAIMS)}),
-            summaries=fedsc_plan.summary_inputs(claim_cells(FEDSC_STANDIN_CLAIMS)),
-            meta=data_meta(FEDSC_STANDIN_DATASETS),
+            probes=sorted({c["path"] for c in fedsc_plan.claim_cells(FEDSC_STANDIN_CLAIMS)}),
+            summaries=fedsc_plan.summary_inputs(fedsc_plan.claim_cells(FEDSC_STANDIN_CLAIMS)),
+            meta=fedsc_plan.meta_files(RESULTS, FEDSC_STANDIN_DATASETS),
             code=code_for(FEDSC_CLAIMS_ENTRY),
         output:
             md=f"{FEDSC_OUT}/tables/standin_claims.md",
@@ -349,7 +342,7 @@ if FEDSC_STANDIN:
         input:
             probes=[cell["path"] for cell in FEDSC_ABLATION_CELLS],
             summaries=fedsc_plan.summary_inputs(FEDSC_ABLATION_CELLS),
-            meta=data_meta(FEDSC_STANDIN_DATASETS),
+            meta=fedsc_plan.meta_files(RESULTS, FEDSC_STANDIN_DATASETS),
             code=code_for("fedrepro.report.fedsc_claims:ablation_table"),
         output:
             md=f"{FEDSC_OUT}/tables/ablations.md",

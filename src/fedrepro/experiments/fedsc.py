@@ -332,7 +332,10 @@ def _cells(config, dataset, method, setting, row, col, filename="probe.json") ->
 
 
 def _random_cells(config: dict, dataset: str, col: str) -> list[dict]:
-    return [{"path": path, "row": RANDOM_ROW, "column": col, "dataset": dataset} for path in random_probe_paths(config, dataset)]
+    return [
+        {"path": path, "row": RANDOM_ROW, "column": col, "dataset": dataset}
+        for path in random_probe_paths(config, dataset)
+    ]
 
 
 def table2_cells(config: dict) -> list[dict]:
@@ -391,6 +394,16 @@ def dp_table_cells(config: dict, name: str) -> list[dict]:
     return cells
 
 
+def claim_cells(claims_list: list[dict]) -> list[dict]:
+    """Every cell of both sides of every claim."""
+    return [c for claim in claims_list for side in ("a", "b") for c in claim[side]]
+
+
+def meta_files(results: str, datasets: list[str]) -> list[str]:
+    """The prepared data sets' meta.json: their test-set sizes (one test image is a claim's resolution)."""
+    return [f"{results}/data/{d}/meta.json" for d in datasets]
+
+
 def summary_inputs(cells: list[dict]) -> list[str]:
     """The pretraining summaries beside a table's probe files (run health; realised epsilon)."""
     return sorted(
@@ -400,7 +413,11 @@ def summary_inputs(cells: list[dict]) -> list[str]:
 
 # The kinds of claim; each has its smallest effect that matters, the paper's smallest reported difference of
 # that kind (fedrepro.report.fedsc.smallest_effect reads it from the published tables).
-PROPOSED_VS_NO_SHARING, PRIVATE_VS_NO_SHARING, VS_UNTRAINED = "proposed_vs_fedavg_sc", "private_vs_fedavg_sc", "vs_untrained"
+PROPOSED_VS_NO_SHARING, PRIVATE_VS_NO_SHARING, VS_UNTRAINED = (
+    "proposed_vs_fedavg_sc",
+    "private_vs_fedavg_sc",
+    "vs_untrained",
+)
 
 
 def claims(config: dict, private_vs_untrained: bool = False) -> list[dict]:
@@ -426,7 +443,9 @@ def _table_claims(section: dict, name: str, by_key: dict, column: str, private_v
     """The claims of table `name` in one column."""
     fedsc, fedavg_sc = short_name(PROPOSED), short_name(NO_SHARING)
     if name == "table2":
-        wanted = [(row_name(PROPOSED), row_name(NO_SHARING), f"{fedsc} (ε=∞) > {fedavg_sc} (Table 2)", PROPOSED_VS_NO_SHARING)]
+        wanted = [
+            (row_name(PROPOSED), row_name(NO_SHARING), f"{fedsc} (ε=∞) > {fedavg_sc} (Table 2)", PROPOSED_VS_NO_SHARING)
+        ]
         wanted += [
             (row_name(m), RANDOM_ROW, f"{row_name(m)} > untrained encoder (Table 2)", VS_UNTRAINED)
             for m in METHODS
@@ -473,7 +492,12 @@ def _with_more_seeds(config: dict, claims_list: list[dict]) -> list[dict]:
     for claim in claims_list:
         if (claim["claim"], claim["column"]) in wanted:
             extra = {side: [_reseeded(c, tag) for c in _one_per_run(claim[side]) for tag in tags] for side in "ab"}
-            claim = {**claim, "a": claim["a"] + extra["a"], "b": claim["b"] + extra["b"], "more_seeds": list(more["seeds"])}
+            claim = {
+                **claim,
+                "a": claim["a"] + extra["a"],
+                "b": claim["b"] + extra["b"],
+                "more_seeds": list(more["seeds"]),
+            }
         out.append(claim)
     return out
 
@@ -622,7 +646,9 @@ def ablation_runs(config: dict) -> list[Run]:
     for dataset in standin_datasets(config):
         for name, variant in _variants(config).items():
             base = planned[(dataset, PROPOSED, _ablation_base(stand[PAPER]["datasets"][dataset], variant))]
-            out.append(Run(dataset, PROPOSED, f"{base.setting}_{name}", _merged(base.spec, variant["change"]), base.partition))
+            out.append(
+                Run(dataset, PROPOSED, f"{base.setting}_{name}", _merged(base.spec, variant["change"]), base.partition)
+            )
     return out
 
 

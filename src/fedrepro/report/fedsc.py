@@ -221,16 +221,20 @@ def privacy_frame(cells: list[dict]) -> pd.DataFrame:
     from fedrepro.privacy.fedsc import MATRICES_ONLY
 
     server = against_server()
-    return grouped.agg(
-        sigma=("sigma", "first"),
-        T_j_min=("T_j", "min"),
-        T_j_max=("T_j", "max"),
-        n_j_min=("n_j", "min"),
-        eps_paper_max=("eps_paper", "max"),
-        eps_sqrt2_max=("eps_sqrt2", "max"),
-        eps_accountant_max=("eps_accountant", "max"),
-        **tight,
-    ).reset_index().assign(adversary=MATRICES_ONLY, eps_vs_server=server["ε against the server"], why=server["why"])
+    return (
+        grouped.agg(
+            sigma=("sigma", "first"),
+            T_j_min=("T_j", "min"),
+            T_j_max=("T_j", "max"),
+            n_j_min=("n_j", "min"),
+            eps_paper_max=("eps_paper", "max"),
+            eps_sqrt2_max=("eps_sqrt2", "max"),
+            eps_accountant_max=("eps_accountant", "max"),
+            **tight,
+        )
+        .reset_index()
+        .assign(adversary=MATRICES_ONLY, eps_vs_server=server["ε against the server"], why=server["why"])
+    )
 
 
 def privacy_table(job) -> None:

@@ -115,9 +115,7 @@ def across(rows: list[dict], datasets: list[str]) -> pd.DataFrame:
     if len(datasets) < 2 or not rows:
         return pd.DataFrame()
     frame = pd.DataFrame(rows)
-    frame = frame.assign(
-        dataset=frame["column"].str.split(" ").str[0], clients=frame["column"].str.split(" ").str[-1]
-    )
+    frame = frame.assign(dataset=frame["column"].str.split(" ").str[0], clients=frame["column"].str.split(" ").str[-1])
     out = []
     for (claim, clients), group in frame.groupby(["claim", "clients"], sort=False):
         outcomes = {d: verdict.Verdict(v).outcome for d, v in zip(group["dataset"], group["verdict"])}
