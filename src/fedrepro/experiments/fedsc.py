@@ -28,7 +28,7 @@ from fedrepro.algorithms.fedsc import prefix as shared_prefix
 from fedrepro.algorithms.fedsc.participation import clients_per_round
 from fedrepro.data.partition import make_tag
 from fedrepro.experiments import Run, index, seed_tags, training_options
-from fedrepro.pipeline import number_tag, seed_batches, seed_tag
+from fedrepro.pipeline import number_tag, seed_tag
 
 PAPER = "fedsc"
 DATASET_NAMES = {"svhn": "SVHN", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
@@ -487,11 +487,11 @@ def _with_more_seeds(config: dict, claims_list: list[dict]) -> list[dict]:
     wanted = {(c["claim"], c["column"]) for c in more.get("claims", [])}
     if not wanted:
         return claims_list
-    tags = [seed_tag(batch) for batch in seed_batches(list(more["seeds"]), config[PAPER]["seeds_per_job"])]
+    tag = seed_tag(list(more["seeds"]))  # one job per run for all of them (a job's start costs more than a seed)
     out = []
     for claim in claims_list:
         if (claim["claim"], claim["column"]) in wanted:
-            extra = {side: [_reseeded(c, tag) for c in _one_per_run(claim[side]) for tag in tags] for side in "ab"}
+            extra = {side: [_reseeded(c, tag) for c in _one_per_run(claim[side])] for side in "ab"}
             claim = {
                 **claim,
                 "a": claim["a"] + extra["a"],

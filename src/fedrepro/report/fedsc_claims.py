@@ -153,7 +153,10 @@ def claims_table(job) -> None:
     more = sorted({f"{c['claim']} @ {c['column']}" for c in job.spec["claims"] if c.get("more_seeds")})
     if more:
         seeds = next(c["more_seeds"] for c in job.spec["claims"] if c.get("more_seeds"))
-        caption += f". Rows with seeds {seeds} added on both sides (4-7 seeds would decide them): " + "; ".join(more)
+        caption += (
+            f". Rows given seeds {seeds} on both sides, paired (at the tables' seeds the observed effect and spread "
+            "would have decided them with 4-7 seeds): " + "; ".join(more)
+        )
     if not joint.empty:
         caption += (
             f". Over the {len(datasets)} stand-ins (rows '{' + '.join(datasets)}'): a claim holds for the project "
