@@ -70,9 +70,10 @@ def test_planner_cells_and_checks():
     assert ("FedSC (ε=3, δ=0.01) > FedAvg+SC (Table 3)", "digits 2/10") in names
     assert ("FedX > untrained encoder (Table 2)", "digits 2/10") in names
     assert len(names) == len(claims)
-    for c in claims:  # each side is one run (its seeds once), never two runs or one file twice
+    for c in claims:  # each side is one run (each seed batch once), never two runs or one file twice
         for side in ("a", "b"):
-            assert len(c[side]) == len({x["path"] for x in c[side]}) == 1
+            assert len({x["path"].rsplit("/", 2)[0] for x in c[side]}) == 1
+            assert len(c[side]) == len({x["path"] for x in c[side]}) == (2 if c.get("more_seeds") else 1)
     assert all(c["path"].endswith("probe.json") for c in t5)
     assert plan.check(config) == []
     bad = copy.deepcopy(config)
@@ -282,7 +283,9 @@ def test_more_seeds_go_to_both_sides_of_the_claims_they_name():
         ]
     assert all(len(c["a"]) == 1 for c in claims if not c.get("more_seeds"))
     config["fedsc"]["more_seeds"]["claims"][0]["column"] = "digits 3/10"
-    assert any("fedsc.more_seeds.claims" in e and "'digits 3/10'" in e for e in plan.check(config))
+    assert any(
+        "fedsc.more_seeds.claims" in e and "the columns 'digits 10/10', 'digits 2/10'" in e for e in plan.check(config)
+    )
     config["fedsc"]["more_seeds"] = {"seeds": [2], "claims": []}
     assert any("fedsc.more_seeds.seeds: [2]" in e for e in plan.check(config))
 

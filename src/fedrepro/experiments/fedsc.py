@@ -521,9 +521,14 @@ def more_seeds_errors(config: dict) -> list[str]:
     if not more:
         return []
     known = {(c["claim"], c["column"]) for c in claims(config)}
+    columns = sorted({column for _, column in known})
     errors = [
         f"{PAPER}.more_seeds.claims: no claim {c['claim']!r} in column {c['column']!r}; allowed: "
-        + "; ".join(f"{claim!r} @ {column!r}" for claim, column in sorted(known))
+        + (
+            "; ".join(sorted(repr(claim) for claim, column in known if column == c["column"]))
+            if c["column"] in columns
+            else f"the columns {', '.join(map(repr, columns))}"
+        )
         for c in more.get("claims", [])
         if (c["claim"], c["column"]) not in known
     ]
@@ -758,7 +763,8 @@ def check(config: dict) -> list[str]:
             dp_table_cells(config, name)
         except ValueError as err:
             errors.append(str(err))
-    return errors + standin_errors(config) + more_seeds_errors(config)
+    errors += standin_errors(config)
+    return errors or more_seeds_errors(config)  # more_seeds names claims of valid tables
 
 
 def count_errors(config: dict) -> list[str]:
