@@ -25,9 +25,10 @@ CAPTIONS = {
     "table4": "FedSC Table 4: FedSC under DP ({delta}, CIFAR100 budgets), linear-probe accuracy (%)",
     "table5": "FedSC Table 5: FedSC under DP ({delta}), partial participation, linear-probe accuracy (%)",
     "standin": (
-        "FedSC Tables 2-3 on the generated stand-in (fedrepro.data.shapes: 10 mirror-symmetric shapes, 16x16, one "
-        "shape per client): linear-probe accuracy (%) of FedAvg+SC, FedSC at each ε and at ε = ∞ (Table 2's FedSC "
-        "row) and the untrained encoder; the paper has no numbers for this data set"
+        "FedSC Tables 2-3 on the generated stand-ins (shapes: fedrepro.data.shapes, 10 mirror-symmetric grey "
+        "shapes, 16x16; textures: fedrepro.data.textures, 10 colour textures, 16x16; one class per client over 10 "
+        "clients): linear-probe accuracy (%) of FedAvg+SC, FedSC at each ε and at ε = ∞ (Table 2's FedSC row) and "
+        "the untrained encoder; the paper has no numbers for these data sets"
     ),
 }
 PUBLISHED = ("table2", "table3", "table4", "table5")  # tables with a reference in report/published
