@@ -609,6 +609,16 @@ def standin_config(config: dict) -> dict | None:
     return {**config, PAPER: stand}
 
 
+def standin_table_cells(config: dict) -> list[dict]:
+    """The stand-ins' probe table: Table 3's rows (FedAvg+SC, FedSC at each eps and at eps = inf, the untrained
+    encoder) and Table 2's Centralized SC (that self-supervision beats the untrained encoder there)."""
+    stand = standin_config(config)
+    if not stand:
+        return []
+    central = [c for c in table2_cells(stand) if c["row"] == row_name("centralized_sc")]
+    return dp_table_cells(stand, STANDIN_TABLE) + central
+
+
 def standin_runs(config: dict) -> list[Run]:
     stand = standin_config(config)
     return runs(stand) + ablation_runs(config) if stand else []
