@@ -63,7 +63,7 @@ def test_unknown_label_and_bad_options_fail():
         gen.textures(train_per_class=1, test_per_class=1, min_contrast=0.9)
 
 
-def test_seeded_balanced_coloured_and_shaped():
+def test_seeded_balanced_tinted_and_shaped():
     a = gen.textures(train_per_class=3, test_per_class=2, size=12, period_range=(3.0, 6.0), seed=5)
     b = gen.textures(train_per_class=3, test_per_class=2, size=12, period_range=(3.0, 6.0), seed=5)
     c = gen.textures(train_per_class=3, test_per_class=2, size=12, period_range=(3.0, 6.0), seed=6)
@@ -75,7 +75,7 @@ def test_seeded_balanced_coloured_and_shaped():
     assert x_test.shape == (20, 3, 12, 12) and y_test.dtype == np.int64
     np.testing.assert_array_equal(np.bincount(y_train), [3] * 10)
     np.testing.assert_array_equal(np.bincount(y_test), [2] * 10)
-    assert not all(np.array_equal(image[0], image[1]) for image in x_train)  # colour, not grey
+    assert not all(np.array_equal(image[0], image[1]) for image in x_train)  # tinted, not grey
 
 
 def test_clean_images_are_ink_on_background_apart_by_the_contrast():

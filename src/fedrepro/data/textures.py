@@ -1,19 +1,24 @@
-"""`textures`: a generated colour image set of periodic and random textures (FedSC's second stand-in).
+"""`textures`: a generated image set of periodic and random textures (FedSC's second stand-in).
 
 A different kind of data from `shapes` (fedrepro.data.shapes): the class is a texture that fills the
-whole image (no object, no position) and the images are in colour (shapes: grey with a small tint). Ten
-textures whose distribution is the same when mirrored left-right, so that
-SimCLR-style crops and flips keep the class (0 horizontal stripes, 1 vertical stripes, 2 checkerboard,
-3 dots, 4 grid, 5 diagonal cross-hatch, 6 blobs, 7 speckle, 8 waves, 9 bricks). Each image draws its
-own nuisances:
+whole image (no object, no position, no outline). Ten textures whose distribution is the same when
+mirrored left-right, so that SimCLR-style crops and flips keep the class (0 horizontal stripes, 1 vertical
+stripes, 2 checkerboard, 3 dots, 4 grid, 5 diagonal cross-hatch, 6 blobs, 7 speckle, 8 waves, 9 bricks).
+Each image draws its own nuisances:
 * period: `period_range` pixels (one cycle of the pattern), random phase in both directions (over two
   periods: waves and bricks repeat every two) and a rotation of up to `max_angle` degrees either way;
-* colours: a foreground and a background level uniform in [0.1, 0.9], at least `min_contrast` apart
-  (either brighter), each moved by N(0, `colour`) per channel (a colour of its own per image);
+* colours: an ink and a background level uniform in [0.1, 0.9], at least `min_contrast` apart (either
+  brighter), each moved by N(0, `colour`) per channel (a tint of its own per image);
 * edges are anti-aliased (drawn at `supersample` x the resolution and averaged down), then Gaussian
   pixel noise of sd `noise`, clipped to [0, 1] and stored as uint8 (N x 3 x H x W).
 Blobs are a smooth random field (a coarse Gaussian grid upsampled) above its median; speckle is a
-random binary field at the pixel scale of the period's smallest value.
+random binary field of cells a third of the period.
+
+The defaults make federated self-supervision beat the untrained encoder at the stand-in's budget (one
+texture per client over 10 clients, 20 rounds x 5 local epochs, seed 0, FedAvg+SC against the untrained
+encoder only): colour 0.05 gives 28.0 % against 23.7 %; strong colours (0.15) 16.7 % against 20.2 %
+(the local encoders learn each image's colours), and 20x20 images 24.8 % against 28.3 %. Centralized SC
+beats the untrained encoder either way (about 90 % against 20-25 %).
 
 Classes are balanced (`train_per_class` and `test_per_class` images each) and shuffled. numpy only;
 same seed, same arrays.
@@ -140,7 +145,7 @@ def textures(
     period_range: tuple[float, float] = (4.0, 8.0),
     max_angle: float = 10.0,
     min_contrast: float = 0.25,
-    colour: float = 0.15,
+    colour: float = 0.05,
     noise: float = 0.05,
     supersample: int = 4,
     seed: int = 0,

@@ -26,7 +26,7 @@ CAPTIONS = {
     "table5": "FedSC Table 5: FedSC under DP ({delta}), partial participation, linear-probe accuracy (%)",
     "standin": (
         "FedSC Tables 2-3 on the generated stand-ins (shapes: fedrepro.data.shapes, 10 mirror-symmetric grey "
-        "shapes, 16x16; textures: fedrepro.data.textures, 10 colour textures, 16x16; one class per client over 10 "
+        "shapes, 16x16; textures: fedrepro.data.textures, 10 textures, 16x16; one class per client over 10 "
         "clients): linear-probe accuracy (%) of FedAvg+SC, FedSC at each ε and at ε = ∞ (Table 2's FedSC row) and "
         "the untrained encoder, and Centralized SC (one client holding every image); the paper has no numbers for "
         "these data sets"
