@@ -271,7 +271,9 @@ def test_more_seeds_go_to_both_sides_of_the_claims_they_name():
     config = _config()
     config["fedsc"]["more_seeds"] = {
         "seeds": [3, 4],
-        "claims": [{"claim": "FedSC (ε=12, δ=0.01) > FedAvg+SC (Table 4)", "column": "digits 2/10"}],
+        "claims": [
+            {"claim": "FedSC (ε=12, δ=0.01) > FedAvg+SC (Table 4)", "dataset": "digits", "participation": "partial"}
+        ],
     }
     assert plan.check(config) == []
     claims = plan.claims(config)
@@ -282,9 +284,11 @@ def test_more_seeds_go_to_both_sides_of_the_claims_they_name():
             f"results/fedsc/runs/digits/{setting}/{tag}/probe.json" for tag in ("s0_1_2", "s3_4")
         ]
     assert all(len(c["a"]) == 1 for c in claims if not c.get("more_seeds"))
-    config["fedsc"]["more_seeds"]["claims"][0]["column"] = "digits 3/10"
+    config["fedsc"]["more_seeds"]["claims"][0]["claim"] = "FedSC (ε=12, δ=0.01) > FedX (Table 4)"
     assert any(
-        "fedsc.more_seeds.claims" in e and "the columns 'digits 10/10', 'digits 2/10'" in e for e in plan.check(config)
+        "fedsc.more_seeds.claims: no claim 'FedSC (ε=12, δ=0.01) > FedX (Table 4)' on digits at partial" in e
+        and "'FedSC (ε=12, δ=0.01) > FedAvg+SC (Table 4)'" in e
+        for e in plan.check(config)
     )
     config["fedsc"]["more_seeds"] = {"seeds": [2], "claims": []}
     assert any("fedsc.more_seeds.seeds: [2]" in e for e in plan.check(config))

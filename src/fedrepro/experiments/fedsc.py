@@ -324,16 +324,22 @@ def _folders(config: dict, dataset: str, method: str, setting: str) -> list[str]
     return [f"{config['results']}/{PAPER}/runs/{dataset}/{method}/{setting}/{tag}" for tag in seed_tags(config[PAPER])]
 
 
+def _where(config: dict, dataset: str, col: str) -> dict:
+    """The data set and participation of a cell in column `col`."""
+    full = column(dataset, config[PAPER]["datasets"][dataset], "full")
+    return {"dataset": dataset, "participation": "full" if col == full else "partial"}
+
+
 def _cells(config, dataset, method, setting, row, col, filename="probe.json") -> list[dict]:
     return [
-        {"path": f"{folder}/{filename}", "row": row, "column": col, "dataset": dataset}
+        {"path": f"{folder}/{filename}", "row": row, "column": col, **_where(config, dataset, col)}
         for folder in _folders(config, dataset, method, setting)
     ]
 
 
 def _random_cells(config: dict, dataset: str, col: str) -> list[dict]:
     return [
-        {"path": path, "row": RANDOM_ROW, "column": col, "dataset": dataset}
+        {"path": path, "row": RANDOM_ROW, "column": col, **_where(config, dataset, col)}
         for path in random_probe_paths(config, dataset)
     ]
 
@@ -471,6 +477,7 @@ def _claim(by_key: dict, a_row: str, b_row: str, column: str, claim: str, kind: 
         "claim": claim,
         "column": column,
         "dataset": a[0]["dataset"],
+        "participation": a[0]["participation"],
         "kind": kind,
         "a_name": a_row,
         "b_name": b_row,
@@ -484,13 +491,13 @@ def _with_more_seeds(config: dict, claims_list: list[dict]) -> list[dict]:
     """Claims named by `more_seeds.claims` get the cells of `more_seeds.seeds` on both sides (paired), and
     `more_seeds` lists those seeds; the probe tables keep the section's seeds."""
     more = config[PAPER].get("more_seeds") or {}
-    wanted = {(c["claim"], c["column"]) for c in more.get("claims", [])}
+    wanted = {_selector(c) for c in more.get("claims", [])}
     if not wanted:
         return claims_list
     tag = seed_tag(list(more["seeds"]))  # one job per run for all of them (a job's start costs more than a seed)
     out = []
     for claim in claims_list:
-        if (claim["claim"], claim["column"]) in wanted:
+        if _selector(claim) in wanted:
             extra = {side: [_reseeded(c, tag) for c in _one_per_run(claim[side])] for side in "ab"}
             claim = {
                 **claim,
@@ -513,61 +520,30 @@ def _reseeded(cell: dict, tag: str) -> dict:
     return {**cell, "path": f"{folder}/{tag}/{filename}"}
 
 
+def _selector(claim: dict) -> tuple[str, str, str]:
+    """How `more_seeds.claims` names a claim: its text, data set and participation (not the column label,
+    which changes with the number of clients)."""
+    return (claim["claim"], claim["dataset"], claim["participation"])
+
+
 def more_seeds_errors(config: dict) -> list[str]:
-    """Every claim `more_seeds.claims` names is one of the claims table's (by its claim text and column),
-    and its seeds are not the section's."""
+    """Every claim `more_seeds.claims` names is one of the claims table's, and its seeds are not the section's."""
     section = config[PAPER]
     more = section.get("more_seeds") or {}
     if not more:
         return []
-    known = {(c["claim"], c["column"]) for c in claims(config)}
-    columns = sorted({column for _, column in known})
+    known = {_selector(c) for c in claims(config)}
     errors = [
-        f"{PAPER}.more_seeds.claims: no claim {c['claim']!r} in column {c['column']!r}; allowed: "
-        + (
-            "; ".join(sorted(repr(claim) for claim, column in known if column == c["column"]))
-            if c["column"] in columns
-            else f"the columns {', '.join(map(repr, columns))}"
-        )
+        f"{PAPER}.more_seeds.claims: no claim {c['claim']!r} on {c['dataset']} at {c['participation']} "
+        "participation; allowed there: "
+        + "; ".join(sorted(repr(k[0]) for k in known if k[1:] == (c["dataset"], c["participation"])))
         for c in more.get("claims", [])
-        if (c["claim"], c["column"]) not in known
+        if _selector(c) not in known
     ]
     shared = sorted(set(more.get("seeds", [])) & set(section["seeds"]))
     if shared:
         errors.append(f"{PAPER}.more_seeds.seeds: {shared} already in fedsc.seeds; list only extra seeds")
     return errors
-
-
-def figure2_cells(config: dict) -> list[dict]:
-    """kNN curves of FedSC (eps = inf) and FedAvg+SC, full participation."""
-    section = config[PAPER]
-    cells = []
-    for dataset in section["tables"]["figure2"]["datasets"]:
-        ds = section["datasets"][dataset]
-        panel = DATASET_NAMES.get(dataset, dataset)
-        cells += _cells(
-            config,
-            dataset,
-            PROPOSED,
-            fedsc_settings(ds)[("full", "inf", None)],
-            short_name(PROPOSED),
-            panel,
-            "metrics.parquet",
-        )
-        cells += _cells(config, dataset, NO_SHARING, "full", short_name(NO_SHARING), panel, "metrics.parquet")
-    return cells
-
-
-def privacy_cells(config: dict) -> list[dict]:
-    """Summaries of every private FedSC run (realised T_j and epsilons)."""
-    section = config[PAPER]
-    cells = []
-    for dataset in enabled_datasets(section):
-        ds = section["datasets"][dataset]
-        for tag in sorted(set(fedsc_settings(ds).values())):
-            if not tag.endswith("epsinf"):
-                cells += _cells(config, dataset, PROPOSED, tag, tag, dataset, "summary.json")
-    return cells
 
 
 # ----------------------------------------------------------------------------- the offline stand-ins
