@@ -64,6 +64,7 @@ class Job:
     threads: int = 1
     wildcards: dict[str, str] = field(default_factory=dict)
     scratch: Path = Path(".")
+    script: str | None = None  # the workflow script this process runs (workflow/scripts/entry.py)
 
     def out(self, name: str) -> Path:
         """Path of the named output, with its folder created."""
@@ -146,8 +147,8 @@ def _named(io) -> dict[str, Any]:
     return {name: io[name] for name in io.keys()}
 
 
-def job_from_snakemake(smk) -> Job:
-    """Build a Job from the `snakemake` object of a script directive."""
+def job_from_snakemake(smk, script: str | None = None) -> Job:
+    """Build a Job from the `snakemake` object of a script directive run from file `script`."""
     wildcards = _named(smk.wildcards)
     return Job(
         spec=smk.params.get("spec", {}) or {},
@@ -158,6 +159,7 @@ def job_from_snakemake(smk) -> Job:
         threads=smk.threads,
         wildcards=wildcards,
         scratch=scratch_for(str(smk.output[0])),
+        script=script,
     )
 
 
@@ -182,34 +184,44 @@ def logging_to(path: str | None):
 
 def _code_inputs(job: Job) -> list[str]:
     code = job.input.get("code", [])
-    return [code] if isinstance(code, str) else list(code)
+    return [code] if isinstance(code, (str, os.PathLike)) else list(code)
+
+
+def planned_code(job: Job) -> dict[str, str]:
+    """{module or workflow script: hash} of the code Snakemake planned the job with (its `code`
+    input, fedrepro.codedeps); a fingerprint file that is gone gives nothing."""
+    from fedrepro.codedeps import read_fingerprint
+
+    planned = {}
+    for path in _code_inputs(job):
+        try:
+            planned.update(read_fingerprint(path))
+        except FileNotFoundError:
+            continue
+    return planned
 
 
 def undeclared_imports(job: Job) -> list[str]:
     """fedrepro modules this process imported that the job's `code` input does not list
     (fedrepro.codedeps derives that list; a miss means an edit there would not re-run the job)."""
-    from fedrepro.codedeps import module_of_fingerprint
-
-    declared = {module_of_fingerprint(path) for path in _code_inputs(job)}
+    declared = set(planned_code(job))
     imported = {name for name in sys.modules if name == "fedrepro" or name.startswith("fedrepro.")}
     return sorted(imported - declared - {"fedrepro.codedeps"})
 
 
 def stale_code(job: Job) -> list[str]:
-    """The job's code modules whose code, as this process imports it, differs from the fingerprint
-    Snakemake planned the job with: edited after the workflow was parsed (hours earlier on a busy
-    cluster), or fingerprinted by another checkout sharing the results folder. A result made now
-    would be recorded under code that did not make it."""
-    from fedrepro.codedeps import code_hash, module_file, module_of_fingerprint
+    """The job's code modules (and the workflow script it runs, `job.script`) whose code, as this
+    process runs it, differs from the fingerprint Snakemake planned the job with: edited after the
+    workflow was parsed (hours earlier on a busy cluster), or fingerprinted by another checkout sharing
+    the results folder. A result made now would be recorded under code that did not make it."""
+    from fedrepro.codedeps import code_hash, module_file, script_hash
 
     stale = []
-    for path in _code_inputs(job):
-        name = module_of_fingerprint(path)
-        try:
-            planned = Path(path).read_text().strip()
-        except FileNotFoundError:
-            continue
-        if module_file(name) is None or code_hash(name) != planned:
+    for name, planned in planned_code(job).items():
+        if "/" in name:  # a workflow script, by its path in the workflow: the one this process runs
+            if job.script and Path(job.script).as_posix().endswith(f"/{name}") and script_hash(job.script) != planned:
+                stale.append(name)
+        elif module_file(name) is None or code_hash(name) != planned:
             stale.append(name)
     return stale
 
@@ -285,9 +297,9 @@ def hand_over_process_settings(config: dict) -> None:
         os.environ[DETERMINISTIC_ENV] = "1"
 
 
-def run_snakemake_job(smk) -> None:
-    """Entry point of workflow/scripts/entry.py."""
-    job = job_from_snakemake(smk)
+def run_snakemake_job(smk, script: str | None = None) -> None:
+    """Entry point of workflow/scripts/entry.py (`script`: that file, as Snakemake ran it)."""
+    job = job_from_snakemake(smk, script)
     threads = max(1, int(job.threads))
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     hand_over_process_settings(smk.config)

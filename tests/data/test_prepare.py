@@ -263,7 +263,7 @@ def test_option_dependent_sample_shapes_agree_with_the_catalog_at_default_option
 
 PREPARE_UNDER_RECORDER = """
 import json, sys
-from fedrepro.codedeps import code_inputs
+from fedrepro.codedeps import code_inputs, read_fingerprint
 from fedrepro.pipeline import make_job, run_job
 
 name, builder, out, code_folder = sys.argv[1:]
@@ -272,7 +272,7 @@ job = make_job({"data_root": out + "/raw", "options": {}, "builder": builder},
                {"arrays": out + "/arrays.npz", "meta": out + "/meta.json"}, {"code": code},
                wildcards={"dataset": name})
 run_job(job, "fedrepro.data.jobs:prepare_job")
-print(json.dumps([path.rsplit("/", 1)[-1].removesuffix(".sha256") for path in code]))
+print(json.dumps(sorted(read_fingerprint(code))))
 """
 
 
