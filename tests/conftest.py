@@ -15,9 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from fedrepro.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV
+from fedrepro.bytecode import cache_byte_code
+
+cache_byte_code()  # before torch: this process and the Snakemake runs it starts read compiled byte code
+
+import torch  # noqa: E402
+
+from fedrepro.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
