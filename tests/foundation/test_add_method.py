@@ -378,7 +378,7 @@ def test_four_files_add_a_method_to_the_workflow_in_every_paper(tmp_path, monkey
 
     monkeypatch.setattr(fit, "RESULTS", fit.Results())
     config = yaml.safe_load((copy / "config.yaml").read_text())
-    assert fit.fit_errors({**config, "papers": papers}, papers, copy / ".snakemake" / "fedrepro_fit.json") == []
+    assert fit.fit_errors({**config, "papers": papers}, papers, fit.shared_cache()) == []
     result = subprocess.run(
         [
             sys.executable,
