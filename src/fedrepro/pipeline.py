@@ -251,10 +251,21 @@ def corrupt_inputs(job: Job) -> dict[str, str]:
     return bad
 
 
+# The log line of a finished job's CPU time (benchmarks/run_cost.py reads it).
+CPU_LINE = "cpu-seconds:"
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of the processes it waited for, since it started."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def run_job(job: Job, entry: str) -> None:
     """Run `entry` on `job` with logging to the job's log. A failure's traceback goes to that
     log; an input file that cannot be read back is named there and removed, so the next
-    `snakemake` rebuilds it (with its producer) instead of failing on it forever. Before the job,
+    `snakemake` rebuilds it (with its producer) instead of failing on it forever. The log's CPU_LINE
+    splits a finished job's CPU time into the process start with its imports and the work. Before the job,
     its code must be the code it was planned with (`stale_code`). After the
     job, every fedrepro module it imported must be one of its code inputs: a warning names
     any that is not, and FEDREPRO_STRICT_IMPORTS=1 (the tests) makes that an error."""
@@ -269,7 +280,10 @@ def run_job(job: Job, entry: str) -> None:
                     "checkout sharing this results folder fingerprinted it); run snakemake again so that it "
                     "plans the job with the code that will run it"
                 )
-            resolve(entry)(job)
+            function = resolve(entry)
+            started = cpu_seconds()  # the process's start, Snakemake's preamble and the entry's imports
+            function(job)
+            logger.info("%s start+imports %.2f, work %.2f", CPU_LINE, started, cpu_seconds() - started)
             missing = undeclared_imports(job) if "code" in job.input else []
             if missing:
                 message = f"job imported fedrepro modules missing from its code inputs: {missing}"
