@@ -119,7 +119,9 @@ def main(argv: list[str]) -> int:
     if results.exists():
         raise SystemExit(f"--results {results} exists: give a new folder, so that every job runs")
     summary = run(results, args.snakemake)
-    summary["command"] = " ".join(["snakemake --profile profiles/local", *args.snakemake, f"--config results={results}"])
+    summary["command"] = " ".join(
+        ["snakemake --profile profiles/local", *args.snakemake, f"--config results={results}"]
+    )
     summary["load"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     costs = job_costs(results)
     text = table(summary, costs)

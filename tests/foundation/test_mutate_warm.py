@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TOY = '''
+TOY = """
 import os
 from pathlib import Path
 
@@ -30,7 +30,7 @@ def double(x):
 
 def other(x):
     return x
-'''
+"""
 TESTS = """
 from toy.calc import double
 
@@ -49,7 +49,10 @@ def toy_copy(tmp_path: Path) -> Path:
         (mutants / path).parent.mkdir(parents=True, exist_ok=True)
         (mutants / path).write_text(textwrap.dedent(text))
     tests = ["tests/test_calc.py::test_two", "tests/test_calc.py::test_zero"]
-    stats = {"tests_by_mangled_function_name": {"toy.calc.x_double": tests}, "duration_by_test": dict.fromkeys(tests, 0.01)}
+    stats = {
+        "tests_by_mangled_function_name": {"toy.calc.x_double": tests},
+        "duration_by_test": dict.fromkeys(tests, 0.01),
+    }
     (mutants / "mutmut-stats.json").write_text(json.dumps({**stats, "stats_time": 0.1}))
     meta = {"exit_code_by_key": dict.fromkeys([KILLED, SURVIVES, UNTESTED]), "durations_by_key": {}}
     (mutants / "src/toy/calc.py.meta").write_text(json.dumps(meta))
