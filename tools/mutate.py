@@ -230,7 +230,9 @@ WARM_NAMES = "fedrepro-warm-names.json"  # the mutants `warm_run` runs, in the s
 STOPPED = 3  # exit status of `--serve` when the budget ran out
 TIMEOUT = 36  # mutmut's exit code of a timed-out mutant (STATUS)
 NO_TESTS = 33
-TIMEOUT_FACTOR, TIMEOUT_SECONDS = 3.0, 30.0  # a mutant's limit: factor x its tests' recorded time + seconds
+# a mutant's CPU-time limit: factor x its tests' recorded time + seconds; a wall-time limit of HANG x that catches
+# a child that waits forever without using CPU (CPU time does not grow on a busy machine, wall time does)
+TIMEOUT_FACTOR, TIMEOUT_SECONDS, HANG = 3.0, 30.0, 10.0
 
 
 def mutant_meta_files(mutants: Path) -> dict[str, Path]:
@@ -265,8 +267,8 @@ def warm_run(mutants: Path, names: list[str], jobs: int, budget_s: float) -> boo
     """Run `names` in mutmut's scratch folder `mutants` from one warm interpreter: import the mutated
     package and collect the tests once (torch and pytest included; one OpenMP thread, so that forking is
     safe), then fork one child per mutant, `jobs` at a time. Each verdict goes to the mutant's .meta file
-    as it comes in (mutmut's exit codes; a child past its time limit is killed: TIMEOUT). True when the
-    budget ran out first (the rest stay unchecked)."""
+    as it comes in (mutmut's exit codes; a child past its CPU-time limit or HANG times that in wall time is
+    killed: TIMEOUT). True when the budget ran out first (the rest stay unchecked)."""
     os.chdir(mutants)
     sys.path[:0] = [str(mutants / "src"), str(mutants)]
     import pytest
@@ -303,7 +305,7 @@ def warm_run(mutants: Path, names: list[str], jobs: int, budget_s: float) -> boo
         pid = os.fork()
         if pid == 0:
             run_mutant(name, tests, time.process_time() + limit)
-        running[pid] = (name, time.monotonic(), time.monotonic() + limit)
+        running[pid] = (name, time.monotonic(), time.monotonic() + HANG * limit)
     while running:
         wait_or_kill(running)
         reap()

@@ -3,7 +3,6 @@
 import json
 import re
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from fedrepro import codedeps
 from fedrepro.algorithms import PAPERS, methods
+from tests import limits
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "fedrepro"
@@ -249,7 +249,7 @@ def test_every_rule_entry_imports_only_declared_modules():
     compares sys.modules with the job's code inputs; tests/cluster/test_reruns.py runs it)."""
     entries = rule_entries()
     assert len(entries) > 30
-    result = subprocess.run(
+    result = limits.run(
         [sys.executable, "-c", RECORDER, json.dumps(entries)], capture_output=True, text=True, timeout=300, check=True
     )
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {}

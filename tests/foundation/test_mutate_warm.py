@@ -5,10 +5,11 @@ mutmut: its trampolines only read MUTANT_UNDER_TEST at each call, as the toy fun
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from tests import limits
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = """
@@ -64,7 +65,7 @@ def test_every_mutant_runs_in_a_child_of_one_warm_interpreter(tmp_path):
     mutants, imports = toy_copy(tmp_path), tmp_path / "imports.log"
     command = [sys.executable, str(ROOT / "tools/mutate.py"), "--serve", str(mutants), "--jobs", "2"]
     env = {**os.environ, "TOY_IMPORT_LOG": str(imports), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    result = limits.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     codes = json.loads((mutants / "src/toy/calc.py.meta").read_text())["exit_code_by_key"]
     assert codes == {KILLED: 1, SURVIVES: 0, UNTESTED: 33}  # mutmut's codes: killed, survived, no tests

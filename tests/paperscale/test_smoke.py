@@ -35,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -47,6 +48,7 @@ import yaml
 from fedrepro.data import sources
 from fedrepro.eval.health import check_finite
 from fedrepro.pipeline import number_tag
+from tests import limits
 from tests.data.formats import stage_all
 
 pytestmark = [pytest.mark.paperscale, pytest.mark.timeout(3000)]
@@ -75,7 +77,9 @@ SMOKE_CONFIG = REPO / CONFIGFILES[-1]
 def _snakemake(results: Path, data_root: Path, *args: str, env: dict | None = None, timeout: float = 2700):
     command = [SNAKEMAKE, *args, "--config", f"results={results}", f"data_root={data_root}", "--configfile"]
     command += CONFIGFILES
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return limits.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, interrupt=signal.SIGINT
+    )
 
 
 def smoke_targets(papers) -> list[str]:
