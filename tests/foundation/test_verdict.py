@@ -68,3 +68,77 @@ def test_identical_differences_prove_nothing_until_the_sign_test_does():
     assert paired([0.57, 0.57], [0.52, 0.52]).label == "inconclusive (2 seeds, identical differences)"
     assert differences([0.05] * 6).label == "holds"
     assert differences([-0.05] * 6).label == "does not hold"
+
+
+def _float32_accuracy(correct: int, total: int = 450) -> float:
+    return 100 * float(np.float32(correct / total))
+
+
+def test_differences_of_one_test_image_are_identical_despite_float32_rounding():
+    # three seeds at different accuracies, each exactly one test image of 450 ahead: the float32
+    # accuracies make the differences differ by about 6e-6, which must not narrow a t interval to a point
+    a = [_float32_accuracy(k) for k in (360, 362, 365)]
+    b = [_float32_accuracy(k - 1) for k in (360, 362, 365)]
+    assert np.ptp(np.subtract(a, b)) > 0
+    v = paired(a, b)
+    assert v.label == "inconclusive (3 seeds, identical differences)" and v.needed == 6
+    assert paired(a, b, resolution=100 / 450).label == v.label
+
+
+def test_the_sign_test_needs_six_seeds_at_95_percent():
+    assert differences([0.2] * 5).label == "inconclusive (5 seeds, identical differences)"
+    assert differences([0.2] * 6).label == "holds"
+    assert differences([-0.2] * 6).label == "does not hold"
+    assert differences([0.2] * 6, margin=0.2).label.startswith("inconclusive")
+
+
+def test_resolution_counts_differences_within_half_a_test_example_as_identical():
+    d = [0.2222, 0.2230, 0.2215, 0.2219, 0.2226, 0.2224]
+    assert differences(d).label == "holds" and not math.isnan(differences(d).low)
+    assert differences(d, resolution=100 / 450).note == "sign test"
+    assert differences([0.2222, 0.4444, 0.2222], resolution=100 / 450).label == "inconclusive (3 seeds)"
+
+
+def test_no_effect_when_the_interval_lies_within_the_smallest_effect():
+    d = [0.05, -0.04, 0.02, -0.01]
+    assert differences(d).label == "inconclusive (4 seeds)"
+    v = differences(d, smallest_effect=0.2)
+    assert v.label == "no effect at this scale" and -0.2 < v.low < v.high < 0.2
+    assert "within ±0.2" in v.text() and v.outcome == "no effect at this scale"
+    assert differences(d, smallest_effect=0.05).label.startswith("inconclusive")
+    one_side_out = differences([0.3, 0.0, 0.15, 0.05], smallest_effect=0.2)  # interval about [-0.06, +0.31]
+    assert one_side_out.low > -0.2 and one_side_out.high > 0.2 and one_side_out.outcome == "inconclusive"
+    # an effect that is decided keeps its label even when smaller than the margin would need
+    assert differences([0.05, 0.06, 0.055], smallest_effect=0.2).label == "holds"
+
+
+def _interval_decides(mean, sd, n, margin=0.0, smallest_effect=math.nan):
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    return abs(mean - margin) > half or abs(mean) + half < smallest_effect
+
+
+def test_seeds_needed_is_the_first_count_at_which_the_observed_mean_and_spread_decide():
+    d = [-9.48 / 3, 0.15, -2.0]  # mean and spread of a consistent but undecided row
+    v = differences(d)
+    mean, sd = np.mean(d), np.std(d, ddof=1)
+    assert v.label == "inconclusive (3 seeds)" and v.needed is not None
+    assert _interval_decides(mean, sd, v.needed) and not _interval_decides(mean, sd, v.needed - 1)
+    assert f"needs about {v.needed} seeds" in v.text()
+
+
+def test_seeds_needed_for_an_equivalence_and_when_nothing_would_decide():
+    d = [0.3, -0.3, 0.1, -0.1]
+    n = differences(d, smallest_effect=0.25).needed
+    assert _interval_decides(0.0, np.std(d, ddof=1), n, smallest_effect=0.25)
+    assert not _interval_decides(0.0, np.std(d, ddof=1), n - 1, smallest_effect=0.25)
+    nothing = differences(d)  # mean exactly 0 and no margin: no count decides
+    assert nothing.needed is None and "no seed count" in nothing.text()
+
+
+def test_all_of_no_effect_and_needed():
+    yes = differences([1, 1.1])
+    none = differences([0.05, -0.04, 0.02, -0.01], smallest_effect=0.2)
+    unsure_a, unsure_b = differences([1, -0.5, 0.5]), differences([0.3, -0.1, 0.2])
+    assert all_of([yes, none]).label == "no effect at this scale"
+    both = all_of([unsure_a, unsure_b, yes])
+    assert both.outcome == "inconclusive" and both.needed == max(unsure_a.needed, unsure_b.needed)
