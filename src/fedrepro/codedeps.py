@@ -214,7 +214,7 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def _tree_hash(tree: ast.AST) -> hashlib._Hash:
+def _tree_hash(tree: ast.AST):  # -> a hashlib sha256 object
     return hashlib.sha256(ast.dump(tree, annotate_fields=False, include_attributes=False).encode())
 
 
@@ -275,7 +275,11 @@ def fingerprint_text(entries: tuple[str, ...], src: Path = SRC) -> str:
 
 def read_fingerprint(path: str | Path) -> dict[str, str]:
     """A fingerprint file's {module or script: hash}."""
-    return dict(line.split(" ", 1) for line in Path(path).read_text().splitlines() if line)
+    return _parse(Path(path).read_text())
+
+
+def _parse(text: str) -> dict[str, str]:
+    return dict(line.partition(" ")[::2] for line in text.splitlines() if line)
 
 
 def fingerprint_path(folder: str | Path, entries: tuple[str, ...]) -> Path:
@@ -300,7 +304,7 @@ def write_fingerprint(folder: str | Path, entries: tuple[str, ...], src: Path = 
     if old == text:
         return path
     if old is not None:
-        before, now = read_fingerprint(path), dict(line.split(" ", 1) for line in text.splitlines())
+        before, now = _parse(old), _parse(text)
         changed = sorted(name for name in now.keys() & before.keys() if now[name] != before[name])
         if set(changed) - CHANGED:
             print(f"fedrepro: code changed since {folder} was planned: {', '.join(changed)}", file=sys.stderr)
