@@ -318,4 +318,15 @@ def run_snakemake_job(smk, script: str | None = None) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     hand_over_process_settings(smk.config)
     run_job(job, smk.params.entry)
+    leave()
+
+
+def leave() -> None:
+    """End a finished job's process without the interpreter's teardown, which frees every object of torch,
+    pandas and the job one by one: 0.7 CPU-s of a process that imported them (2.7 CPU-s in all against 2.0 with
+    os._exit, measured), about 13 % of a default run's CPU. Every output is written and closed by now
+    (fedrepro.atomic, the table and figure writers); the streams and the log handlers are flushed here."""
+    logging.shutdown()
     sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
