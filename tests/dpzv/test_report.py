@@ -87,7 +87,8 @@ def test_verdicts_are_paired_over_seeds(tmp_path):
     metrics = pd.DataFrame(columns=["dataset", "method", "eps", "clip", "seed", "test_loss"])
     rows = report._claim_rows(best, metrics, pd.DataFrame(columns=["dataset", "label", "ratio"]), spec)
     row = [r for r in rows if r["claim"].endswith("DPZV above VAFL")][0]
-    assert row["verdict"] == "inconclusive (2 seeds)" and row["wins"] == 1
+    assert row["verdict"] == "inconclusive (2 seeds); needs about 72 seeds" and row["wins"] == 1
+    assert row["seeds_needed"] == 72
     assert row["effect"] == pytest.approx(0.025) and row["ci_low"] < 0 < row["ci_high"]
 
 

@@ -506,14 +506,25 @@ def adversary_record(method: str, record: dict, label_privacy: str = "none", tab
     noise-free function of one training record reaches that adversary. `record` is the run's privacy record
     (its `sigma`, and `eps_known_pooled` / `eps_sent_one_client` where it has them)."""
     if not record.get("sigma", 0.0) > 0:
-        return {"eps_vs_server": math.inf, "why_server": "no noise", "eps_vs_clients": math.inf, "why_clients": "no noise"}
+        return {
+            "eps_vs_server": math.inf,
+            "why_server": "no noise",
+            "eps_vs_clients": math.inf,
+            "why_clients": "no noise",
+        }
     if method == "dpzv":
         out = {"eps_vs_server": math.inf, "why_server": "h+ and h- cross in clear (the paper protects no feature)"}
         if label_privacy == "dp_head":
-            return {**out, "eps_vs_clients": float(record["eps_known_pooled"]), "why_clients": "Delta and the "
-                    "head's DP-SGD on the same batch, batch ids known"}
-        return {**out, "eps_vs_clients": math.inf, "why_clients": "the head, trained on the raw labels without "
-                "noise, enters every later Delta"}
+            return {
+                **out,
+                "eps_vs_clients": float(record["eps_known_pooled"]),
+                "why_clients": "Delta and the head's DP-SGD on the same batch, batch ids known",
+            }
+        return {
+            **out,
+            "eps_vs_clients": math.inf,
+            "why_clients": "the head, trained on the raw labels without noise, enters every later Delta",
+        }
     out = {"eps_vs_clients": math.inf, "why_clients": f"{CLEAR_TO_CLIENTS[method]} reaches the client in clear"}
     if table_init == "forward":
         return {**out, "eps_vs_server": math.inf, "why_server": FORWARD_TABLE}

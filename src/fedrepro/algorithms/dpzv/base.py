@@ -605,6 +605,7 @@ class VFLAlgorithm:
             "total_rounds": self.total_rounds,
             "rounds_per_epoch": self.rounds_per_epoch,
             "num_train": self.data.num_train,
+            "num_test": len(y_test),  # one test example = the accuracy's resolution (the claims' verdicts)
             "client_params": [sum(p.numel() for p in c.params) for c in self.clients],
             "server_params": sum(p.numel() for p in self.server.params),
             **health.as_dict(),
