@@ -210,7 +210,10 @@ def test_comparisons_with_sides_at_chance_under_their_noise_are_one_distinct_com
     dpzv = [(1.0, 10.0, "paper", (0.90, 0.88, 0.91), "ok"), (math.inf, 10.0, "paper", (0.95, 0.94, 0.96), "ok")]
     paths = [_summary(tmp_path / "d", "dpzv", dpzv)]
     for m, k in (("vafl", 1), ("zoo_vfl", 2), ("vfl_czofo", 3)):
-        cells = [(1.0, nan, "paper", (0.10, 0.10, 0.10), "chance"), (math.inf, nan, "paper", (0.9 + k / 100,) * 3, "ok")]
+        cells = [
+            (1.0, nan, "paper", (0.10, 0.10, 0.10), "chance"),
+            (math.inf, nan, "paper", (0.9 + k / 100,) * 3, "ok"),
+        ]
         paths.append(_summary(tmp_path / m, m, cells))
     rows = distinct(_claims(report.load_best(paths), ["dpzv", "vafl", "zoo_vfl", "vfl_czofo"]))
     at_one = [r for r in rows if r["claim"].startswith("digits, ε = 1")]
@@ -232,7 +235,10 @@ def test_the_quoted_cifar_gap_is_the_smallest_effect_of_its_two_comparisons_only
     assert rows["DPZV above ZOO-VFL"]["smallest_effect"] == pytest.approx(0.6)
     assert rows["DPZV above ZOO-VFL"]["verdict"] == "no effect at this scale"
     assert math.isnan(rows["DPZV above VAFL"]["smallest_effect"])
-    assert rows["DPZV above VAFL"]["verdict"].startswith("inconclusive") and "needs about" in rows["DPZV above VAFL"]["verdict"]
+    assert (
+        rows["DPZV above VAFL"]["verdict"].startswith("inconclusive")
+        and "needs about" in rows["DPZV above VAFL"]["verdict"]
+    )
 
 
 def test_differences_one_test_example_apart_in_float32_are_identical(tmp_path):
@@ -304,7 +310,9 @@ def test_more_seeds_are_named_and_paired_over_every_seed_both_sides_ran(tmp_path
     assert note == ""  # every cell of this frame has 6 seeds: none has more than the others
     vafl = best[(best["method"] == "vafl") & (best["seed"] < 3)]
     mixed = pd.concat([best, vafl.assign(eps=1.0), vafl.assign(eps=5.0), vafl.assign(eps=10.0)])
-    assert report.more_seeds_note(mixed) == " Cells with more seeds than 3: digits DPZV ε = ∞ (6), digits VAFL ε = ∞ (6)."
+    assert (
+        report.more_seeds_note(mixed) == " Cells with more seeds than 3: digits DPZV ε = ∞ (6), digits VAFL ε = ∞ (6)."
+    )
 
 
 def test_figure_legends_name_each_methods_adversary():

@@ -827,12 +827,16 @@ def vfl_table_init_audit(cfg: dict, runs: int, seed: int) -> Audited:
     )
     pair = _embedding_canary(cls(data, settings, seed), data.train[0], float(cfg["canary_scale"]), seed)
     worlds = _embedding_worlds(data, pair)
-    clean = {w: cls(d, settings, seed).server.table[0, 0].double() for w, d in worlds.items()}
+    base = {w: cls(d, settings, seed) for w, d in worlds.items()}
+    clean = {w: algo.server.table[0, 0].double().clone() for w, algo in base.items()}  # the attacker's replay
     observed, world_of_run = [], []
-    for w, d in worlds.items():
-        for _ in range(runs):  # no noise reaches the upload, so the runs of a world agree: the point of the row
-            algo = cls(d, settings, seed)
-            observed.append(algo.server.table[0, 0].double())
+    for w, algo in base.items():
+        for r in range(runs):  # each run uploads afresh with its own noise seeds, which never reach the upload
+            for m, client in enumerate(algo.clients):
+                client.noise.manual_seed(1000 + 4 * r + 2 * m + (w == "in"))
+            algo.server.table.zero_()
+            algo._fill_table()
+            observed.append(algo.server.table[0, 0].double().clone())
             world_of_run.append(w)
     scores, tau = _exact_scores(observed, [clean] * len(observed), world_of_run)
     record = algo.privacy()
