@@ -174,10 +174,16 @@ def load_best(paths: list[str]) -> pd.DataFrame:
     return _labelled(pd.DataFrame(rows))
 
 
+def calibration_of(frame: pd.DataFrame) -> pd.Series:
+    """Each row's calibration: `paper`, or `sound` (rows from before the column are the paper's)."""
+    if "calibration" not in frame:
+        return pd.Series("paper", index=frame.index)
+    return frame["calibration"].fillna("paper")
+
+
 def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
     """`label` per row: the method's, or SOUND_LABEL for DPZV's sound calibration (runs from before it: paper)."""
-    calibration = frame["calibration"].fillna("paper") if "calibration" in frame else "paper"
-    frame = frame.assign(calibration=calibration)
+    frame = frame.assign(calibration=calibration_of(frame))
     return frame.assign(label=frame["method"].map(LABELS).where(frame["calibration"] == "paper", SOUND_LABEL))
 
 
@@ -190,7 +196,7 @@ def _select(frame: pd.DataFrame, dataset: str, eps=None, clip=None, calibration:
     if clip is not None:
         out = out[(out["method"] != "dpzv") | (out["clip"] == float(clip))]
     if calibration is not None:
-        out = out[out["calibration"] == calibration]
+        out = out[calibration_of(out) == calibration]
     return out
 
 
@@ -244,7 +250,7 @@ def figure3(job) -> None:
         )
         figures.lines_with_band(data, "position", "acc", "label", ax, marker="o")
         _legend(ax)
-        paper_rows = data[data["calibration"] == "paper"]
+        paper_rows = data[calibration_of(data) == "paper"]
         pld, known = realised_pld(paper_rows), known_pooled(paper_rows)
         ax.set_xticks(
             range(len(order)),
@@ -278,7 +284,7 @@ def table3(job) -> None:
         }
     )
     table = tables.compare(ours, tables.published("dpzv_quoted"))
-    pld = realised_pld(rows[rows["calibration"] == "paper"])
+    pld = realised_pld(rows[calibration_of(rows) == "paper"])
     names = {f"{d} eps={eps_label(e)}": f"{d} eps={eps_with_pld(e, p)}" for (d, e), p in pld.items()}
     table["column"] = table["column"].map(lambda c: names.get(c, c))
     caption = (
@@ -335,7 +341,7 @@ def _resolution(rows: pd.DataFrame) -> float:
 def soundness_cost(best: pd.DataFrame) -> str:
     """One sentence: what DPZV's sound calibration costs in accuracy at each of its labels, paired over seeds with
     the paper's row at the same label and C."""
-    sound = best[best["calibration"] == "sound"]
+    sound = best[calibration_of(best) == "sound"]
     parts = []
     for (dataset, eps, clip), rows in sound.groupby(["dataset", "eps", "clip"]):
         paper, ours = _per_seed(_seeds(best, dataset, "dpzv", eps, clip)), _per_seed(rows)
@@ -365,7 +371,7 @@ def figure4(job) -> None:
     """DPZV at eps = inf: test loss against server rounds with clipping (C) and without."""
     spec = job.spec
     frame = _metrics(job.input["metrics"])
-    frame = frame[(frame["method"] == "dpzv") & np.isinf(frame["eps"]) & (frame["calibration"] == "paper")]
+    frame = frame[(frame["method"] == "dpzv") & np.isinf(frame["eps"]) & (calibration_of(frame) == "paper")]
     frame = frame.assign(
         clipping=np.where(np.isinf(frame["clip"]), "no clipping", "clip C = " + frame["clip"].map(lambda c: f"{c:g}"))
     )
@@ -388,7 +394,7 @@ def figure5(job) -> None:
     frame = _metrics(job.input["metrics"])
     frame = frame[
         (frame["method"] == "dpzv")
-        & (frame["calibration"] == "paper")
+        & (calibration_of(frame) == "paper")
         & (frame["eps"] == float(fig5["eps"]))
         & frame["clip"].isin([float(c) for c in fig5["clips"]])
     ]
@@ -518,7 +524,7 @@ def _analytic(label: str, note: str) -> Verdict:
 def _privacy_verdicts(best: pd.DataFrame) -> list[tuple[str, Verdict, str]]:
     """The paper's privacy claims against what the code sends (issue 27): the label channel and the batch ids."""
     dpzv = best[(best["method"] == "dpzv") & np.isfinite(best["eps"]) & np.isfinite(best["clip"])]
-    dpzv = dpzv[dpzv["calibration"] == "paper"]
+    dpzv = dpzv[calibration_of(dpzv) == "paper"]
     out = [
         (
             "DPZV's privacy guarantee covers what the clients receive (labels, Algorithm 1)",
@@ -623,8 +629,7 @@ def _accuracy_claims(best: pd.DataFrame, dataset: str, spec: dict, rows: list) -
 def _clipping_claim(best: pd.DataFrame, metrics: pd.DataFrame, dataset: str, rows: list) -> None:
     """Figure 4: DPZV's test loss (mean over training) at eps = inf with clipping below that without."""
     data = metrics[(metrics["dataset"] == dataset) & (metrics["method"] == "dpzv") & np.isinf(metrics["eps"])]
-    if "calibration" in data:
-        data = data[data["calibration"].fillna("paper") == "paper"]
+    data = data[calibration_of(data) == "paper"]
     loss = {
         unclipped: {int(s): float(v) for s, v in group.groupby("seed")["test_loss"].mean().items()}
         for unclipped, group in data.groupby(np.isinf(data["clip"]))
@@ -715,7 +720,7 @@ def claims(job) -> None:
     privacy table."""
     spec = job.spec
     best = load_best(job.input["summaries"])
-    metrics = _labelled(load_metrics(job.input["metrics"]))
+    metrics = load_metrics(job.input["metrics"])
     memory = load_memory(job.input["memory"])
     rows = distinct(_claim_rows(best, metrics, memory, spec))
     table = pd.DataFrame(rows, columns=CLAIM_COLUMNS)
@@ -772,14 +777,15 @@ def privacy_table(best: pd.DataFrame) -> pd.DataFrame:
     accounting beside the known-batch bound, the accuracy, and the adversary and data each epsilon protects
     (`fedrepro.privacy.dpzv.THREAT_MODELS`)."""
     fields = [f for f in PRIVACY_FIELDS if f in best]
-    private = best[np.isfinite(best["eps"])].assign(accuracy=lambda d: 100 * d["best_test_acc"])
+    private = best[np.isfinite(best["eps"])]
+    private = private.assign(accuracy=100 * private["best_test_acc"], calibration=calibration_of(private))
     keys = ["dataset", "method", "label", "calibration", "eps", "clip"]
     grouped = private.groupby(keys, dropna=False)
     table = grouped[fields].max().join(grouped["accuracy"].mean()).join(grouped["seed"].nunique().rename("seeds"))
     table = table.reset_index()  # max: the busiest seed's K, the bound that holds for every seed
     threat = [
         THREAT_MODELS["dpzv_secret_subsample" if c == "sound" else m]
-        for m, c in zip(table["method"], table["calibration"])
+        for m, c in zip(table["method"], calibration_of(table))
     ]
     table["adversary"] = [t.adversary for t in threat]
     table["protects"] = [t.protects.split(";")[0] for t in threat]
