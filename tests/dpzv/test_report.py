@@ -311,7 +311,8 @@ def test_more_seeds_are_named_and_paired_over_every_seed_both_sides_ran(tmp_path
     vafl = best[(best["method"] == "vafl") & (best["seed"] < 3)]
     mixed = pd.concat([best, vafl.assign(eps=1.0), vafl.assign(eps=5.0), vafl.assign(eps=10.0)])
     assert (
-        report.more_seeds_note(mixed) == " Cells with more seeds than 3: digits DPZV ε = ∞ (6), digits VAFL ε = ∞ (6)."
+        report.more_seeds_note(mixed)
+        == " Cells with more seeds than 3: digits DPZV ε = ∞ C = 10 (6), digits VAFL ε = ∞ (6)."
     )
 
 

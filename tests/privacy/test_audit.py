@@ -656,3 +656,23 @@ def test_the_threshold_sits_between_the_worlds_so_separated_held_out_runs_are_no
     bound = audit.epsilon_lower_bound(out, inn, delta=0.0, confidence=0.95)
     assert bound.fpr_upper == bound.fnr_upper == pytest.approx(audit.clopper_pearson_upper(0, 10, 0.025))
     assert -0.5 < bound.threshold < 2.0
+
+
+def test_make_audit_detects_sigma_over_two_on_dpzvs_label_rows():
+    """Issue 39: at `audit.runs.full` every DPZV label row's canary (config.yaml's settings, crafted head)
+    detects sigma x 0.5 or more with the set power (before: 0.40 paper / frozen, 0.35 dp_head, at 0.7 of the
+    full mu)."""
+    import torch
+
+    from fedrepro.config import load_yaml
+    from fedrepro.experiments import audit as job
+
+    torch.set_num_threads(1)
+    cfg = load_yaml(ROOT / "config.yaml")["audit"]
+    runs, power = int(cfg["runs"]["full"]["dpzv"]), cfg["power"]
+    for result in job.dpzv_audits({**cfg["dpzv"], "variants": ["paper", "frozen_head", "dp_head"]}, 4, seed=0):
+        target = result.eps_reference if math.isfinite(result.eps_reference) else result.eps_adversary
+        k = audit.largest_detected_scaling(
+            result.mu_attained, target, result.delta, runs, 0.95, power["probability"], power["trials"]
+        )
+        assert k >= 0.5, (result.variant, k)

@@ -42,6 +42,8 @@ LEGEND = {
     "DPZV": "DPZV (ε: labels vs clients, batch secret, head fixed)",
     SOUND_LABEL: "DPZV sound (ε: labels vs clients)",
 }
+# one colour per row label in every panel (a panel without the sound row keeps the others' colours)
+PALETTE = dict(zip([*LABELS.values(), SOUND_LABEL], ["tab:blue", "tab:green", "tab:red", "tab:purple", "tab:orange"]))
 PRIVACY_FIELDS = (
     "eps_vs_server",
     "eps_vs_clients",
@@ -220,7 +222,7 @@ def figure2(job) -> None:
     fig, axes = figures.new_figure(len(panels))
     for ax, (dataset, eps) in zip(axes, panels.items()):
         data = _select(frame, dataset, eps, spec["clip"]).assign(acc=lambda d: 100 * d["test_acc"])
-        figures.lines_with_band(data, "epoch", "acc", "label", ax)
+        figures.lines_with_band(data, "epoch", "acc", "label", ax, palette=PALETTE)
         _legend(ax)
         pld = realised_pld(best).get((dataset, float(eps))) if best is not None else None
         known = known_pooled(best).get((dataset, float(eps))) if best is not None else None
@@ -248,19 +250,20 @@ def figure3(job) -> None:
         data = data.assign(
             position=data["eps"].map({e: i for i, e in enumerate(order)}), acc=100 * data["best_test_acc"]
         )
-        figures.lines_with_band(data, "position", "acc", "label", ax, marker="o")
+        figures.lines_with_band(data, "position", "acc", "label", ax, marker="o", palette=PALETTE)
         _legend(ax)
         paper_rows = data[calibration_of(data) == "paper"]
         pld, known = realised_pld(paper_rows), known_pooled(paper_rows)
         ax.set_xticks(
             range(len(order)),
             [eps_with_known(e, pld.get((dataset, e)), known.get((dataset, e)), "\n") for e in order],
+            fontsize=6,
         )
         dropped = f"; {int(diverged.sum())} diverged seed runs omitted" if diverged.any() else ""
         ax.set(
             title=f"{dataset}, δ = {spec['delta']:g}{dropped}\n{server_tag(spec, dataset)}",
-            xlabel="nominal ε, each method's own adversary (legend): paper's accounting (Poisson B/D, PLD) /\n"
-            "DPZV's known-batch ε vs pooled clients; vs one common adversary one side is ∞ (privacy table)",
+            xlabel="nominal ε of each method's own adversary (legend; one common adversary: privacy table)\n"
+            "PLD: paper's accounting (Poisson B/D); known batch: DPZV vs the pooled clients",
             ylabel="test accuracy (%)",
         )
     threat_footnote(fig)
@@ -346,9 +349,11 @@ def soundness_cost(best: pd.DataFrame) -> str:
     for (dataset, eps, clip), rows in sound.groupby(["dataset", "eps", "clip"]):
         paper, ours = _per_seed(_seeds(best, dataset, "dpzv", eps, clip)), _per_seed(rows)
         verdict = paired(paper, ours, resolution=_resolution(rows))
+        health = _cell_health(rows)
+        status = "" if health.ok else f", {health.reason}"
         parts.append(
-            f"{dataset} ε = {eps:g}: {100 * _mean(ours):.1f} % against the paper's row's {100 * _mean(paper):.1f} % "
-            f"(paper's row minus sound, fraction: {verdict.text(3)})"
+            f"{dataset} ε = {eps:g}: {100 * _mean(ours):.1f} %{status} against the paper's row's "
+            f"{100 * _mean(paper):.1f} % (paper's row minus sound, fraction: {verdict.text(3)})"
         )
     if not parts:
         return ""
@@ -361,9 +366,13 @@ def soundness_cost(best: pd.DataFrame) -> str:
 
 def more_seeds_note(rows: pd.DataFrame) -> str:
     """Which cells ran more seeds than the others (`dpzv.more_seeds`: comparisons a few more seeds decide)."""
-    counts = rows.groupby(["dataset", "label", "eps"])["seed"].nunique()
+    counts = rows.groupby(["dataset", "label", "eps", "clip"], dropna=False)["seed"].nunique()
     usual = int(counts.mode().iloc[0]) if len(counts) else 0
-    more = [f"{d} {lb} ε = {eps_label(e)} ({n})" for (d, lb, e), n in counts.items() if n > usual]
+    more = [
+        f"{d} {lb} ε = {eps_label(e)}{'' if pd.isna(c) else f' C = {eps_label(c)}'} ({n})"
+        for (d, lb, e, c), n in counts.items()
+        if n > usual
+    ]
     return f" Cells with more seeds than {usual}: {', '.join(more)}." if more else ""
 
 

@@ -22,6 +22,11 @@ Choices the paper leaves open (the ones with a name in backquotes are config key
   an upload of every training record's clean embedding before round 1 (it goes
   over the wire as `initial_embeddings`): outside the baselines' DP, so their
   bound against the server then reads inf (`privacy.dpzv.adversary_record`).
+  The baselines' own sources send no clean upload either: VAFL "achieves DP by
+  adding random noise to the output of each local embedding" (DPZV Section 7), so
+  every embedding it sends is noised; the VFL-CZOFO code keeps no table (each
+  round it recomputes every client's embedding of the batch; it has no DP); no
+  ZOO-VFL code is public.
 * validation: `val: holdout` keeps a seeded 10% of the training set aside
   (default); `val: test` validates on the test set (common practice). The
   reported accuracy is the test accuracy at the evaluation with the best
