@@ -64,7 +64,11 @@ def _results(root: Path) -> Path:
     ):
         (root / paper / "tables").mkdir(parents=True)
         table.to_csv(root / paper / "tables" / name, index=False)
-    for method, cell, sigma, eps in (("dpzv", "eps1-C10", 1.25, 1.0), ("vafl", "eps1", 4.0, 1.0), ("vafl", "epsinf", 0.0, math.inf)):
+    for method, cell, sigma, eps in (
+        ("dpzv", "eps1-C10", 1.25, 1.0),
+        ("vafl", "eps1", 4.0, 1.0),
+        ("vafl", "epsinf", 0.0, math.inf),
+    ):
         folder = root / "dpzv" / "runs" / "digits" / method / "cells" / "s0_1_2" / ".checkpoint" / cell
         folder.mkdir(parents=True)
         (folder / "summary.json").write_text(json.dumps(_dpzv_summary(sigma, eps)).replace("Infinity", '"inf"'))
