@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import textwrap
 from importlib import resources
 from pathlib import Path
 
@@ -29,7 +30,7 @@ import pandas as pd
 
 from fedrepro.algorithms.steffle import METHODS, with_trait, without_trait
 from fedrepro.eval import health, verdict
-from fedrepro.privacy.steffle import KNOWN_BATCH_WHY, PAPER_ACCOUNTING, THREAT_MODELS, ThreatModel
+from fedrepro.privacy.steffle import KNOWN_BATCH_WHY, PAPER_ACCOUNTING, STEFFLE_UNIT, THREAT_MODELS, ThreatModel
 from fedrepro.report import claims, figures
 from fedrepro.report import tables as table_io
 from fedrepro.report.runs import identity
@@ -45,6 +46,7 @@ TITLE_NAMES = {
 }
 VIOLATION = {"dp": "dp_violation", "eo": "eo_violation"}
 GRID = 50
+TITLE_WIDTH = 90  # characters of a panel title line at its font size (the panel is 3.6 inches wide)
 EPS_TOLERANCE = 1.1  # realised epsilons within 10 % count as equal privacy
 FLAT = 0.01  # a baseline curve whose violation spans less than this is flat
 TINY = 0.02  # violations below this make the envelope ratio noise
@@ -120,13 +122,17 @@ def epsilon_title(eps, rows: pd.DataFrame) -> str:
     worse = {m: v for m, v in sound.items() if v > 1.001 * paper.get(m, math.inf)}
     if worse:
         text += "\nbatch revealed: " + ", ".join(f"{TITLE_NAMES.get(m, m)} {v:.3g}" for m, v in sorted(worse.items()))
-    return text
+    return "\n".join(textwrap.fill(line, TITLE_WIDTH) for line in text.split("\n"))
 
 
 def units_note(methods) -> str:
-    """Which privacy unit and adversary each private method's epsilon is for (they differ at equal eps)."""
+    """Which privacy unit and adversary each private method's epsilon is for (they differ at equal eps);
+    methods of one unit and adversary share an entry."""
     private = [m for m in METHODS if m in set(methods) and m in THREAT_MODELS]
-    parts = [f"{TITLE_NAMES.get(m, m)}: {THREAT_MODELS[m].short}" for m in private]
+    shared: dict[str, list[str]] = {}
+    for m in private:
+        shared.setdefault(THREAT_MODELS[m].short, []).append(TITLE_NAMES.get(m, m))
+    parts = [f"{', '.join(names)}: {short}" for short, names in shared.items()]
     return "Equal eps, different privacy: " + "; ".join(parts) if parts else ""
 
 
@@ -312,7 +318,7 @@ def ablation_figure(job, points: pd.DataFrame) -> None:
     eta_w = f"; {eta_w_note(job.spec['eta_w'])}" if "eta_w" in job.spec else ""
     fig.suptitle(f"SteFFLe ablation on {layout['dataset']} ({job.spec['scale']} scale{eta_w})", fontsize=9)
     threat = THREAT_MODELS["steffle"]
-    note = f"SteFFLe ε ({threat.short}): {threat.unit}; vs {threat.adversary}"
+    note = f"SteFFLe ε ({threat.short}): {STEFFLE_UNIT}; P_S treated as public (privacy table)"
     fig.text(0.5, 0.022, note, ha="center", va="bottom", fontsize=5)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
 
