@@ -471,3 +471,9 @@ def test_notes_give_each_rows_budget_its_seeds_and_which_variants_ran():
     assert seeds_note(frame) is None
     more = pd.concat([frame, frame[frame["method"] == "fedal"].iloc[:1].assign(seed=5)])
     assert "FedAL at alpha=1: 5 (0, 1, 2, 3, 5)" in seeds_note(more)
+    most = pd.concat(
+        [frame] + [frame[frame["method"] == m].iloc[:1].assign(seed=5) for m in ("fedal", "fedmd", "fccl")]
+    )
+    assert seeds_note(most).startswith(
+        "Seeds: 4 (0-3) per cell; more (config fedal.more_seeds) for FedAL, FedMD, FCCL at"
+    )

@@ -227,7 +227,7 @@ def seeds_note(finals: pd.DataFrame) -> str | None:
     cells = finals.groupby(["row", "panel"], sort=False)["seed"].agg(lambda s: tuple(sorted(set(s))))
     if cells.nunique() < 2:
         return None
-    common = cells.mode().iloc[0]
+    common = min(cells, key=len)  # the section's seeds; more_seeds adds to them
     panels: dict[tuple, dict[str, list[str]]] = {}  # seeds -> row -> its panels with those seeds
     for (row, panel), seeds in cells[cells.map(len) > len(common)].items():
         panels.setdefault(seeds, {}).setdefault(row, []).append(panel)
