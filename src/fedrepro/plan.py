@@ -213,6 +213,8 @@ def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
 
 def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
     """One iteration of a FedAL-family run (all clients)."""
+    from fedrepro.algorithms.fedal.schedule import local_steps_per_round
+
     spec, info = run.spec, DATASETS[run.dataset]
     batch = int(spec["batch_size"])
     trains, frozen = FEDAL_STEPS.get(run.method, (2, 0))
@@ -226,7 +228,7 @@ def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
     evals = float(spec.get("evals", 0)) / float(spec["iterations"]) * info.n_test / EVAL_BATCH
     stacked = run.method in FEDAL_STACKED and bool(spec.get("batched", True))
     if run.method in FCCL_TEACHERS:
-        local = float(spec.get("local_steps") or spec["tau"]) / float(spec["tau"])  # local steps per iteration
+        local = local_steps_per_round(spec) / float(spec["tau"])  # local steps per iteration
         trains, frozen = 1 + local, local * FCCL_TEACHERS[run.method]
         if stacked and run.method == "fccl":  # fccl.py FCCL._pretrain: the teachers' pretraining, stacked
             trains, pretrain = trains + pretrain, 0.0
@@ -450,10 +452,10 @@ def _seeds(tag: str) -> int:
 
 
 def _fedal_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
-    from fedrepro.experiments import fedal, seed_tags
+    from fedrepro.experiments import fedal
 
     section = config["fedal"]
-    tags = seed_tags(section)
+    tags = fedal.seed_tags_by_run(config)  # more_seeds: some runs run more seeds
     planned = {run.key: run for run in fedal.runs(config)}  # with the budget keys (fedal._read_from_longer)
     per_output, by_key = {}, {}
 
@@ -476,7 +478,7 @@ def _fedal_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
         for run in fedal.output_runs(config, name):
             run = planned[run.key]
             longer = [planned[(run.dataset, run.method, run.spec["read_from"])]] if "read_from" in run.spec else []
-            jobs += [job(r, tag) for tag in tags for r in (run, *longer)]  # a table counts the run it reads too
+            jobs += [job(r, tag) for r in (run, *longer) for tag in tags[r.key]]  # a table counts the run it reads too
         per_output[name] = jobs
     return per_output
 
