@@ -83,6 +83,7 @@ def dpzv(table: pd.DataFrame) -> pd.DataFrame:
                 for t, v, c in zip(texts, server, clients)
             ],
             "adversary": table["adversary"],
+            "unit": table.get("protects", nan),  # what the noise protects and the privacy unit
         }
     )
 
