@@ -257,15 +257,16 @@ def figure3(job) -> None:
         ax.set_xticks(
             range(len(order)),
             [eps_with_known(e, pld.get((dataset, e)), known.get((dataset, e)), "\n") for e in order],
-            fontsize=6,
+            fontsize=5.5,
         )
         dropped = f"; {int(diverged.sum())} diverged seed runs omitted" if diverged.any() else ""
         ax.set(
             title=f"{dataset}, δ = {spec['delta']:g}{dropped}\n{server_tag(spec, dataset)}",
-            xlabel="nominal ε of each method's own adversary (legend; one common adversary: privacy table)\n"
-            "PLD: paper's accounting (Poisson B/D); known batch: DPZV vs the pooled clients",
+            xlabel="nominal ε, each method's own adversary (legend; common: privacy table)\n"
+            "PLD: paper's accounting (Poisson B/D); known batch: DPZV vs clients",
             ylabel="test accuracy (%)",
         )
+        ax.xaxis.label.set_fontsize(7)
     threat_footnote(fig)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
