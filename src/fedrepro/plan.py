@@ -209,6 +209,8 @@ def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
 
 def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
     """One iteration of a FedAL-family run (all clients)."""
+    from fedrepro.algorithms.fedal.schedule import local_steps_per_round
+
     spec, info = run.spec, DATASETS[run.dataset]
     batch = int(spec["batch_size"])
     trains, frozen = FEDAL_STEPS.get(run.method, (2, 0))
@@ -222,7 +224,7 @@ def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
     evals = float(spec.get("evals", 0)) / float(spec["iterations"]) * info.n_test / EVAL_BATCH
     stacked = run.method in FEDAL_STACKED and bool(spec.get("batched", True))
     if run.method in FCCL_TEACHERS:
-        local = float(spec.get("local_steps") or spec["tau"]) / float(spec["tau"])  # local steps per iteration
+        local = local_steps_per_round(spec) / float(spec["tau"])  # local steps per iteration
         trains, frozen = 1 + local, local * FCCL_TEACHERS[run.method]
         if stacked and run.method == "fccl":  # fccl.py FCCL._pretrain: the teachers' pretraining, stacked
             trains, pretrain = trains + pretrain, 0.0
@@ -440,10 +442,10 @@ def _seeds(tag: str) -> int:
 
 
 def _fedal_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
-    from fedrepro.experiments import fedal, seed_tags
+    from fedrepro.experiments import fedal
 
     section = config["fedal"]
-    tags = seed_tags(section)
+    tags = fedal.seed_tags_by_run(config)  # more_seeds: some runs run more seeds
     planned = {run.key: run for run in fedal.runs(config)}  # with the budget keys (fedal._read_from_longer)
     per_output, by_key = {}, {}
 
@@ -466,7 +468,7 @@ def _fedal_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
         for run in fedal.output_runs(config, name):
             run = planned[run.key]
             longer = [planned[(run.dataset, run.method, run.spec["read_from"])]] if "read_from" in run.spec else []
-            jobs += [job(r, tag) for tag in tags for r in (run, *longer)]  # a table counts the run it reads too
+            jobs += [job(r, tag) for r in (run, *longer) for tag in tags[r.key]]  # a table counts the run it reads too
         per_output[name] = jobs
     return per_output
 
@@ -547,7 +549,7 @@ def _dpzv_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
         jobs = []
         for run in runs:
             units = run.spec["epochs"] * len(run.spec.get("variants", [None]))
-            for tag in tags:
+            for tag in run.seeds or tags:
                 key = (run.dataset, run.method, run.setting, tag)
                 if key not in by_key:
                     work = dpzv_work(config, run, counts)
