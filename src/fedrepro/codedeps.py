@@ -307,7 +307,10 @@ def write_fingerprint(folder: str | Path, entries: tuple[str, ...], src: Path = 
         before, now = _parse(old), _parse(text)
         changed = sorted(name for name in now.keys() & before.keys() if now[name] != before[name])
         if set(changed) - CHANGED:
-            print(f"fedrepro: code changed since the fingerprints in {folder} were written: {', '.join(changed)}", file=sys.stderr)
+            print(
+                f"fedrepro: code changed since the fingerprints in {folder} were written: {', '.join(changed)}",
+                file=sys.stderr,
+            )
         CHANGED.update(changed)
     atomic_write_text(path, text)
     return path

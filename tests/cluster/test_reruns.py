@@ -98,7 +98,10 @@ def test_editing_the_paper_code_reruns_its_training_and_reports(local_slice):
         jobs, output = dry_run(work, config)
     assert jobs == sorted([TRAIN_A03, TRAIN_A100, *REPORTS])
     assert "Updated input files" in output and "fedrepro.algorithms.baselines.fedavg-run_job.code" in output
-    assert re.search(r"fedrepro: code changed since the fingerprints in .* were written: fedrepro.algorithms.baselines.fedavg\n", output)
+    assert re.search(
+        r"fedrepro: code changed since the fingerprints in .* were written: fedrepro.algorithms.baselines.fedavg\n",
+        output,
+    )
 
 
 def test_editing_another_papers_code_reruns_nothing(local_slice):
