@@ -14,6 +14,7 @@ from the record's run summaries and the other two tables are rebuilt row by row 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -28,6 +29,7 @@ COLUMNS = [
     "paper_accounting",
     "bound_for_what_is_sent",
     "adversary",
+    "unit",
 ]
 
 
@@ -54,12 +56,20 @@ def _baseline_bound(label: str, known: float, sent: float) -> str:
 
 
 def dpzv(table: pd.DataFrame) -> pd.DataFrame:
-    dpzv_rows = table["label"] == "DPZV"
+    from fedrepro.report.dpzv import SOUND_LABEL
+
+    dpzv_rows = table["label"].isin(["DPZV", SOUND_LABEL])
     # DPZV: the pooled clients' known-batch bound, and the label channel (inf for the raw-label head);
     # the baselines: the server's bound for one client's slice for what the code sends (eps_sent_one_client)
     bound = table["eps_known_pooled"].where(dpzv_rows, table["eps_known_one_client"])
-    sound = table.get("eps_pld_sound", pd.Series(float("nan"), index=table.index))
-    sent = table.get("eps_sent_one_client", pd.Series(float("nan"), index=table.index))
+    nan = pd.Series(float("nan"), index=table.index)
+    sound, sent = table.get("eps_pld_sound", nan), table.get("eps_sent_one_client", nan)
+    # issue 39: each run against both common adversaries (a table from before the columns: the text above)
+    server, clients = table.get("eps_vs_server", nan), table.get("eps_vs_clients", nan)
+    texts = [
+        f"{b:.3g} known batch; label channel {s:.3g}" if d else _baseline_bound(label, b, e)
+        for b, s, e, d, label in zip(bound, sound, sent, dpzv_rows, table["label"])
+    ]
     return pd.DataFrame(
         {
             "paper": "DPZV",
@@ -69,10 +79,11 @@ def dpzv(table: pd.DataFrame) -> pd.DataFrame:
             "eps_label": table["eps"],
             "paper_accounting": table["eps_pld"],
             "bound_for_what_is_sent": [
-                f"{b:.3g} known batch; label channel {s:.3g}" if d else _baseline_bound(label, b, e)
-                for b, s, e, d, label in zip(bound, sound, sent, dpzv_rows, table["label"])
+                t if pd.isna(v) else f"vs clients (a label) {c:.3g}; vs server (a feature slice) {v:.3g}"
+                for t, v, c in zip(texts, server, clients)
             ],
             "adversary": table["adversary"],
+            "unit": table.get("protects", nan),  # what the noise protects and the privacy unit
         }
     )
 
@@ -101,6 +112,8 @@ def fedsc(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def steffle(table: pd.DataFrame) -> pd.DataFrame:
+    """SteFFLe's privacy table: every private run (eps label finite), with its privacy unit (which says
+    what the accounting takes as public: P_S and the cell frequencies)."""
     table = table[table["eps"].astype(float) != float("inf")]  # NaN kept: a row whose numbers the record lost
     return pd.DataFrame(
         {
@@ -112,6 +125,7 @@ def steffle(table: pd.DataFrame) -> pd.DataFrame:
             "paper_accounting": table["paper_accounting_pld"],
             "bound_for_what_is_sent": table["bound_for_what_is_sent"].map(lambda e: f"{float(e):.3g}"),
             "adversary": table["adversary"],
+            "unit": table["privacy_unit"] if "privacy_unit" in table else float("nan"),
         }
     )
 
@@ -123,68 +137,97 @@ READERS = {
 }
 
 
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The papers' rows in COLUMNS (a column a reader does not give is left blank)."""
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True).reindex(columns=COLUMNS) if frames else pd.DataFrame(columns=COLUMNS)
+
+
 def epsilons(results: str | Path) -> pd.DataFrame:
-    frames = [
-        read(pd.read_csv(Path(results) / path)) for path, read in READERS.items() if (Path(results) / path).exists()
-    ]
-    return pd.concat(frames, ignore_index=True)[COLUMNS] if frames else pd.DataFrame(columns=COLUMNS)
+    """Every private mechanism's epsilons from a results folder's privacy tables (a paper that did not run
+    is skipped)."""
+    return _joined(
+        [read(pd.read_csv(Path(results) / path)) for path, read in READERS.items() if (Path(results) / path).exists()]
+    )
+
+
+DPZV_SUMMARY_KEYS = (
+    "eps",
+    "eps_pld",
+    "eps_known_pooled",
+    "eps_known_one_client",
+    "eps_sent_one_client",
+    "eps_vs_server",
+    "eps_vs_clients",
+)
+DPZV_SUMMARY_COLUMNS = ["dataset", "label", "adversary", "clip", *DPZV_SUMMARY_KEYS, "eps_pld_sound"]
+
+
+def _dpzv_cell(path: str) -> tuple[str, str, str] | None:
+    """(data set, method, privacy cell) of a DPZV per-cell summary in a record, e.g.
+    `dpzv/runs/digits/vafl/<cells>/s0_1_2/.checkpoint/eps1/summary.json` -> ("digits", "vafl", "eps1");
+    None for any other file (a run's own summary holds no privacy record of one cell)."""
+    parts = path.split("/")
+    if len(parts) < 6 or parts[:2] != ["dpzv", "runs"] or parts[-1] != "summary.json":
+        return None
+    return parts[2], parts[3], parts[-2]
 
 
 def _dpzv_from_summaries(record: dict) -> pd.DataFrame:
-    """DPZV's privacy table from the record's run summaries: one row per (data set, method, eps, C), seed 0's
-    record (the accounting does not depend on the seed)."""
+    """DPZV's privacy table from the record's per-cell run summaries: one row per (data set, method, eps,
+    C) with a private cell, seed 0's record (the accounting does not depend on the seed). The cell's
+    folder names its epsilon and clip (`eps1-C10`; a baseline's `eps1` has no C)."""
     from fedrepro.algorithms.dpzv import METHODS
     from fedrepro.privacy.dpzv import THREAT_MODELS, threat_model
+    from fedrepro.report.dpzv import SOUND_LABEL
 
     rows = []
     for path, values in record.items():
-        parts = path.split("/")
-        if not (path.startswith("dpzv/runs/") and "_cells" in parts and path.endswith("summary.json")):
-            continue
+        where = _dpzv_cell(path)
         privacy = {k.removeprefix("seeds.0.privacy."): v for k, v in values.items() if k.startswith("seeds.0.privacy.")}
-        if not privacy or not float(privacy.get("sigma", 0)) > 0:
+        if where is None or not float(privacy.get("sigma", 0) or 0) > 0:
             continue
-        method, cell = parts[3], parts[5]
-        clip = cell.split("-C")[1] if "-C" in cell else float("nan")
+        dataset, method, cell = where
         rows.append(
             {
-                "dataset": parts[2],
-                "label": METHODS[method].label,
+                "dataset": dataset,
+                "label": SOUND_LABEL if cell.endswith("-sound") else METHODS[method].label,
                 "adversary": (THREAT_MODELS[method] if method != "dpzv" else threat_model("dpzv")).adversary,
-                "clip": float(clip),
-                **{
-                    k: privacy.get(k, float("nan"))
-                    for k in ("eps", "eps_pld", "eps_known_pooled", "eps_known_one_client", "eps_sent_one_client")
-                },
-                "eps_pld_sound": float("inf") if method == "dpzv" else float("nan"),
+                "clip": float(cell.split("-C")[1].split("-")[0]) if "-C" in cell else float("nan"),  # eps1-C10[-sound]
+                **{k: privacy.get(k, float("nan")) for k in DPZV_SUMMARY_KEYS},
+                "eps_pld_sound": privacy.get("eps_pld_sound", float("inf")) if method == "dpzv" else float("nan"),
             }
         )
-    return pd.DataFrame(rows).sort_values(["dataset", "label", "clip", "eps"], ignore_index=True)
+    table = pd.DataFrame(rows, columns=DPZV_SUMMARY_COLUMNS)
+    return table.sort_values(["dataset", "label", "clip", "eps"], ignore_index=True)
 
 
 def _rebuilt(values: dict) -> pd.DataFrame:
-    """A table of a run record: each row's text cells (keyed by row number) and its numbers (keyed by its text
-    cells joined with '/', in an order the record does not keep: matched by content)."""
+    """A table of a run record: each row's text cells (keyed by row number) and its numbers (keyed by its
+    text cells joined with '/' in an order the record does not keep, so matched by content; the k-th row
+    with the same text cells as earlier rows is `<text>#k`, as `tools/run_record.py` writes it)."""
     texts, numbers = {}, {}
     for place, value in values.items():
         key, column = place.rsplit(":", 1)
         (texts.setdefault(int(key), {}) if key.isdigit() else numbers.setdefault(key, {}))[column] = value
-    matched = {}
-    for i, cells in texts.items():
+    bases = {re.sub(r"#\d+$", "", k) for k in numbers}
+    seen: dict[str, int] = {}
+    out = []
+    for i in sorted(texts):
+        cells = texts[i]
         size = sum(len(str(v)) for v in cells.values()) + len(cells) - 1
-        match = [k for k in numbers if len(k) == size and all(str(v) in k for v in cells.values())]
-        matched[i] = match[0] if len(match) == 1 else None
-    shared = pd.Series(list(matched.values())).value_counts()
-    # rows whose text cells repeat share one key, and the record kept the numbers of only one of them: left blank
-    return pd.DataFrame(
-        [
-            {**texts[i], **(numbers[key] if key is not None and shared[key] == 1 else {})}
-            for i, key in sorted(matched.items())
-        ]
-    )
+        match = [k for k in bases if len(k) == size and all(str(v) in k for v in cells.values())]
+        row = dict(cells)
+        if len(match) == 1:  # the k-th row of this text: `<text>` for the first, `<text>#k` after
+            seen[match[0]] = seen.get(match[0], 0) + 1
+            key = match[0] if seen[match[0]] == 1 else f"{match[0]}#{seen[match[0]]}"
+            row.update(numbers.get(key, {}))
+        out.append(row)
+    return pd.DataFrame(out)
 
 
 def epsilons_of_record(path: str | Path) -> pd.DataFrame:
+    """Every private mechanism's epsilons from a run record (`tools/run_record.py`, plain or gzipped)."""
     import gzip
     import json
 
@@ -194,10 +237,15 @@ def epsilons_of_record(path: str | Path) -> pd.DataFrame:
     for name, read in READERS.items():
         if name in record and read is not dpzv:
             frames.append(read(_rebuilt(record[name])))
-    return pd.concat(frames, ignore_index=True)[COLUMNS]
+    return _joined(frames)
+
+
+def main(argv: list[str]) -> str:
+    """The Markdown table of a results folder (default `results`) or of a run record (.json, .json.gz)."""
+    source = argv[0] if argv else "results"
+    table = epsilons_of_record(source) if source.endswith((".json", ".json.gz")) else epsilons(source)
+    return table.to_markdown(index=False, floatfmt=".3g")
 
 
 if __name__ == "__main__":
-    source = sys.argv[1] if len(sys.argv) > 1 else "results"
-    table = epsilons_of_record(source) if source.endswith((".json", ".json.gz")) else epsilons(source)
-    print(table.to_markdown(index=False, floatfmt=".3g"))
+    print(main(sys.argv[1:]))

@@ -728,5 +728,6 @@ def test_fccl_local_steps_sets_the_local_updating_length():
     rec = Recorder(algo)
     algo.round(1)
     assert len(rec.steps) == algo.num_clients * (2 + 5)  # tau collaborative + local_steps local
-    assert (algo.summary()["local_steps"], algo.summary()["tau"]) == (5, 2)
+    summary = algo.summary()
+    assert (summary["local_steps_per_round"], summary["tau"], summary["local_steps_total"]) == (5, 2, 5)
     assert algo.iteration == 2

@@ -102,7 +102,7 @@ def test_every_steffle_table_names_each_methods_unit_and_adversary(captured, mon
     from fedrepro.report import steffle as report
 
     points = pd.DataFrame({"method": ["steffle", "tran2021", "ling2024"], "eps": [1.0, 1.0, 1.0]})
-    tiny = pd.DataFrame({"eps": [1.0]})
+    tiny = pd.DataFrame({"eps": [1.0], "verdict": ["holds"]})  # a claims table's verdict column feeds its caption
     monkeypatch.setattr(report, "load_points", lambda paths: points)
     for name in ("points_table", "headline_table", "claims_table", "privacy_table", "eta_w_table"):
         monkeypatch.setattr(report, name, lambda *a, **k: tiny)

@@ -76,7 +76,7 @@ def test_degenerate_and_unequal_privacy_panels_are_named_and_left_out_of_the_hea
     ling = table.loc["DP violation reduction vs Ling et al. 2024 (%)"]
     assert ling["panels_used"] == 1 and ling["panels"] == 3
     assert "h=0.75" in ling["degenerate_panels"] and "constant predictor" in ling["degenerate_panels"]
-    assert "h=0.5" in ling["unequal_realised_eps"] and "h=0.0" not in ling["unequal_realised_eps"]
+    assert "h=0.5" in ling["unequal_eps_sent"] and "h=0.0" not in ling["unequal_eps_sent"]
     assert ling["bootstrap_95_low"] <= ling["ours_panel_mean"] <= ling["bootstrap_95_high"]
     assert (
         ling["bootstrap_95_high"] - ling["bootstrap_95_low"] > 0 and ling["interval"] == "joint bootstrap over 6 seeds"

@@ -10,8 +10,11 @@ FEDAL_RUN = "{dataset}/{method}/{setting}/{seeds}"
 FEDAL_TABLES = "|".join(fedal_plan.TABLES)
 FEDAL_RUN_FIGURES = "|".join(name for name in fedal_plan.FIGURES if name != "fig4")
 FEDAL_INPUTS = {
-    name: run_folders("fedal", fedal_plan.output_runs(config, name)) for name in fedal_plan.OUTPUTS if name != "fig4"
+    name: fedal_plan.run_folders(config, RESULTS, fedal_plan.output_runs(config, name))
+    for name in fedal_plan.OUTPUTS
+    if name != "fig4"
 }
+FEDAL_CLAIMS = fedal_plan.run_folders(config, RESULTS, fedal_plan.claims_runs(config))
 FEDAL_FIG4 = fedal_plan.fig4_partitions(config)
 
 
@@ -62,6 +65,27 @@ rule fedal_table:
         ENTRY
 
 
+rule fedal_claims:
+    input:
+        summaries=[f"{folder}/summary.json" for folder in FEDAL_CLAIMS],
+        code=code_for("fedrepro.report.fedal_claims:table"),
+    output:
+        md=f"{FEDAL_OUT}/tables/claims.md",
+        csv=report(f"{FEDAL_OUT}/tables/claims.csv", caption="../report/fedal_claims.rst", category="FedAL"),
+        tex=f"{FEDAL_OUT}/tables/claims.tex",
+    log:
+        f"{RESULTS}/logs/fedal/claims.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **cpu_resources(),
+    params:
+        entry="fedrepro.report.fedal_claims:table",
+        spec=fedal_plan.claims_spec(config),
+    script:
+        ENTRY
+
+
 rule fedal_run_figure:
     input:
         metrics=lambda w: [f"{folder}/metrics.parquet" for folder in FEDAL_INPUTS[w.name]],
@@ -108,12 +132,13 @@ rule fedal_fig4:
 
 PAPER_TARGETS["fedal"] = [
     *[f"{FEDAL_OUT}/tables/{name}.{ext}" for name in fedal_plan.TABLES for ext in ("md", "csv", "tex")],
+    *rules.fedal_claims.output,
     *[f"{FEDAL_OUT}/figures/{name}.{ext}" for name in fedal_plan.FIGURES for ext in ("png", "pdf")],
 ]
 
 
 # one target rule per table and figure (`snakemake fedal_table7`); fig4's is fedal_fig4_target
-# because fedal_fig4 is the rule that draws it
+# because fedal_fig4 is the rule that draws it; fedal_claims draws the claims table and is its target
 FEDAL_TARGETS = {
     **{name: f"{FEDAL_OUT}/tables/{name}.md" for name in fedal_plan.TABLES},
     **{name: f"{FEDAL_OUT}/figures/{name}.png" for name in fedal_plan.FIGURES},

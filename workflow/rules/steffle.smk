@@ -1,41 +1,41 @@
 # SteFFLe (private and fair FL): training families, Figures 1-5 and the tables.
-from fedrepro.algorithms import methods
-from fedrepro.experiments import index
 from fedrepro.experiments import steffle as steffle_plan
 
-STEFFLE_RUNS = steffle_plan.runs(config)
-STEFFLE = index(STEFFLE_RUNS)
 STEFFLE_OUT = f"{RESULTS}/steffle"
-STEFFLE_RUN = "{dataset}/{method}/{setting}/{seeds}"
 STEFFLE_FIGURES = steffle_plan.figures(config)
 STEFFLE_FIGURE_RUNS = steffle_plan.figure_runs(config)
 STEFFLE_REPORT = steffle_plan.report_spec(config)
 STEFFLE_ALL = run_folders("steffle", steffle_plan.main_runs(config))
 STEFFLE_REFCODE = run_folders("steffle", steffle_plan.refcode_runs(config))
+STEFFLE_GROUPS = steffle_plan.train_groups(config)
 
 
-rule steffle_train:
-    input:
-        data=lambda w: prepared(w.dataset),
-        partition=lambda w: (
-            partition_file(w.dataset, planned_run(STEFFLE, w).partition) if planned_run(STEFFLE, w).partition else []
-        ),
-        code=code_for(lambda w: methods("steffle")[w.method]),
-    output:
-        metrics=f"{STEFFLE_OUT}/runs/{STEFFLE_RUN}/metrics.parquet",
-        summary=f"{STEFFLE_OUT}/runs/{STEFFLE_RUN}/summary.json",
-    log:
-        f"{RESULTS}/logs/steffle/{STEFFLE_RUN}.log",
-    conda:
-        CONDA_ENV
-    threads: config["resources"]["train"]["threads"]
-    resources:
-        **train_resources(),
-    params:
-        entry=lambda w: methods("steffle")[w.method],
-        spec=lambda w: planned_run(STEFFLE, w).spec,
-    script:
-        ENTRY
+# One training job per data set and silo split (steffle.train_jobs: split) or per run (family); each run
+# of a job keeps its own folder and cell store (fedrepro.algorithms.steffle.jobs.run_group).
+for _group, _runs in STEFFLE_GROUPS.items():
+
+    rule:
+        name:
+            f"steffle_train_{_group}"
+        input:
+            **{key: code_for(entry) for key, entry in steffle_plan.code_entries(_runs).items()},
+            code=code_for(sorted(set(steffle_plan.code_entries(_runs).values()))),
+            data=prepared(_runs[0].dataset),
+            partition=partition_file(_runs[0].dataset, _runs[0].partition) if _runs[0].partition else [],
+        output:
+            **steffle_plan.train_outputs(_runs, RESULTS),
+        log:
+            f"{RESULTS}/logs/steffle/train/{_group}/{{seeds}}.log",
+        conda:
+            CONDA_ENV
+        threads: config["resources"]["train"]["threads"]
+        resources:
+            **train_resources(),
+        params:
+            entry="fedrepro.algorithms.steffle.jobs:run_group",
+            spec=steffle_plan.group_spec(_runs),
+        script:
+            ENTRY
 
 
 rule steffle_figure:

@@ -24,8 +24,8 @@ import json
 
 from fedrepro.algorithms import method_table
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run
-from fedrepro.pipeline import number_tag
+from fedrepro.experiments import Run, seed_tags
+from fedrepro.pipeline import number_tag, seed_batches, seed_tag
 
 PAPER = "fedal"
 METHODS = tuple(method_table(PAPER))
@@ -57,23 +57,31 @@ def _grid(exp: dict) -> list[dict]:
 def setting_tag(exp: dict, point: dict) -> str:
     head = f"{exp['pool']}-" + ("n" if point["alpha"] is None else f"a{number_tag(point['alpha'])}")
     tag = f"{head}-c{point['clients']}-p{point['public']}-i{point['iterations']}"
+    tag += f"-l{point['local_steps']}" if point.get("local_steps") else ""
     return tag + ("-gv" if exp.get("diagnostics") else "")
 
 
 def parse_setting(tag: str) -> dict:
-    """Inverse of `setting_tag`: {"pool", "alpha" (None for natural), "clients", "public", "iterations"}."""
+    """Inverse of `setting_tag`: {"pool", "alpha" (None for natural), "clients", "public", "iterations",
+    "local_steps" (None unless the run is an `also_local_steps` variant)}."""
     parts = tag.split("-")
     try:
-        fields = {p[0]: p[1:] for p in parts[1:] if p and p[0] in "acpi"}
+        fields = {p[0]: p[1:] for p in parts[1:] if p and p[0] in "acpil"}
         return {
             "pool": parts[0],
             "alpha": float(fields["a"]) if "a" in fields else None,
             "clients": int(fields["c"]),
             "public": int(fields["p"]),
             "iterations": int(fields["i"]),
+            "local_steps": int(fields["l"]) if "l" in fields else None,
         }
     except (KeyError, ValueError):
         raise ValueError(f"fedal setting tag {tag!r} does not look like <pool>-a<alpha>-c<N>-p<P>-i<iters>") from None
+
+
+def panel_setting(tag: str) -> str:
+    """The setting without its local-steps variant: the runs one table panel compares."""
+    return "-".join(p for p in tag.split("-") if not (p[:1] == "l" and p[1:].isdigit()))
 
 
 def partition_tag(section: dict, point: dict) -> str:
@@ -98,6 +106,7 @@ def run_spec(config: dict, exp: dict, method: str, point: dict) -> dict:
         **section["train"],
         **({"lr": exp["lr"]} if "lr" in exp else {}),
         **method_keys,
+        **({"local_steps": point["local_steps"]} if point.get("local_steps") else {}),
         "method": method,
         "pool": section["pools"][exp["pool"]],
         "iterations": point["iterations"],
@@ -154,6 +163,12 @@ def _diagnostic_twins(config: dict) -> dict[tuple, object]:
     return twins
 
 
+def _variants(exp: dict, method: str) -> list[dict]:
+    """The runs of `method` at one grid point: its own settings ({}), and one per value of the
+    experiment's `also_local_steps` for it (a baseline's local budget that is a free choice)."""
+    return [{}, *({"local_steps": int(n)} for n in exp.get("also_local_steps", {}).get(method, []))]
+
+
 def _raw_planned(config: dict, name: str) -> list[tuple[dict, Run]]:
     section = config[PAPER]
     exp = section["experiments"][name]
@@ -168,8 +183,9 @@ def _raw_planned(config: dict, name: str) -> list[tuple[dict, Run]]:
                 partition_tag(section, point),
             ),
         )
-        for point in _grid(exp)
+        for grid_point in _grid(exp)
         for method in exp["methods"]
+        for point in ({**grid_point, **variant} for variant in _variants(exp, method))
     ]
 
 
@@ -234,9 +250,35 @@ def longer_input(results: str, run: Run, seeds: str) -> list[str]:
     return [f"{run.folder(results, PAPER, seeds).rsplit('/', 2)[0]}/{run.spec['read_from']}/{seeds}/summary.json"]
 
 
+# ------------------------------------------------------------------ seeds
+def seed_tags_by_run(config: dict) -> dict[tuple, list[str]]:
+    """Each run's `{seeds}` tags: `fedal.seeds` in jobs of at most `seeds_per_job`; a run that
+    `fedal.more_seeds` names runs those seeds too (in the same jobs where `seeds_per_job` allows)."""
+    section = config[PAPER]
+    extra: dict[tuple, set[int]] = {}
+    for entry in section.get("more_seeds", []):
+        for _, run in _planned(config, entry["experiment"]):
+            if run.method in entry["methods"]:
+                extra.setdefault(run.key, set()).update(int(s) for s in entry["seeds"])
+    per_job = int(section.get("seeds_per_job", len(section["seeds"])))
+    base = list(section["seeds"])
+    out = {}
+    for run in runs(config):
+        seeds = base + sorted(extra.get(run.key, set()) - set(base))
+        out[run.key] = [seed_tag(batch) for batch in seed_batches(seeds, per_job)]
+    return out
+
+
+def run_folders(config: dict, results: str, planned: list[Run]) -> list[str]:
+    """The folders of `planned` runs, one per seed tag of each (`seed_tags_by_run`)."""
+    tags = seed_tags_by_run(config)
+    return [run.folder(results, PAPER, tag) for run in planned for tag in tags[run.key]]
+
+
 # ------------------------------------------------------------------ report targets
 def output_runs(config: dict, name: str) -> list[Run]:
-    """The runs a table or figure reads: its experiment, methods and optional alpha filter."""
+    """The runs a table or figure reads: its experiment, methods and optional alpha filter. A
+    figure leaves out the `also_local_steps` variants (a table prints them as rows of their own)."""
     out = config[PAPER]["outputs"][name]
     alphas = None if out.get("alphas") is None else {float(a) for a in out["alphas"]}
     return [
@@ -244,7 +286,34 @@ def output_runs(config: dict, name: str) -> list[Run]:
         for point, run in _planned(config, out["experiment"])
         if run.method in out["methods"]
         and (alphas is None or (point["alpha"] is not None and float(point["alpha"]) in alphas))
+        and (name in TABLES or not point.get("local_steps"))
     ]
+
+
+#: the outputs whose runs the claims table compares (the paper's claims: Tables IV-IX, Fig. 10)
+CLAIM_OUTPUTS = (*TABLES, "fig10")
+
+
+def claims_runs(config: dict) -> list[Run]:
+    """Every run a claims-table comparison reads, once."""
+    return list({run.key: run for name in CLAIM_OUTPUTS for run in output_runs(config, name)}.values())
+
+
+def claims_spec(config: dict) -> dict:
+    """The claims table's spec: per output, its panel axis and the runs it shows ([method, setting])."""
+    section = config[PAPER]["outputs"]
+    return {
+        "name": "claims",
+        "outputs": {
+            name: {
+                "axis": section[name].get("axis", "alpha"),
+                "runs": [[run.method, run.setting] for run in output_runs(config, name)],
+            }
+            for name in CLAIM_OUTPUTS
+        },
+        "scale": config["scale"],
+        "decimals": config["report"]["decimals"],
+    }
 
 
 def fig4_partitions(config: dict) -> list[tuple[str, str]]:
@@ -348,6 +417,54 @@ def _pool_errors(key: str, exp: dict, section: dict) -> list[str]:
     ]
 
 
+def _variant_errors(key: str, exp: dict) -> list[str]:
+    """`also_local_steps` names methods the experiment runs that have a local-steps setting."""
+    takes = sorted(m for m, row in method_table(PAPER).items() if "local_steps" in row.config_keys)
+    errors = []
+    for method in exp.get("also_local_steps", {}):
+        if method not in exp["methods"]:
+            errors.append(f"config key '{key}.also_local_steps.{method}': {method!r} is not in {key}.methods")
+        elif method not in takes:
+            errors.append(
+                f"config key '{key}.also_local_steps.{method}': {method!r} has no local-steps setting; "
+                f"allowed: {', '.join(takes)}"
+            )
+    return errors
+
+
+def _more_seeds_errors(config: dict) -> list[str]:
+    """`more_seeds` names planned experiments and methods they run."""
+    section, errors = config[PAPER], []
+    for i, entry in enumerate(section.get("more_seeds", [])):
+        key = f"{PAPER}.more_seeds[{i}]"
+        exp = section["experiments"].get(entry["experiment"])
+        if exp is None:
+            errors.append(
+                f"config key '{key}.experiment': {entry['experiment']!r} is not one of {sorted(section['experiments'])}"
+            )
+        elif set(entry["methods"]) - set(exp["methods"]):
+            absent = sorted(set(entry["methods"]) - set(exp["methods"]))
+            errors.append(f"config key '{key}.methods': {absent} not run by experiment {entry['experiment']!r}")
+    return errors
+
+
+def _shared_rounds_errors(config: dict) -> list[str]:
+    """A run with `more_seeds` is not read from (or kept for) a run of another budget, whose seeds it
+    would have to share (`_read_from_longer`). Two experiments that plan one run with different settings
+    cannot be planned at all; `fedrepro.config.duplicate_run_errors` names their keys, so none here."""
+    try:
+        tags = seed_tags_by_run(config)
+    except ValueError:
+        return []
+    base = seed_tags(config[PAPER])
+    return [
+        f"config key '{PAPER}.more_seeds': run {'/'.join(run.key)} shares its rounds with a run of another "
+        "budget (one is read from the other), so both need the same seeds; remove it from more_seeds"
+        for run in runs(config)
+        if tags[run.key] != base and ("read_from" in run.spec or "read_at" in run.spec)
+    ]
+
+
 def check(config: dict) -> list[str]:
     """Cross-field errors the schema cannot express."""
     section = config[PAPER]
@@ -368,7 +485,8 @@ def check(config: dict) -> list[str]:
                 errors.append(f"config key '{key}.methods': {method!r} has no settings under {PAPER}.methods")
             else:
                 errors += _budget_errors(key, exp, section, method)
-        errors += _pool_errors(key, exp, section)
+        errors += _pool_errors(key, exp, section) + _variant_errors(key, exp)
+    errors += _more_seeds_errors(config)
     for name, out in section["outputs"].items():
         if name != "fig4" and out["experiment"] not in section["experiments"]:
             errors.append(
@@ -394,4 +512,4 @@ def check(config: dict) -> list[str]:
                         + ("a natural partition has no alpha; " if natural else f"its alphas are {sorted(planned)}; ")
                         + "set alphas: null to keep every point)"
                     )
-    return errors
+    return errors or _shared_rounds_errors(config)

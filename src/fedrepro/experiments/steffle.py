@@ -1,11 +1,14 @@
 """Planner of the SteFFLe paper (Section 5, Figs. 1-5): config section -> runs and report targets.
 
-One training job covers one (data set, method, fairness notion, N, h) family and
-trains every seed, epsilon and lambda of it as one vectorised program. Central
-methods (dp_fermi, fermi, erm, tran2021) do not depend on N or h, so one job per
-(data set, fairness) serves every panel. A job's spec holds only what it reads:
-the method's hyper-parameters, its epsilon list (the union over the panels that
-use the family) and the lambda grid.
+A run is one (data set, method, fairness notion, N, h) family: every seed, epsilon
+and lambda of it trained as one vectorised program. Central methods (dp_fermi, fermi,
+erm, tran2021) do not depend on N or h, so one run per (data set, fairness) serves
+every panel. A run's spec holds only what it reads: the method's hyper-parameters,
+its epsilon list (the union over the panels that use the family) and the lambda grid.
+A training job trains the runs of one data set and silo split one after another
+(`train_groups`, `train_jobs: split`): a run takes seconds, the start of a process
+several, so one process per run would be mostly start-up; each run keeps its own
+folder, inputs and cell store, so a changed setting retrains only its cells.
 
 Figures (section `figures`): fig1 / fig3 / fig4 / fig5 are method-comparison grids
 (eps x h panels, one curve per method); fig2 is SteFFLe's ablation over h and N.
@@ -19,7 +22,9 @@ Which method is federated, private, fair or trained by SGDA is read from the met
 
 from __future__ import annotations
 
-from fedrepro.algorithms.steffle import has_trait
+import re
+
+from fedrepro.algorithms.steffle import METHODS, TRAIN_SETTINGS, has_trait
 from fedrepro.data.partition import make_tag
 from fedrepro.experiments import Run
 from fedrepro.pipeline import number_tag
@@ -53,7 +58,7 @@ def _train_spec(section: dict, method: str, overrides: dict | None = None) -> di
             if k in section["train"]
         }
         spec = {**shared, **section["baselines"][method]}
-    return {**spec, **(overrides or {})}
+    return {**spec, **TRAIN_SETTINGS.get(method, {}), **(overrides or {})}
 
 
 def _panels(section: dict) -> list[dict]:
@@ -186,6 +191,50 @@ def _run(
     return Run(dataset, method, setting_tag(fairness, method, n, h, variant), spec, partition)
 
 
+TRAIN_JOBS = ("split", "family")
+
+
+def train_groups(config: dict) -> dict[str, list[Run]]:
+    """The training jobs, job name -> its runs (every run of `runs`, the refcode grid's included).
+    `train_jobs: split` (default): one job per data set and silo split (its partition tag, or central)
+    trains every run on that split; `family`: one job per run (a cluster runs them side by side)."""
+    per = config[PAPER].get("train_jobs", "split")
+    if per not in TRAIN_JOBS:
+        raise ValueError(f"config key '{PAPER}.train_jobs': {per!r}; allowed: {', '.join(TRAIN_JOBS)}")
+    groups: dict[str, list[Run]] = {}
+    for run in runs(config):
+        key = (run.dataset, run.partition or "central") if per == "split" else run.key
+        groups.setdefault(re.sub(r"\W", "_", "_".join(key)), []).append(run)
+    return groups
+
+
+def code_key(method: str) -> str:
+    """The name of a training job's input that lists the code of `method`'s module (`code_sgda`)."""
+    return "code_" + METHODS[method].entry.split(":")[0].rsplit(".", 1)[-1]
+
+
+def code_entries(group: list[Run]) -> dict[str, str]:
+    """Per method module of a training job, the input name of its code and the entry it runs."""
+    return {code_key(r.method): METHODS[r.method].entry for r in group}
+
+
+def train_outputs(group: list[Run], results: str) -> dict[str, str]:
+    """A training job's outputs: metrics_i and summary_i of run i, in the run's folder ({seeds} open)."""
+    return {
+        f"{kind}_{i}": f"{run.folder(results, PAPER, '{seeds}')}/{kind}.{ext}"
+        for i, run in enumerate(group)
+        for kind, ext in (("metrics", "parquet"), ("summary", "json"))
+    }
+
+
+def group_spec(group: list[Run]) -> dict:
+    """A training job's spec: per run, its method, setting, spec and the input naming its code; run i
+    writes the job's outputs metrics_i and summary_i (`fedrepro.algorithms.steffle.jobs.run_group`)."""
+    return {
+        "runs": [{"method": r.method, "setting": r.setting, "spec": r.spec, "code": code_key(r.method)} for r in group]
+    }
+
+
 def figure_runs(config: dict) -> dict[str, list[Run]]:
     """Runs each figure reads (for its input list)."""
     section = config[PAPER]
@@ -211,12 +260,27 @@ def runs_of_figure(runs_by_figure: dict[str, list[Run]], name: str) -> list[Run]
     return runs_by_figure[name]
 
 
+def eta_w_spec(section: dict) -> dict:
+    """W's ascent step the SGDA methods ran (and its rule) beside the paper's 1e-5 (App. E.2.1)."""
+    return {
+        "tuned": section["train"]["eta_w"],
+        "paper": section["eta_w_paper"],
+        "w_step_tuned": section["train"].get("w_step", "capped"),
+    }
+
+
 def figure_spec(config: dict, name: str) -> dict:
-    """What a figure's report job needs: its panel layout and the scale."""
+    """What a figure's report job needs: its panel layout, the scale and W's step size (for the title)."""
     section = config[PAPER]
     fig = dict(section["figures"][name])
     fig.setdefault("methods", list(section["methods"]))
-    return {"figure": name, "layout": fig, "scale": config["scale"], "decimals": config["report"]["decimals"]}
+    return {
+        "figure": name,
+        "layout": fig,
+        "scale": config["scale"],
+        "decimals": config["report"]["decimals"],
+        "eta_w": eta_w_spec(section),
+    }
 
 
 def figures(config: dict) -> list[str]:
@@ -231,11 +295,7 @@ def report_spec(config: dict) -> dict:
         "decimals": config["report"]["decimals"],
         "figures": {name: figure_spec(config, name)["layout"] for name in figures(config)},
         "disabled_figures": [n for n in FIGURES if n not in figures(config)],
-        "eta_w": {
-            "tuned": section["train"]["eta_w"],
-            "paper": section["eta_w_paper"],
-            "w_step_tuned": section["train"].get("w_step", "capped"),
-        },
+        "eta_w": eta_w_spec(section),
         "refcode_epochs": section.get("refcode_grid", {}).get("train", {}).get("epochs"),
     }
 

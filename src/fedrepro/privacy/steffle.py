@@ -34,7 +34,9 @@ view of what the trainers release, and the calibration of the baselines' noise.
    therefore carries two numbers: the paper's accounting (`realised_epsilon`, batch membership
    secret) and `sound_epsilon`, the bound for what the code sends (`known_membership_epsilon`:
    the batches revealed, the exact mixture over the rounds a row is in). loss_batch="independent"
-   draws g's batch independently of B_t, which keeps B_t secret, so there the two coincide.
+   draws g's batch independently of B_t, which keeps B_t secret, so there the two coincide (the
+   method steffle_sound). Every method's unit states what the accounting takes as public: P_S and the
+   cell frequencies are computed from the private attribute, as the paper assumes (`PUBLIC_P_S`).
    Tran et al. (central) add the unclipped loss gradient inside the noisy primal release; the
    same revealed-batch bound covers it (data processing: revealing B_t can only help the adversary).
 
@@ -295,35 +297,55 @@ class ThreatModel:
     short: str  # a compact tag for figure titles
 
 
+# The attribute frequencies the trainers divide by are computed from the private attribute and
+# used as public, as the paper assumes (Section 2 and Algorithm 1 line 2: P_S "known or public"):
+# no epsilon printed here accounts for them.
+PUBLIC_P_S = (
+    "; P_S (and rho) are computed from the private attribute and treated as public, as the paper "
+    "assumes (Algorithm 1 line 2): their release is not accounted"
+)
+PUBLIC_CELLS = (
+    "; the (label, group) cell frequencies are computed from the private attribute and treated as "
+    "public: their release is not accounted"
+)
+STEFFLE_UNIT = "sensitive attribute s_i of one row per silo (replace-one; x, y public), ISRL-DP (Def. 2.3)"
+
 THREAT_MODELS = {
     "steffle": ThreatModel(
-        "sensitive attribute s_i of one row per silo (replace-one; x, y public), ISRL-DP (Def. 2.3)",
+        STEFFLE_UNIT + PUBLIC_P_S,
         "the server and every other silo (silo j's whole transcript)",
         "per round g (clear text, batch B_t), h_theta and h_w (noised, batch B_t): B_t is revealed",
         "attribute, ISRL-DP vs server",
     ),
+    "steffle_sound": ThreatModel(
+        STEFFLE_UNIT + PUBLIC_P_S,
+        "the server and every other silo (silo j's whole transcript)",
+        "per round g (clear text, its own Poisson batch, drawn independently of B_t), h_theta and h_w "
+        "(noised, batch B_t): B_t stays secret",
+        "attribute, ISRL-DP vs server",
+    ),
     "dp_fermi": ThreatModel(
-        "sensitive attribute s_i (replace-one; x, y public), central DP (one silo holds all rows)",
+        "sensitive attribute s_i (replace-one; x, y public), central DP (one silo holds all rows)" + PUBLIC_P_S,
         "whoever receives the curator's per-round releases",
         "per round g (clear text), h_theta and h_w of one batch: the batch is revealed",
         "attribute, central DP vs who sees the releases",
     ),
     "tran2021": ThreatModel(
-        "sensitive attribute s_i (replace-one; x, y public), central DP",
+        "sensitive attribute s_i (replace-one; x, y public), central DP" + PUBLIC_CELLS,
         "whoever sees the model iterates and the dual releases",
         "per round the primal step g + clipped Lagrangian gradient + noise (g unclipped, same batch); "
         "per epoch the noisy group sums",
         "attribute, central DP vs who sees the releases",
     ),
     "ling2024": ThreatModel(
-        "a whole record (x_i, y_i) of one client (add/remove), record-level DP per client",
+        "a whole record (x_i, y_i) of one client (add/remove), record-level DP per client" + PUBLIC_CELLS,
         "the server",
         "per round the noised, clipped, reweighted gradient sum and the noised clipped loss sum of a "
         "Poisson batch; the batch is not revealed",
         "record, per client vs server",
     ),
     "ling2024_groupgap": ThreatModel(
-        "a whole record of one client (replace-one), record-level DP per client",
+        "a whole record of one client (replace-one), record-level DP per client" + PUBLIC_CELLS,
         "the server",
         "per round the noised clipped gradient and noised group sums of a Poisson batch; the batch is not revealed",
         "record, per client vs server",

@@ -16,8 +16,7 @@ import pandas as pd
 
 from fedrepro.algorithms import method_table
 from fedrepro.eval.health import Health, cell_status
-from fedrepro.eval.verdict import TEST_NAME, Verdict, differences, paired
-from fedrepro.experiments.fedal import PAPER, parse_setting
+from fedrepro.experiments.fedal import PAPER, panel_setting, parse_setting
 from fedrepro.report import figures, tables
 from fedrepro.report.runs import identity, load_metrics, load_summaries
 
@@ -45,9 +44,20 @@ AXIS_LABEL = {
 }
 
 
-def _with_setting(frame: pd.DataFrame) -> pd.DataFrame:
+def row_label(method: str, local_steps) -> str:
+    """A method's row: its name, and its local steps per round when the run is a local-budget variant."""
+    steps = "" if local_steps is None or local_steps != local_steps else f" ({int(local_steps)} local steps)"
+    return NAMES[method] + steps
+
+
+def with_setting(frame: pd.DataFrame) -> pd.DataFrame:
+    """The setting's fields as columns, its `panel_setting` (the variant's suffix dropped) and each
+    run's `row` label."""
     parsed = pd.DataFrame([parse_setting(s) for s in frame["setting"]], index=frame.index)
-    return pd.concat([frame.drop(columns=[c for c in parsed if c in frame]), parsed], axis=1)
+    frame = pd.concat([frame.drop(columns=[c for c in parsed if c in frame]), parsed], axis=1)
+    frame["panel_setting"] = frame["setting"].map(panel_setting)
+    frame["row"] = [row_label(m, n) for m, n in zip(frame["method"], frame["local_steps"])]
+    return frame
 
 
 def _describe(frame: pd.DataFrame) -> str:
@@ -70,19 +80,20 @@ def table(job) -> None:
             f"fedal {spec['name']}: no runs to tabulate; check fedal.outputs.{spec['name']} "
             "(its experiment, methods and alphas)"
         )
-    finals = _with_setting(finals)
-    finals["row"] = finals["method"].map(NAMES)
-    if spec["axis"] == "method":
-        finals["column"], finals["row"] = finals["row"], "Accuracy"
-    else:
-        finals["column"] = [AXIS_LABEL[spec["axis"]](s) for _, s in finals.iterrows()]
-    finals["value"] = finals["acc"]
-    published = tables.published(f"fedal_{spec['name']}")
+    finals = with_setting(finals)
+    by_method = spec["axis"] == "method"
+    finals["panel"] = "all runs" if by_method else [AXIS_LABEL[spec["axis"]](s) for _, s in finals.iterrows()]
+    cells = finals.assign(
+        row="Accuracy" if by_method else finals["row"],
+        column=finals["row"] if by_method else finals["panel"],
+        value=finals["acc"],
+    )
     health = [c for c in ("status", "status_reason") if c in finals]
-    table = tables.compare(finals[["row", "column", "seed", "value", *health]], published)
-    finals["panel"] = "all runs" if spec["axis"] == "method" else finals["column"]
+    table = tables.compare(
+        cells[["row", "column", "seed", "value", *health]], tables.published(f"fedal_{spec['name']}")
+    )
     metrics = _panel_metrics(job.input["metrics"], spec["axis"]) if job.input.get("metrics") else None
-    extra = notes(finals, spec, metrics) + read_notes(job.input["summaries"])
+    extra = notes(finals, metrics, where=CAPTIONS[spec["name"]].split(":")[0]) + read_notes(job.input["summaries"])
     caption = CAPTIONS[spec["name"]] + _describe(finals) + "".join(f"\n{n}" for n in extra)
     tables.write_table(table, job.output["md"].removesuffix(".md"), caption, spec["scale"], spec["decimals"])
 
@@ -117,6 +128,15 @@ def disc_trajectories(metrics: pd.DataFrame | None, method: str) -> dict[str, li
     return out
 
 
+def _optimizer(runs: pd.DataFrame) -> str:
+    """' (SGD, lr 0.0001)': the discriminator's optimiser as the runs report it."""
+    if "disc_optimizer" not in runs or runs["disc_optimizer"].isna().all():
+        return ""
+    names = sorted({str(o).replace("sgd", "SGD").replace("adam", "Adam") for o in runs["disc_optimizer"].dropna()})
+    rates = sorted({f"{r:g}" for r in runs["disc_lr"].dropna()})
+    return f" ({', '.join(names)}, lr {', '.join(rates)})"
+
+
 def discriminator_note(finals: pd.DataFrame, metrics: pd.DataFrame | None = None, method: str = "fedal") -> str | None:
     """The discriminator's loss beside log N per panel (Theorem IV.4: log N when the players'
     outputs are indistinguishable), its trajectory by round when the metrics are at hand. Where the
@@ -137,74 +157,31 @@ def discriminator_note(finals: pd.DataFrame, metrics: pd.DataFrame | None = None
             f"{panel}: {part['disc_loss_final'].mean():.4f} (log N = {log_n:.4f})"
             + (f", by round {path}" if path else "")
         )
-    text = f"{NAMES[method]} discriminator loss at the end (mean over seeds): " + "; ".join(cells) + "."
+    text = (
+        f"{NAMES[method]} discriminator{_optimizer(runs)} loss at the end (mean over seeds): " + "; ".join(cells) + "."
+    )
     if at_log_n:
         text += f" Within {AT_LOG_N} of log N in every run: at the end it cannot tell the players apart."
     return text
 
 
-CLAIMS = (("fedmd_lf", "the adversarial term helps (FedAL > FedMD-LF, Table VIII)"), ("fedmd", "FedAL beats FedMD"))
-
-
-def _health(part: pd.DataFrame) -> Health:
+def health_of(part: pd.DataFrame) -> Health:
+    """One side of a comparison: the worst health of its runs' seeds."""
     if "status" not in part:
         return Health()
-    return cell_status(
-        [
-            Health(s, r)
-            for s, r in zip(
-                part["status"].fillna("ok"), part.get("status_reason", pd.Series("", index=part.index)).fillna("")
-            )
-        ]
-    )
+    reasons = part.get("status_reason", pd.Series("", index=part.index)).fillna("")
+    return cell_status([Health(s, r) for s, r in zip(part["status"].fillna("ok"), reasons)])
 
 
-def _by_seed(part: pd.DataFrame) -> dict[int, float]:
-    return {int(s): float(a) for s, a in zip(part["seed"], part["acc"])}
+def notes(finals: pd.DataFrame, metrics: pd.DataFrame | None = None, where: str = "") -> list[str]:
+    """What a reader needs beside the numbers: the budget each row ran at, the seeds, the
+    discriminator, the paper's claims on these runs (report.fedal_claims), and where a baseline
+    differs from its paper or from the paper's row."""
+    from fedrepro.report.fedal_claims import caption_claims
 
-
-def claim_verdicts(finals: pd.DataFrame, other: str, ours: str = "fedal") -> list[tuple[str, Verdict]]:
-    """(panel, verdict) of "ours > other" per panel, paired by seed (same partition, architectures and
-    batches), then pooled over the panels (pairs = panel x seed) when there are several."""
-    out, diffs, pooled_sides = [], [], {}
-    for panel, part in finals.groupby("panel", sort=False):
-        mine, theirs = part[part["method"] == ours], part[part["method"] == other]
-        if mine.empty or theirs.empty:
-            continue
-        sides = {NAMES[ours]: _health(mine), NAMES[other]: _health(theirs)}
-        a, b = _by_seed(mine), _by_seed(theirs)
-        out.append((panel, paired(a, b, sides)))
-        diffs += [a[s] - b[s] for s in sorted(set(a) & set(b))]
-        pooled_sides.update({f"{name} ({panel})": h for name, h in sides.items()})
-    if len(out) > 1:
-        out.append((f"pooled over the {len(out)} panels", differences(diffs, pooled_sides)))
-    return out
-
-
-def claim_notes(finals: pd.DataFrame) -> list[str]:
-    """The paper's FedAL claims, one verdict (`fedrepro.eval.verdict`) per panel and pooled. The
-    adversarial term is called inert only when removing it changes no seed's accuracy."""
-    out = []
-    for other, claim in CLAIMS:
-        verdicts = claim_verdicts(finals, other)
-        if not verdicts:
-            continue
-        text = f"Claim, {claim}: " + "; ".join(f"{panel}: {v.text()}" for panel, v in verdicts) + "."
-        # no spread and no effect: every seed's accuracy is the same with and without the term
-        if other == "fedmd_lf" and all(v.tested and v.effect == 0 and not v.low < v.high for _, v in verdicts):
-            text += " Removing the adversarial term changes no seed's accuracy: it is inert here."
-        out.append(text)
-    return out
-
-
-def notes(finals: pd.DataFrame, spec: dict, metrics: pd.DataFrame | None = None) -> list[str]:
-    """What a reader needs beside the numbers: the discriminator, the paper's FedAL claims, and
-    where a baseline differs from its paper or from the paper's row."""
     methods = set(finals["method"])
-    claims = claim_notes(finals)
-    out = [n for n in [discriminator_note(finals, metrics)] if n] + claims
-    if claims:
-        out.append(f"Verdicts: {TEST_NAME}, margin 0; pooled = every (panel, seed) pair.")
+    out = [n for n in [budget_note(finals), seeds_note(finals), discriminator_note(finals, metrics)] if n]
+    out += caption_claims(finals, where)
     out += baseline_notes(finals)
     if "fd" in methods:
         out.append(
@@ -215,6 +192,62 @@ def notes(finals: pd.DataFrame, spec: dict, metrics: pd.DataFrame | None = None)
     if "cfd" in methods:
         out.append("CFD: its soft-label quantisation and delta coding are not modelled (uplink counted unquantised).")
     return out
+
+
+WORK = ("round", "local_steps_per_round", "pretrain_steps", "local_steps_total")
+
+
+def budget_note(finals: pd.DataFrame) -> str | None:
+    """Each row's local work per client as its runs report it (rounds x private steps per round, +
+    steps before round 1), and the rows whose private steps in all differ from FedAL's (or from the
+    most common): methods compared at unequal local work are named."""
+    if not set(WORK) <= set(finals) or finals[list(WORK)].isna().any(axis=None):
+        return None
+    work = finals.groupby("row", sort=False)[list(WORK)].max()
+    schedules: dict[str, list[str]] = {}
+    for row, w in work.iterrows():
+        text = f"{int(w['round'])} x {int(w['local_steps_per_round'])}"
+        schedules.setdefault(text + (f" + {int(w['pretrain_steps'])}" if w["pretrain_steps"] else ""), []).append(row)
+    iterations = ", ".join(str(i) for i in sorted(finals["iterations"].unique()))
+    text = (
+        f"Budget per client at {iterations} iterations (rounds x private steps per round [+ private steps before "
+        "round 1]): " + "; ".join(f"{', '.join(rows)} {s}" for s, rows in schedules.items()) + "."
+    )
+    totals = work["local_steps_total"]
+    reference = float(totals.get(NAMES["fedal"], totals.mode().iloc[0]))
+    unequal = [f"{row} {total:g}" for row, total in totals.items() if total != reference]
+    if unequal:
+        text += f" Not at equal local work ({reference:g} private steps in all): {', '.join(unequal)}."
+    return text
+
+
+def seeds_note(finals: pd.DataFrame) -> str | None:
+    """Which cells ran more seeds than the others (means are over each cell's seeds; a claim pairs the
+    seeds both sides ran)."""
+    cells = finals.groupby(["row", "panel"], sort=False)["seed"].agg(lambda s: tuple(sorted(set(s))))
+    if cells.nunique() < 2:
+        return None
+    common = min(cells, key=len)  # the section's seeds; more_seeds adds to them
+    panels: dict[tuple, dict[str, list[str]]] = {}  # seeds -> row -> its panels with those seeds
+    for (row, panel), seeds in cells[cells.map(len) > len(common)].items():
+        panels.setdefault(seeds, {}).setdefault(row, []).append(panel)
+    parts = []
+    for seeds, by_row in panels.items():
+        rows: dict[tuple, list[str]] = {}
+        for row, where in by_row.items():
+            rows.setdefault(tuple(where), []).append(row)
+        cells_ = "; ".join(f"{', '.join(r)} at {', '.join(w)}" for w, r in rows.items())
+        parts.append(f"{cells_}: {len(seeds)} ({_seed_list(seeds)})")
+    return (
+        f"Seeds: {len(common)} ({_seed_list(common)}) per cell; more (config fedal.more_seeds) for "
+        f"{'; '.join(parts)}. Means are over each cell's seeds; a claim pairs the seeds both sides ran."
+    )
+
+
+def _seed_list(seeds: tuple) -> str:
+    return (
+        f"{seeds[0]}-{seeds[-1]}" if list(seeds) == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+    )
 
 
 def read_notes(paths: list[str]) -> list[str]:
@@ -240,25 +273,22 @@ FEDPROTO_VARIANTS = {
 
 
 def baseline_notes(finals: pd.DataFrame) -> list[str]:
-    """Which FedProto variant ran, and FCCL's pretraining outside the budget (tables and figures)."""
+    """Which FedProto variant ran, FCCL's pretrained teacher, and FCCL's and FCCL+'s local schedule
+    (tables and figures)."""
     methods, out = set(finals["method"]), []
     if "fccl" in methods and "pretrain_steps" in finals:
         steps = finals.loc[finals["method"] == "fccl", "pretrain_steps"].dropna()
         if len(steps) and steps.max() > 0:
             out.append(
-                f"FCCL is not at the others' budget: each client also takes {int(steps.max())} cross-entropy steps "
-                "pretraining its intra-domain teacher before the iteration budget starts (not counted in it), "
-                "and starts from that teacher, as in the authors' code."
+                f"FCCL: each client pretrains its intra-domain teacher ({int(steps.max())} cross-entropy steps before "
+                "round 1, in the budget above) and starts from it, as in the authors' code."
             )
-    for method in ("fccl", "fccl_plus") if {"local_steps", "tau"} <= set(finals) else ():
-        runs = finals[finals["method"] == method]
-        longer = runs[runs["local_steps"] > runs["tau"]]
-        if len(longer):
-            out.append(
-                f"{NAMES[method]} takes {int(longer['local_steps'].max())} local steps per round of "
-                f"{int(longer['tau'].max())} collaborative iterations (its authors run 20 local epochs per "
-                "public epoch); the other methods take tau local steps per tau iterations."
-            )
+    if methods & {"fccl", "fccl_plus"}:
+        out.append(
+            "FCCL and FCCL+ run one local schedule, as their authors run both (20 local epochs per public epoch, "
+            "1:1 to 75:1 local to collaborative steps per client on their digits): tau collaborative iterations "
+            "and tau local steps per round, like the other methods' stages; rows marked '(n local steps)' take n."
+        )
     if "fedproto" in methods and "fedproto_variant" in finals:
         variants = finals.loc[finals["method"] == "fedproto", "fedproto_variant"].dropna().unique()
         text = [FEDPROTO_VARIANTS.get(str(v).split(" ")[0], str(v)) + f" [{v}]" for v in variants]
@@ -277,8 +307,8 @@ def figure(job) -> None:
 
 
 def _metrics(job) -> pd.DataFrame:
-    frame = _with_setting(load_metrics(job.input["metrics"]))
-    frame["method"] = frame["method"].map(NAMES)
+    frame = with_setting(load_metrics(job.input["metrics"]))
+    frame["method"] = frame["row"]
     return frame.dropna(subset=["acc"])
 
 
@@ -322,21 +352,18 @@ def curve_figure(job) -> None:
 
 
 def figure_notes(finals: pd.DataFrame) -> list[str]:
-    """A curve figure's baseline notes; for FedDF-AL (Fig. 10) its discriminator and its claim."""
+    """A curve figure's budget and baseline notes; for FedDF-AL (Fig. 10) its discriminator and its claim."""
     if finals.empty:
         return []
-    out = baseline_notes(finals)
+    finals = with_setting(finals)
+    out = [n for n in [budget_note(finals)] if n] + baseline_notes(finals)
     if "feddf_al" in set(finals["method"]):
-        finals = _with_setting(finals)
+        from fedrepro.report.fedal_claims import caption_claims
+
         finals["panel"] = [f"alpha={a:g}" if a == a else "all" for a in finals["alpha"].astype(float)]
         out += [n for n in [discriminator_note(finals, method="feddf_al")] if n]
-        verdicts = claim_verdicts(finals, "feddf", ours="feddf_al")
-        if verdicts:
-            out.append(
-                "Claim, FedDF-AL > FedDF: "
-                + "; ".join(f"{p}: {v.text()}" for p, v in verdicts)
-                + " (the runs differ in tau too, 15 against 10 as in the paper: not the adversarial term alone)."
-            )
+        tau = " The runs differ in tau too (15 against 10, as in the paper): not the adversarial term alone."
+        out += [claim + tau for claim in caption_claims(finals, "Fig. 10")]
     return out
 
 

@@ -201,10 +201,30 @@ class Federation:
             "downlink_mb_per_client": self.wire.bytes_by_direction["down"] / self.num_clients / 2**20,
         }
 
+    @property
+    def local_steps_per_round(self) -> int:
+        """Private-data steps per client and round (schedule.local_steps_per_round reads the spec)."""
+        return self.cfg.tau
+
+    @property
+    def pretrain_steps(self) -> int:
+        """Private-data steps per client before round 1."""
+        return self.cfg.pretrain_iters
+
+    def local_work(self) -> dict:
+        """The schedule and the private mini-batches each client actually drew (mean over clients):
+        what a table compares as the methods' local work (report.fedal.budget_note)."""
+        return {
+            "tau": self.cfg.tau,
+            "local_steps_per_round": self.local_steps_per_round,
+            "pretrain_steps": self.pretrain_steps,
+            "local_steps_total": float(np.mean([c.private_batches for c in self.clients])),
+        }
+
     def summary(self) -> dict:
-        """Architectures, final per-client accuracy, the mean output per true class (Fig. 2) and
-        the run's health (`chance` when the mean client accuracy is within sampling error of
-        always predicting the most frequent test label)."""
+        """Architectures, final per-client accuracy, the mean output per true class (Fig. 2), the
+        local work (`local_work`), the test set's size and the run's health (`chance` when the mean
+        client accuracy is within sampling error of always predicting the most frequent test label)."""
         probs = self.test_probabilities()
         y = self.data.test_y
         acc = (probs.argmax(-1) == y).float().mean(dim=1)
@@ -218,6 +238,8 @@ class Federation:
             "client_acc": acc.tolist(),
             "class_probs": class_probs,
             "iterations_done": self.iteration,
+            "n_test": len(y),
+            **self.local_work(),
             **health.as_dict(),
         }
 
@@ -286,7 +308,9 @@ class PrivateGroup:
 
     def batch(self, clients: Sequence[Client], batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(G, B, ...) inputs and (G, B) labels: client n's next batch from its own stream."""
-        idx = np.stack([clients[n].local_stream.next(batch_size) + off for n, off in zip(self.members, self.offsets)])
+        idx = np.stack(
+            [clients[n].next_private_indices(batch_size) + off for n, off in zip(self.members, self.offsets)]
+        )
         idx = torch.as_tensor(idx, device=self.y.device)
         return self.x[idx], self.y[idx]
 

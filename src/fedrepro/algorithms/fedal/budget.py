@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from fedrepro.algorithms.fedal.jobs import rounds_for, train_config
+from fedrepro.algorithms.fedal.jobs import train_config
+from fedrepro.algorithms.fedal.schedule import rounds_for
 from fedrepro.fl.loop import KEEP_ENV, Checkpoint, start_from
 from fedrepro.pipeline import claim_scratch
 from fedrepro.registry import resolve

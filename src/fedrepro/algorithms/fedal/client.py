@@ -129,6 +129,7 @@ class Client:
         self.lr = lr
         self.opt = Adam(model.parameters(), lr=lr)
         self.local_stream = Stream(np.arange(len(y)), seed)
+        self.private_batches = 0  # private mini-batches drawn: the local work the summary reports
         self.public_stream = Stream(np.arange(len(public_x)), public_seed) if public_x is not None else None
 
     @property
@@ -136,8 +137,13 @@ class Client:
         return len(self.y)
 
     def local_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.as_tensor(self.local_stream.next(self.batch_size), device=self.y.device)
+        idx = torch.as_tensor(self.next_private_indices(self.batch_size), device=self.y.device)
         return self.x[idx], self.y[idx]
+
+    def next_private_indices(self, batch_size: int) -> np.ndarray:
+        """The next private mini-batch's indices (counted in `private_batches`)."""
+        self.private_batches += 1
+        return self.local_stream.next(batch_size)
 
     def public_batch(self) -> tuple[np.ndarray, torch.Tensor]:
         if self.public_stream is None:
@@ -183,6 +189,7 @@ class Client:
             "model": self.model.state_dict(),
             "opt": self.opt.state_dict(),
             "local": self.local_stream.state_dict(),
+            "private_batches": self.private_batches,
             "public": self.public_stream.state_dict() if self.public_stream else None,
         }
 
@@ -190,6 +197,7 @@ class Client:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
         self.local_stream.load_state_dict(state["local"])
+        self.private_batches = state["private_batches"]
         if self.public_stream is not None:
             self.public_stream.load_state_dict(state["public"])
 

@@ -286,6 +286,7 @@ class FedAL(Federation):
         if self.use_al:
             out["disc_loss_final"] = float(self.server.last_disc_loss)
             out["disc_log_n"] = math.log(self.num_clients)
+            out.update(self.server.adversary.settings())
         return out
 
     # ------------------------------------------------------------------ state

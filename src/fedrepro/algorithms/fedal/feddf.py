@@ -195,6 +195,7 @@ class FedDF(Federation):
         if self.adversary is not None:
             out["disc_loss_final"] = self.last_disc_loss
             out["disc_log_n"] = math.log(len(self.groups))
+            out.update(self.adversary.settings())
         return out
 
     def extra_state(self) -> dict:

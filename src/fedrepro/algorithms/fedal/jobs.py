@@ -10,13 +10,13 @@ of {name, options}), `iterations`, `tau`, `lr`, `batch_size`, `kd_temperature`,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig
+from fedrepro.algorithms.fedal.schedule import rounds_for
 
 Builder = Callable[[FedData, list, TrainConfig, int, dict], Federation]
 
@@ -56,21 +56,6 @@ def train_config(spec: dict) -> TrainConfig:
         pretrain_iters=int(spec.get("pretrain_iters", 0)),
         assignment=spec.get("assignment", "random"),
     )
-
-
-UNITS = ("step", "round")
-
-
-def rounds_for(iterations: int, tau: int, unit: str = "step") -> int:
-    """Rounds that spend `iterations` (the paper's budgets, Tables IV-IX): with unit `step` a round
-    spends tau iterations; with `round` the budget counts rounds."""
-    if unit not in UNITS:
-        raise ValueError(f"train.iteration_unit {unit!r} is not one of {', '.join(UNITS)}")
-    if unit == "round":
-        return iterations
-    if iterations < tau:
-        raise ValueError(f"iterations={iterations} is smaller than tau={tau}: not even one round")
-    return math.ceil(iterations / tau)
 
 
 def run(job, build: Builder) -> None:

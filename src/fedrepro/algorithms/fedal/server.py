@@ -8,9 +8,11 @@ gradient dU_n/df_n computed with the UPDATED discriminator w^{t,i+1}
 only inputs are (B, K) logit tensors.
 
 Choices:
-- the paper names no discriminator optimiser: the config key `discriminator.optimizer`
-  (adam | sgd; default adam, lr `discriminator.lr` = 1e-4, Sec. VI-A); the D-loss is
-  averaged over clients (line 18 read as the gradient of the mean payoff (8)).
+- the discriminator's optimiser: `discriminator.optimizer` (sgd | adam). The paper's server updates
+  w "according to SGD" (Sec. IV-E; Algorithm 1 line 18 is a plain gradient step) at eta_d = 1e-4
+  (Sec. VI-A), while its clients use Adam. The paper scale runs SGD; the quick scale keeps Adam at
+  its own rate (config.yaml). The D-loss is averaged over clients (line 18 read as the gradient of
+  the mean payoff (8)).
 - D is updated first, on the logits just received, then the payoffs'
   gradients are computed with the updated D (`update: before_grad`; the
   alternative `after_grad` computes them with w^{t,i} and then steps).
@@ -84,6 +86,7 @@ class AdversarialHelper:
             raise ValueError(f"discriminator update {update!r} is not one of {', '.join(UPDATES)}")
         self.disc = Discriminator(num_classes, num_players, hidden).to(device)
         self.opt = make_optimizer(optimizer, self.disc.parameters(), lr)
+        self.optimizer_name, self.lr = optimizer, lr
         self.temperature, self.form, self.update = temperature, form, update
 
     def step_and_grads(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,6 +108,10 @@ class AdversarialHelper:
     def grads(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(dU_n/df_n per sample (N, B, K), U (N, B)) with the current discriminator."""
         return payoff_grads(self.disc, logits, self.temperature, self.form)
+
+    def settings(self) -> dict:
+        """What a run's summary reports of its discriminator (the tables' captions name it)."""
+        return {"disc_optimizer": self.optimizer_name, "disc_lr": self.lr}
 
     def state_dict(self) -> dict:
         return {"disc": self.disc.state_dict(), "opt": self.opt.state_dict()}

@@ -11,6 +11,10 @@ Traits the planner, the report and the jobs select on:
 * "private": trained at the figure's epsilons; the others run once at eps = inf.
 * "fair": trained at every lambda of the grid; the others at lambda = 0 (no fairness term).
 
+`TRAIN_SETTINGS` holds what makes a method of the same program differ from another: steffle_sound
+is Algorithm 1 with the loss gradient g drawn on its own batch (`loss_batch: independent`), so the
+clear-text g does not reveal the sensitive batch and the paper's accounting holds against the server.
+
 Nothing heavy is imported here.
 """
 
@@ -48,6 +52,7 @@ def _row(module: str, label: str, traits: str, config_keys: tuple[str, ...] = _S
 
 METHODS: dict[str, Method] = {
     "steffle": _row("sgda", "SteFFLe (ours)", "sgda federated private fair"),
+    "steffle_sound": _row("sgda", "SteFFLe, g on its own batch (sound)", "sgda federated private fair"),
     "steffle_nonprivate": _row("sgda", "Non-private SteFFLe", "sgda federated fair"),
     "dp_fermi": _row("sgda", "DP-FERMI (central DP SteFFLe)", "sgda central private fair"),
     "fermi": _row("sgda", "FERMI (non-private central)", "sgda central fair"),
@@ -61,6 +66,9 @@ METHODS: dict[str, Method] = {
     "fedavg": _row("sgda", "Non-private non-fair FL (FedAvg)", "sgda federated"),
     "erm": _row("sgda", "Non-private non-fair central ERM", "sgda central"),
 }
+
+# train settings a method fixes whatever the config's `train` block says
+TRAIN_SETTINGS: dict[str, dict] = {"steffle_sound": {"loss_batch": "independent"}}
 
 
 def with_trait(trait: str) -> tuple[str, ...]:

@@ -6,6 +6,8 @@ Spec keys (built by `fedrepro.experiments.steffle`):
   lambdas, train (the method's hyper-parameters). One epoch is one round of `fedrepro.fl.loop`
   (what the job's `checkpoint_every` counts).
 Inputs: data (arrays.npz), partition (Algorithm 3 silos; federated methods only).
+A pipeline job trains several runs one after another (`run_group`): each as the job it would be
+alone, with its own spec, inputs, outputs, scratch folder and cell store.
 Outputs: metrics (Parquet: seed, eps, lam, epoch, kind = eval | final, error,
 dp_violation, eo_violation) and summary (JSON: spec, rounds, per-eps privacy
 record: sigmas, Theorem 3.3 precondition flags, library epsilon, time).
@@ -40,8 +42,9 @@ from fedrepro.data.arrays import load_prepared
 from fedrepro.data.partition import load_partition
 from fedrepro.eval import health
 from fedrepro.fl.loop import Checkpoint
-from fedrepro.pipeline import claim_scratch
+from fedrepro.pipeline import Job, claim_scratch, scratch_for
 from fedrepro.privacy import steffle as accounting
+from fedrepro.registry import resolve
 from fedrepro.store import Store, state_of
 
 from . import METHODS, has_trait
@@ -284,3 +287,28 @@ def run_job(job) -> None:
     }
     atomic_write_text(job.out("summary"), json.dumps(_jsonable(summary), indent=1))
     log.info("trained %d models in %.1f s", summary["models"], summary["seconds"])
+
+
+def run_job_of(job, i: int) -> Job:
+    """Run i of a training job (`fedrepro.experiments.steffle.group_spec`) as a job of its own: its spec,
+    the job's data and partition with the code of its own module (so its cells' state is what a job of
+    that run alone would have), its outputs metrics_i and summary_i and its own scratch folder."""
+    run = job.spec["runs"][i]
+    output = {"metrics": job.output[f"metrics_{i}"], "summary": job.output[f"summary_{i}"]}
+    return Job(
+        spec=run["spec"],
+        output=output,
+        input={"data": job.input["data"], "partition": job.input.get("partition", []), "code": job.input[run["code"]]},
+        seeds=list(job.seeds),
+        log=job.log,
+        threads=job.threads,
+        wildcards=job.wildcards,
+        scratch=scratch_for(output["metrics"]),
+    )
+
+
+def run_group(job) -> None:
+    """Pipeline entry of a SteFFLe training job: every run of it in turn, each by its method's entry."""
+    for i, run in enumerate(job.spec["runs"]):
+        log.info("run %d of %d: %s %s", i + 1, len(job.spec["runs"]), run["method"], run["setting"])
+        resolve(METHODS[run["method"]].entry)(run_job_of(job, i))
