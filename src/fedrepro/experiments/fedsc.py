@@ -546,6 +546,38 @@ def more_seeds_errors(config: dict) -> list[str]:
     return errors
 
 
+def figure2_cells(config: dict) -> list[dict]:
+    """kNN curves of FedSC (eps = inf) and FedAvg+SC, full participation."""
+    section = config[PAPER]
+    cells = []
+    for dataset in section["tables"]["figure2"]["datasets"]:
+        ds = section["datasets"][dataset]
+        panel = DATASET_NAMES.get(dataset, dataset)
+        cells += _cells(
+            config,
+            dataset,
+            PROPOSED,
+            fedsc_settings(ds)[("full", "inf", None)],
+            short_name(PROPOSED),
+            panel,
+            "metrics.parquet",
+        )
+        cells += _cells(config, dataset, NO_SHARING, "full", short_name(NO_SHARING), panel, "metrics.parquet")
+    return cells
+
+
+def privacy_cells(config: dict) -> list[dict]:
+    """Summaries of every private FedSC run (realised T_j and epsilons)."""
+    section = config[PAPER]
+    cells = []
+    for dataset in enabled_datasets(section):
+        ds = section["datasets"][dataset]
+        for tag in sorted(set(fedsc_settings(ds).values())):
+            if not tag.endswith("epsinf"):
+                cells += _cells(config, dataset, PROPOSED, tag, tag, dataset, "summary.json")
+    return cells
+
+
 # ----------------------------------------------------------------------------- the offline stand-ins
 
 STANDIN_TABLE = "table3"  # its probe table: FedAvg+SC, FedSC at each eps and at eps = inf, the untrained encoder
