@@ -223,10 +223,36 @@ def test_standin_plans_its_own_runs_and_the_claims_of_tables_2_and_3():
     assert ("Centralized SC > untrained encoder (Table 2)", "textures 10/10") in names
     assert len(claims) == len(names) == 22
     seeds = {f"s{s}" for s in standin["seeds"]}
+    more = "s" + "_".join(str(s) for s in standin["more_seeds"]["seeds"])
     for c in claims:
-        assert {x["path"].split("/")[-2] for x in c["a"]} == seeds  # every seed of the stand-in, paired
+        for side in "ab":  # every seed of the stand-in, paired, and the extra seeds on both sides if named
+            assert {x["path"].split("/")[-2] for x in c[side]} == seeds | ({more} if c.get("more_seeds") else set())
         assert c["dataset"] == c["column"].split(" ")[0] and c["kind"] in plan_kinds()
     assert plan.check(config) == []
+
+
+def test_standin_more_seeds_name_stand_in_claims_and_leave_the_default_run_alone():
+    """`standin.more_seeds` gives its seeds to the stand-in claims it names (Table 3's private-vs-untrained
+    rows included), on both sides; the default run's claims keep `fedsc.more_seeds`; a claim the stand-ins
+    do not make is an error naming `fedsc.standin.more_seeds`."""
+    config = _config()
+    config["fedsc"]["standin"]["more_seeds"] = {
+        "seeds": [7, 8],
+        "claims": [
+            {"claim": "FedSC (ε=6, δ=0.01) > untrained encoder (Table 3)", "dataset": "textures", "participation": "full"}
+        ],
+    }
+    assert plan.check(config) == []
+    named = [c for c in plan.standin_claims(config) if c.get("more_seeds")]
+    assert [(c["claim"], c["column"]) for c in named] == [
+        ("FedSC (ε=6, δ=0.01) > untrained encoder (Table 3)", "textures 10/10")
+    ]
+    assert [c["path"].split("/")[-2] for c in named[0]["b"]] == ["s0", "s1", "s2", "s7_8"]
+    assert {tuple(c.get("more_seeds", [])) for c in plan.claims(config) if c.get("more_seeds")} == {
+        tuple(config["fedsc"]["more_seeds"]["seeds"])
+    }
+    config["fedsc"]["standin"]["more_seeds"]["claims"][0]["dataset"] = "digits"
+    assert any(e.startswith("fedsc.standin.more_seeds.claims: no claim") for e in plan.check(config))
 
 
 def plan_kinds():

@@ -526,13 +526,13 @@ def _selector(claim: dict) -> tuple[str, str, str]:
     return (claim["claim"], claim["dataset"], claim["participation"])
 
 
-def more_seeds_errors(config: dict) -> list[str]:
+def more_seeds_errors(config: dict, private_vs_untrained: bool = False) -> list[str]:
     """Every claim `more_seeds.claims` names is one of the claims table's, and its seeds are not the section's."""
     section = config[PAPER]
     more = section.get("more_seeds") or {}
     if not more:
         return []
-    known = {_selector(c) for c in claims(config)}
+    known = {_selector(c) for c in claims(config, private_vs_untrained)}
     errors = [
         f"{PAPER}.more_seeds.claims: no claim {c['claim']!r} on {c['dataset']} at {c['participation']} "
         "participation; allowed there: "
@@ -593,15 +593,16 @@ def standin_config(config: dict) -> dict | None:
     """The config that plans the stand-ins' runs, probe table and claims (target `fedsc_standin`): the
     fedsc section restricted to `standin`'s data sets, seeds, rounds, local epochs (Centralized SC's too) and
     methods, with
-    Table 2 and Table 3 (at `standin.eps`, `standin.delta`) on each data set, and without `more_seeds`
-    (the default run's). None without `standin`."""
+    Table 2 and Table 3 (at `standin.eps`, `standin.delta`) on each data set, and `standin.more_seeds` in
+    place of the default run's `more_seeds`. None without `standin`."""
     section = config[PAPER]
     standin = section.get("standin")
     if not standin:
         return None
     names = standin_datasets(config)
     stand = {
-        **{k: v for k, v in section.items() if k != "more_seeds"},
+        **section,
+        "more_seeds": standin.get("more_seeds"),
         "seeds": standin["seeds"],
         "seeds_per_job": standin["seeds_per_job"],
         "run_datasets": names,
@@ -728,6 +729,12 @@ def standin_errors(config: dict) -> list[str]:
         dp_table_cells(standin_config(config), STANDIN_TABLE)
     except ValueError as err:
         errors.append(f"{where}: {err}")
+    if errors:
+        return errors
+    errors = [
+        e.replace(f"{PAPER}.more_seeds", f"{where}.more_seeds")
+        for e in more_seeds_errors(standin_config(config), private_vs_untrained=True)
+    ]
     return errors or ablation_errors(config)
 
 
