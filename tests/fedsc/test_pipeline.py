@@ -239,7 +239,11 @@ def test_standin_more_seeds_name_stand_in_claims_and_leave_the_default_run_alone
     config["fedsc"]["standin"]["more_seeds"] = {
         "seeds": [7, 8],
         "claims": [
-            {"claim": "FedSC (ε=6, δ=0.01) > untrained encoder (Table 3)", "dataset": "textures", "participation": "full"}
+            {
+                "claim": "FedSC (ε=6, δ=0.01) > untrained encoder (Table 3)",
+                "dataset": "textures",
+                "participation": "full",
+            }
         ],
     }
     assert plan.check(config) == []
