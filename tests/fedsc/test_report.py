@@ -317,3 +317,11 @@ def test_ablation_table_pairs_each_variant_with_its_run_and_with_fedavg_sc(tmp_p
     assert frame.loc["FedSC ε=∞", "vs the run it changes"] == ""
     assert frame.loc["FedSC ε=∞", "vs FedAvg+SC"] == "FedAvg+SC: holds: +3.00 [+0.52, +5.48], 3/3 seeds"
     assert frame.loc["FedAvg+SC", "vs FedAvg+SC"] == ""
+    assert set(frame["health"]) == {"ok"}
+    collapsed = _write_run(
+        tmp_path / "collapsed", {0: 0.2, 1: 0.2, 2: 0.2}, {s: ("collapsed", "rank 1") for s in range(3)}
+    )
+    cells[2] = {**cells[2], "path": collapsed}
+    frame = claims_report.ablation_frame(cells, {"shapes": 0.1}).set_index("run")
+    assert frame.loc["FedSC ε=∞, mu1", "health"].startswith("collapsed: ")
+    assert frame.loc["FedSC ε=∞, mu1", "vs FedAvg+SC"].startswith("FedAvg+SC: not tested")

@@ -198,6 +198,7 @@ def ablation_frame(cells: list[dict], resolution: dict[str, float]) -> pd.DataFr
             "change": json.dumps(first.get("change", {}), sort_keys=True) if "change" in first else "",
             "per seed (%)": _per_seed(mine),
             "mean (%)": round(float(np.mean(list(mine.values()))), 2),
+            "health": "ok" if health.ok else f"{health.status}: {health.reason}",
         }
         for label, ref in (("vs the run it changes", first.get("against")), ("vs FedAvg+SC", "FedAvg+SC")):
             if ref is None or ref == row or (col, ref) not in values:
@@ -217,6 +218,8 @@ def ablation_table(job) -> None:
         "each variant changes one setting (column 'change') of the FedSC run named in its label; linear-probe "
         f"top-1 % per seed and the {verdict.TEST_NAME} of the difference in points, against the run it changes "
         "and against FedAvg+SC (differences equal within one test image go to the sign test; an inconclusive "
-        "verdict names the seeds the observed effect and spread would need)"
+        "verdict names the seeds the observed effect and spread would need); column 'health': a row whose "
+        "encoder collapsed or diverged (fedrepro.eval.health) is not tested against another, its accuracies "
+        "printed as measured"
     )
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
