@@ -141,7 +141,7 @@ def fresh_inputs(entry, out, src):
     """`code_inputs` as a new parse of the workflow computes it (the parse's caches emptied)."""
     codedeps.write_fingerprint.cache_clear()
     codedeps.closure.cache_clear()
-    codedeps.direct_imports.cache_clear()
+    codedeps.module_uses.cache_clear()
     return Path(codedeps.code_inputs(entry, out, src))
 
 
