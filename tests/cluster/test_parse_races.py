@@ -158,9 +158,7 @@ def steffle_config(results: Path) -> dict:
 
 
 def test_a_parse_with_other_code_during_a_steffle_job_leaves_no_cell_to_reuse(tmp_path):
-    a, b = checkouts(
-        tmp_path, "algorithms/steffle/jobs.py", "**{k: float(v[si, gi])", "**{k: float(v[si, gi]) + 1.0"
-    )
+    a, b = checkouts(tmp_path, "algorithms/steffle/jobs.py", "**{k: float(v[si, gi])", "**{k: float(v[si, gi]) + 1.0")
     config = steffle_config(tmp_path / "shared")
     run = Path(config["results"]) / "steffle/runs/credit/steffle/dp_N3_h0/s0_1"
     target = str(run / "metrics.parquet")
