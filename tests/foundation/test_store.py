@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import shutil
-
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +14,8 @@ import pytest
 
 import fedrepro.codedeps
 import fedrepro.store
-from fedrepro.fl.runner import run_seeds, seed_slot
 from fedrepro.codedeps import code_inputs
+from fedrepro.fl.runner import run_seeds, seed_slot
 from fedrepro.pipeline import CodeMoved, Job, record_code, scratch_for
 from fedrepro.store import KEEP_OTHERS, Store, state_of
 from tests.foundation.test_scratch import Counter, pipeline_job
