@@ -223,6 +223,13 @@ def direction_launches(step: Step) -> int:
     return count_launches(numels, buffers, kind, float(momentum))
 
 
+# `Step.optimizer` of a training step: fl/optim.py's foreach SGD (momentum 0.9, weight decay) or Adam, one
+# foreach group as on a GPU; `adam_loop` is the per-tensor Adam fl/optim.py ran before its foreach ops
+# (at 72f0df1: lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_ per tensor, 7 launches each), which the
+# FedAL rows of benchmarks/unit_costs.csv timed.
+OPTIMIZERS = ("sgd", "adam", "adam_loop")
+
+
 def count_step(step: Step) -> Work:
     """FLOPs and launches of one `step` at its batch (see the module docstring for the device).
 
@@ -265,17 +272,17 @@ def count_step(step: Step) -> Work:
                 net(x)
     else:
         net.train()
-        opt = (
-            optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=5e-4)
-            if step.optimizer == "sgd"
-            else optim.Adam(params, lr=1e-3)
-        )
+        if step.optimizer not in OPTIMIZERS:
+            raise ValueError(f"step optimizer {step.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        sgd = step.optimizer == "sgd"
+        opt = optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=5e-4) if sgd else optim.Adam(params, lr=1e-3)
 
         def fn():
             out = net(x)
             out.float().square().mean().backward()
             saved = optim.CPU_GROUP_ELEMENTS
-            optim.CPU_GROUP_ELEMENTS = math.inf  # one foreach group, as on a GPU
+            # one foreach group, as on a GPU; `adam_loop`: one group per tensor, the per-tensor loop
+            optim.CPU_GROUP_ELEMENTS = 0 if step.optimizer == "adam_loop" else math.inf
             try:
                 opt.step()
             finally:
