@@ -9,7 +9,8 @@ counted steps of the paper's networks at the paper's shapes (`fedrepro.experimen
 kernel launches, `benchmarks/unit_counts.csv`, written by `benchmarks/cost_counts.py` on a CPU):
 
 * seconds per unit = FLOPs x seconds per FLOP + launches x seconds per launch, two constants per
-  device fitted to the measured rows of `benchmarks/unit_costs.csv` (`cost.fit`);
+  device fitted to the measured rows of `benchmarks/unit_costs.csv` (`cost.fit`); `--overlap`: the longer
+  of the two times instead of their sum (the device computing while the host launches), fitted the same way;
 * a run on a measured pool (same paper, unit, data set and model) takes that row's seconds, scaled by
   the model's ratio of its work to the work of the run the row measured (another method, another
   participation, another number of clients): "measured" in the report; the most specific row wins
@@ -422,8 +423,9 @@ def row_works(jobs: list[Job], costs: list[Cost]) -> dict[Cost, Work]:
     return out
 
 
-def price(planned: dict, costs: list[Cost], device: str = DEVICE) -> Constants:
-    """Fit the device's constants to its measured rows and price every job (module docstring)."""
+def price(planned: dict, costs: list[Cost], device: str = DEVICE, overlap: bool = False) -> Constants:
+    """Fit the device's constants to its measured rows and price every job (module docstring); `overlap`:
+    a unit takes the longer of its FLOP and launch times instead of their sum (`cost.Constants`)."""
     jobs_ = [j for per in planned.values() for j in per["all runs"]]
     rows = [c for c in costs if c.device == device]
     measured = row_works(jobs_, rows)
@@ -431,7 +433,7 @@ def price(planned: dict, costs: list[Cost], device: str = DEVICE) -> Constants:
     for c in rows:
         if c in measured:
             newest[(c.paper, c.unit, c.dataset, c.model, c.method, c.setting)] = c
-    constants = fit([(measured[c], c.seconds) for c in newest.values()], device)
+    constants = fit([(measured[c], c.seconds) for c in newest.values()], device, overlap)
     factors = paper_factors(constants, [(c.paper, measured[c], c.seconds) for c in newest.values()])
     for job in {id(j): j for per in planned.values() for jobs_ in per.values() for j in jobs_}.values():
         job.floor_per_unit = constants.floor(job.work)
@@ -698,7 +700,9 @@ def plan(
     return plan_and_constants(config, costs, counts)[0]
 
 
-def plan_and_constants(config: dict, costs: list[Cost] | None = None, counts: Counts | None = None):
+def plan_and_constants(
+    config: dict, costs: list[Cost] | None = None, counts: Counts | None = None, overlap: bool = False
+):
     """(`plan`, the fitted constants); steps missing from the counts table are counted here first
     (seconds each on the meta device; `benchmarks/cost_counts.py` stores them)."""
     costs = load_costs() if costs is None else costs
@@ -715,7 +719,7 @@ def plan_and_constants(config: dict, costs: list[Cost] | None = None, counts: Co
                 raise ValueError(f"cannot count the step {key} ({type(error).__name__}: {error})") from error
         counts.missing.clear()
         planned = jobs(config, counts)
-    return planned, price(planned, costs)
+    return planned, price(planned, costs, overlap=overlap)
 
 
 RUNTIME_MARGIN = 10  # the planner's costs are coarse (GPU rows, scaled): warn an order of magnitude out
@@ -811,7 +815,9 @@ def report(planned: dict, costs: list[Cost], constants: Constants | None = None)
             f"Model constants ({device}, fitted to the measured rows below): "
             f"{constants.achieved_flops / 1e12:,.1f} TFLOP/s achieved "
             f"({100 * constants.achieved_fraction:.1f} % of the {device} dense bf16 peak), "
-            f"{constants.seconds_per_launch * 1e6:.1f} us per kernel launch. Per-paper factors (measured / model "
+            f"{constants.seconds_per_launch * 1e6:.1f} us per kernel launch, "
+            + ("the longer of FLOP and launch time (--overlap)" if constants.overlap else "FLOP and launch time added")
+            + ". Per-paper factors (measured / model "
             "on the paper's rows; they scale the paper's runs on pools without a row): "
             + ", ".join(f"{p} {f:.2f}" for p, f in sorted(constants.paper_factors.items()))
             + ".",
@@ -836,11 +842,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", nargs="*", default=[], help="top-level key=value overrides")
     parser.add_argument("--costs", default=str(COSTS), help="table of measured seconds per unit")
+    parser.add_argument(
+        "--overlap", action="store_true", help="price a unit as max(FLOP time, launch time), not their sum"
+    )
     args = parser.parse_args(argv)
     configfiles = args.configfile if args.configfile[0].endswith("config.yaml") else ["config.yaml", *args.configfile]
     config = load_config(configfiles, args.config)
     costs = load_costs(Path(args.costs))
-    planned, constants = plan_and_constants(config, costs)
+    planned, constants = plan_and_constants(config, costs, overlap=args.overlap)
     print(report(planned, costs, constants))
     return 0
 

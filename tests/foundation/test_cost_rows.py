@@ -13,7 +13,7 @@ import pytest
 
 from fedrepro import plan
 from fedrepro.experiments import cost
-from fedrepro.experiments.cost import Step
+from fedrepro.experiments.cost import Constants, Step, Work
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,3 +129,37 @@ def test_the_fedsc_row_is_its_eps_inf_runs_count(paper_config, counts):
     assert float(row["flops"]) == pytest.approx(work.flops, rel=1e-5)
     assert float(row["launches"]) == pytest.approx(work.launches, rel=1e-5)
     assert 10.5e15 < float(row["flops"]) < 10.7e15
+
+
+# ------------------------------------------------------------------------------------ the overlap model
+def test_the_overlap_model_takes_the_longer_of_flop_and_launch_time():
+    additive, overlap = Constants(1 / 100e12, 20e-6), Constants(1 / 100e12, 20e-6, overlap=True)
+    flop_bound, launch_bound = Work(1e15, 1e4), Work(1e12, 1e5)  # 10 s vs 0.2 s; 0.01 s vs 2 s
+    assert overlap.seconds(flop_bound) == pytest.approx(10.0) and overlap.seconds(launch_bound) == pytest.approx(2.0)
+    assert additive.seconds(flop_bound) == pytest.approx(10.2) and additive.seconds(launch_bound) == pytest.approx(2.01)
+
+
+def test_the_overlap_fit_recovers_the_constants_of_its_points():
+    """Points made by the overlap model, FLOP-bound and launch-bound ones, give back its constants; the
+    additive fit of the same points does not."""
+    truth = Constants(1 / 140e12, 35e-6, overlap=True)
+    works = [Work(1e16, 2e5), Work(3e15, 5e4), Work(1e13, 2e5), Work(5e12, 3e4)]
+    points = [(w, truth.seconds(w)) for w in works]
+    got = cost.fit(points, overlap=True)
+    assert got.overlap
+    assert got.seconds_per_flop == pytest.approx(truth.seconds_per_flop, rel=1e-3)
+    assert got.seconds_per_launch == pytest.approx(truth.seconds_per_launch, rel=1e-3)
+    assert cost.relative_error(got, points) < 1e-8 < cost.relative_error(cost.fit(points), points)
+
+
+def test_the_planner_prices_with_the_overlap_model_when_asked(paper_config):
+    """`python -m fedrepro.plan --overlap`: the constants fitted and every job priced with max(); DPZV (Amazon's
+    BERT: large kernels whose time hides the launches) costs clearly less than under the additive model."""
+    costs = plan.load_costs()
+    planned, additive = plan.plan_and_constants(paper_config, costs)
+    sums = {p: sum(j.gpu_hours for j in per["all runs"]) for p, per in planned.items()}
+    planned, overlap = plan.plan_and_constants(paper_config, costs, overlap=True)
+    maxes = {p: sum(j.gpu_hours for j in per["all runs"]) for p, per in planned.items()}
+    assert overlap.overlap and not additive.overlap
+    assert "the longer of FLOP and launch time" in plan.report(planned, costs, overlap)
+    assert maxes["dpzv"] < 0.9 * sums["dpzv"]  # Amazon's BERT: large kernels, launches hidden
