@@ -112,6 +112,7 @@ def finish(fig, scale: str) -> None:
     merge_same_legends(fig, renderer)
     for _ in range(LAYOUT_PASSES):
         fig.canvas.draw()
+        _thin_x_ticks(fig, renderer)
         for text, room in _wrapped_texts(fig):
             text.set_text(wrap(raw[text], text.get_fontproperties(), room, renderer))
         _place_caption(fig, renderer, height)
@@ -180,9 +181,47 @@ def _integer_ticks(fig) -> None:
                 axis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 5, 10], integer=True))
 
 
+def _thin_x_ticks(fig, renderer) -> None:
+    """Fewer ticks on an automatically ticked x axis whose labels come closer than one label height."""
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in fig.axes:
+        axis = ax.xaxis
+        if not ax.get_visible() or not isinstance(axis.get_major_locator(), MaxNLocator):
+            continue
+        low, high = sorted(axis.get_view_interval())
+        ticks = zip(axis.get_major_ticks(), axis.get_majorticklocs())
+        boxes = [t.label1.get_window_extent(renderer) for t, at in ticks if low <= at <= high and t.label1.get_text()]
+        if len(boxes) < 2:
+            continue
+        room = max(b.width for b in boxes) + max(b.height for b in boxes)
+        spacing = min(abs(b.x0 - a.x0) for a, b in zip(boxes, boxes[1:]))
+        if spacing < room:
+            axis.get_major_locator().set_params(nbins=max(1, int((len(boxes) - 1) * spacing / room)))
+
+
 # ---------------------------------------------------------------------------------- legends
 def legend_entries(legend) -> tuple:
     return legend.get_title().get_text(), tuple(t.get_text() for t in legend.get_texts())
+
+
+def shared_legend(axes) -> None:
+    """One legend for all `axes`, with each label drawn in them once (in the order first drawn), in the
+    top right panel (placed when saved: in a free corner, else beside the panel); the others' removed."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    shown = [ax for ax in axes if ax.get_visible()]
+    if entries and shown:
+        top_right(shown).legend(list(entries.values()), list(entries))
+
+
+def top_right(axes):
+    """The panel of `axes` furthest right, the top one among those."""
+    return max(axes, key=lambda ax: (round(ax.get_position().x0, 3), ax.get_position().y1))
 
 
 def merge_same_legends(fig, renderer) -> None:
@@ -192,8 +231,8 @@ def merge_same_legends(fig, renderer) -> None:
     if len(legends) < 2 or len({legend_entries(legend) for legend in legends}) > 1:
         return
     fig.canvas.draw()
-    top_right = max(legends, key=lambda legend: (legend.axes.get_position().x0, legend.axes.get_position().y1))
-    keep = next((legend for legend in legends if free_corner(legend, renderer)), top_right)
+    keep = next((legend for legend in legends if free_corner(legend, renderer)), None)
+    keep = keep or top_right([legend.axes for legend in legends]).get_legend()
     for legend in legends:
         if legend is not keep:
             legend.remove()
