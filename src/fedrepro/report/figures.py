@@ -263,12 +263,22 @@ def free_corner(legend, renderer) -> str | None:
     points, regions = data_of(legend.axes)
     free = []
     for order, corner in enumerate(CORNERS):
-        legend.set_bbox_to_anchor(None)
-        legend.set_loc(corner)
-        box = legend.get_window_extent(renderer).padded(LEGEND_MARGIN_PX)
+        box = corner_box(legend, corner, renderer).padded(LEGEND_MARGIN_PX)
         if not box.count_contains(points):
             free.append((_covers_region(box, regions), order, corner))
     return min(free)[2] if free else None
+
+
+def corner_box(legend, corner: str, renderer):
+    """Where `legend` would lie (pixels) at `corner` of its panel, as matplotlib anchors it there."""
+    from matplotlib.transforms import Bbox
+
+    width, height = legend.get_window_extent(renderer).size
+    pad = legend.borderaxespad * renderer.points_to_pixels(legend.prop.get_size_in_points())
+    panel = legend.axes.bbox
+    x0 = panel.x1 - pad - width if "right" in corner else panel.x0 + pad
+    y0 = panel.y1 - pad - height if "upper" in corner else panel.y0 + pad
+    return Bbox.from_bounds(x0, y0, width, height)
 
 
 def twins(ax) -> list:
