@@ -56,12 +56,20 @@ def _baseline_bound(label: str, known: float, sent: float) -> str:
 
 
 def dpzv(table: pd.DataFrame) -> pd.DataFrame:
-    dpzv_rows = table["label"] == "DPZV"
+    from fedrepro.report.dpzv import SOUND_LABEL
+
+    dpzv_rows = table["label"].isin(["DPZV", SOUND_LABEL])
     # DPZV: the pooled clients' known-batch bound, and the label channel (inf for the raw-label head);
     # the baselines: the server's bound for one client's slice for what the code sends (eps_sent_one_client)
     bound = table["eps_known_pooled"].where(dpzv_rows, table["eps_known_one_client"])
-    sound = table.get("eps_pld_sound", pd.Series(float("nan"), index=table.index))
-    sent = table.get("eps_sent_one_client", pd.Series(float("nan"), index=table.index))
+    nan = pd.Series(float("nan"), index=table.index)
+    sound, sent = table.get("eps_pld_sound", nan), table.get("eps_sent_one_client", nan)
+    # issue 39: each run against both common adversaries (a table from before the columns: the text above)
+    server, clients = table.get("eps_vs_server", nan), table.get("eps_vs_clients", nan)
+    texts = [
+        f"{b:.3g} known batch; label channel {s:.3g}" if d else _baseline_bound(label, b, e)
+        for b, s, e, d, label in zip(bound, sound, sent, dpzv_rows, table["label"])
+    ]
     return pd.DataFrame(
         {
             "paper": "DPZV",
@@ -71,10 +79,11 @@ def dpzv(table: pd.DataFrame) -> pd.DataFrame:
             "eps_label": table["eps"],
             "paper_accounting": table["eps_pld"],
             "bound_for_what_is_sent": [
-                f"{b:.3g} known batch; label channel {s:.3g}" if d else _baseline_bound(label, b, e)
-                for b, s, e, d, label in zip(bound, sound, sent, dpzv_rows, table["label"])
+                t if pd.isna(v) else f"vs clients (a label) {c:.3g}; vs server (a feature slice) {v:.3g}"
+                for t, v, c in zip(texts, server, clients)
             ],
             "adversary": table["adversary"],
+            "unit": table.get("protects", nan),  # what the noise protects and the privacy unit
         }
     )
 
@@ -134,7 +143,15 @@ def epsilons(results: str | Path) -> pd.DataFrame:
     )
 
 
-DPZV_SUMMARY_KEYS = ("eps", "eps_pld", "eps_known_pooled", "eps_known_one_client", "eps_sent_one_client")
+DPZV_SUMMARY_KEYS = (
+    "eps",
+    "eps_pld",
+    "eps_known_pooled",
+    "eps_known_one_client",
+    "eps_sent_one_client",
+    "eps_vs_server",
+    "eps_vs_clients",
+)
 DPZV_SUMMARY_COLUMNS = ["dataset", "label", "adversary", "clip", *DPZV_SUMMARY_KEYS, "eps_pld_sound"]
 
 
@@ -154,6 +171,7 @@ def _dpzv_from_summaries(record: dict) -> pd.DataFrame:
     folder names its epsilon and clip (`eps1-C10`; a baseline's `eps1` has no C)."""
     from fedrepro.algorithms.dpzv import METHODS
     from fedrepro.privacy.dpzv import THREAT_MODELS, threat_model
+    from fedrepro.report.dpzv import SOUND_LABEL
 
     rows = []
     for path, values in record.items():
@@ -165,11 +183,11 @@ def _dpzv_from_summaries(record: dict) -> pd.DataFrame:
         rows.append(
             {
                 "dataset": dataset,
-                "label": METHODS[method].label,
+                "label": SOUND_LABEL if cell.endswith("-sound") else METHODS[method].label,
                 "adversary": (THREAT_MODELS[method] if method != "dpzv" else threat_model("dpzv")).adversary,
-                "clip": float(cell.split("-C")[1]) if "-C" in cell else float("nan"),
+                "clip": float(cell.split("-C")[1].split("-")[0]) if "-C" in cell else float("nan"),  # eps1-C10[-sound]
                 **{k: privacy.get(k, float("nan")) for k in DPZV_SUMMARY_KEYS},
-                "eps_pld_sound": float("inf") if method == "dpzv" else float("nan"),
+                "eps_pld_sound": privacy.get("eps_pld_sound", float("inf")) if method == "dpzv" else float("nan"),
             }
         )
     table = pd.DataFrame(rows, columns=DPZV_SUMMARY_COLUMNS)

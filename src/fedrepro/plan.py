@@ -559,7 +559,7 @@ def _dpzv_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
         jobs = []
         for run in runs:
             units = run.spec["epochs"] * len(run.spec.get("variants", [None]))
-            for tag in tags:
+            for tag in run.seeds or tags:
                 key = (run.dataset, run.method, run.setting, tag)
                 if key not in by_key:
                     work = dpzv_work(config, run, counts)

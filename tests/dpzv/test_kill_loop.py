@@ -103,13 +103,16 @@ def test_batch_larger_than_the_training_set_is_rejected(tiny_data):
     DPZV(tiny_data, tiny_settings(batch_size=tiny_data.num_train, extra=SGD_SERVER), seed=0)
 
 
-def test_table_starts_with_every_clients_initial_embeddings_or_zeros(tiny_data):
-    algo = DPZV(tiny_data, tiny_settings(eval_batch=5, extra=SGD_SERVER), seed=0)
+def test_table_starts_at_zeros_or_with_every_clients_uploaded_initial_embeddings(tiny_data):
+    algo = DPZV(tiny_data, tiny_settings(table_init="forward", eval_batch=5, extra=SGD_SERVER), seed=0)
     with torch.no_grad():
         for client in algo.clients:
             assert torch.allclose(algo.server.table[:, client.index], client.model(client.x), atol=1e-6)
-    zeros = DPZV(tiny_data, tiny_settings(table_init="zeros", extra=SGD_SERVER), seed=0)
-    assert not zeros.server.table.any()
+    uploads = [m for m in algo.wire.messages if m.kind == "initial_embeddings"]
+    assert [m.sender for m in uploads] == [c.name for c in algo.clients]
+    assert sum(m.numel for m in uploads) == algo.server.table.numel()
+    zeros = DPZV(tiny_data, tiny_settings(extra=SGD_SERVER), seed=0)  # the default
+    assert not zeros.server.table.any() and not zeros.wire.messages
 
 
 def test_server_inputs_replace_one_slot_without_touching_the_table(tiny_data):

@@ -146,3 +146,50 @@ def test_check_reports_missing_learning_rates_and_datasets(config):
     errors = plan.check(config)
     assert any("digits.lr lacks vafl" in e for e in errors)
     assert any("'mnist'" in e for e in errors)
+
+
+# ------------------------------------------------------------------------------------ issues 39 and 44
+
+
+def test_the_sound_row_runs_beside_the_papers_at_its_labels(config):
+    """dpzv.sound: digits DPZV at eps 1 and 10 with dp_head and the secret subsample, named -sound, beside the
+    paper's variants of the same job; the baselines and the other data sets get none."""
+    runs = plan.runs(config)
+    sound = [v for r in runs for v in r.spec["variants"] if v.get("calibration") == "sound"]
+    assert sorted(v["eps"] for v in sound) == [1.0, 10.0]
+    assert all(v["label_privacy"] == "dp_head" and v["batch"] == "secret_subsample" and v["clip"] == 10 for v in sound)
+    digits = next(r for r in runs if r.key[:2] == ("digits", "dpzv"))
+    assert "eps1-C10-sound" in digits.setting.split("+") and "eps1-C10" in digits.setting.split("+")
+    assert not any(v.get("calibration") for r in runs if r.key[:2] != ("digits", "dpzv") for v in r.spec["variants"])
+
+
+def test_more_seeds_run_only_the_chosen_cells_and_merge_at_paper_scale(config, paper_config):
+    config["dpzv"]["more_seeds"] = [{"dataset": "digits", "methods": ["dpzv", "vafl"], "eps": ["inf"], "seeds": [3, 4]}]
+    extra = {r.key: r for r in plan.runs(config) if r.seeds}
+    assert set(extra) == {("digits", "dpzv", "epsinf-C10"), ("digits", "vafl", "epsinf")}  # C = the shared clip
+    assert all(r.seeds == ("s3_4",) for r in extra.values())
+    assert len(plan.runs(config)) == len({r.key for r in plan.runs(config)})
+    paper = copy.deepcopy(paper_config)
+    paper["dpzv"]["more_seeds"] = [{"dataset": "mnist", "methods": ["vafl"], "eps": ["inf"], "seeds": [3]}]
+    merged = [r for r in plan.runs(paper) if r.seeds]
+    assert [(r.key, r.seeds) for r in merged] == [(("mnist", "vafl", "epsinf"), ("s0", "s1", "s2", "s3"))]
+    assert len(plan.runs(paper)) == len(plan.runs(paper_config))  # the same jobs, one more seed job
+
+
+def test_the_paper_scale_captions_read_each_data_sets_clip_and_the_amazon_subsample(paper_config):
+    """Issue 39: the Figure 3 table prints C_h as each data set's runs read it (shared with its overrides), and
+    says that paper-scale Amazon is a 100,000 / 10,000 subsample of the 3.6 M / 0.4 M set."""
+    from fedrepro.report.dpzv import baseline_note, subsample_note
+
+    spec = plan.report_spec(paper_config, "table3")
+    read = {d: plan.method_spec(paper_config, d, "vafl")["embed_clip"] for d in paper_config["dpzv"]["figures"]["fig3"]}
+    assert spec["embed_clips"] == read == {"mnist": 1.0, "cifar10": 1.5, "modelnet40": 15, "amazon_polarity": 10}
+    note = baseline_note(spec)
+    assert "C_h = 1 (mnist), 1.5 (cifar10), 15 (modelnet40), 10 (amazon_polarity)" in note and "0.5" not in note
+    assert spec["subsamples"] == {
+        "amazon_polarity": {"n_train": 100_000, "n_test": 10_000, "full_train": 3_600_000, "full_test": 400_000}
+    }
+    assert "amazon_polarity: a uniform 100,000 / 10,000 subsample of the published 3,600,000 / 400,000" in (
+        subsample_note(spec)
+    )
+    assert plan.report_spec(paper_config, "claims")["subsamples"] == spec["subsamples"]  # the privacy caption

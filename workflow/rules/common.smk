@@ -71,7 +71,8 @@ def raw_inputs(wildcards):
 
 
 def run_folders(paper, runs):
-    return [run.folder(RESULTS, paper, tag) for run in runs for tag in seeds_of(paper)]
+    """Every run's folder per seed job: the run's own seed tags where it has them, else the paper's."""
+    return [run.folder(RESULTS, paper, tag) for run in runs for tag in (run.seeds or seeds_of(paper))]
 
 
 def train_resources(kind="train"):

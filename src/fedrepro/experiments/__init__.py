@@ -21,6 +21,7 @@ class Run:
     setting: str
     spec: dict = field(hash=False, compare=False)
     partition: str | None = None  # partition tag, when the run reads one
+    seeds: tuple[str, ...] = field(default=(), compare=False)  # its {seeds} wildcards; () = the paper's (`seed_tags`)
 
     @property
     def key(self) -> tuple[str, str, str]:

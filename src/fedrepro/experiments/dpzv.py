@@ -12,11 +12,12 @@ ZOO-VFL's pair-release rule re-runs only ZOO-VFL.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from fedrepro.algorithms import method_table
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run
+from fedrepro.experiments import Run, seed_tags
 from fedrepro.pipeline import number_tag
 
 PAPER = "dpzv"
@@ -45,11 +46,37 @@ def learning_rates(rates: dict, dataset: str, method: str) -> dict:
     raise KeyError(f"dpzv.datasets.{dataset}.lr has no entry for method {method!r} and no default")
 
 
+def shared_for(config: dict, dataset: str) -> dict:
+    """`dpzv.shared` with the data set's `overrides`: the options every run on `dataset` reads."""
+    section = config[PAPER]
+    return {**section["shared"], **section["datasets"][dataset].get("overrides", {})}
+
+
+# (train, test) of the published sets a data set's options subsample (Zhang et al. 2015's Amazon Review Polarity,
+# as fedrepro.data.catalog describes it); the paper names neither a subset nor its size
+PUBLISHED_SIZES = {"amazon_polarity": (3_600_000, 400_000)}
+
+
+def subsample(config: dict, dataset: str) -> dict | None:
+    """{n_train, n_test, full_train, full_test} where the data set's options keep a subsample of a larger
+    published set (paper-scale Amazon Review Polarity), else None: D sets q = B/D and sigma."""
+    from fedrepro.data.prepared import resolve_options
+
+    full = PUBLISHED_SIZES.get(dataset)
+    if full is None:
+        return None
+    options = resolve_options(dataset, (config.get("datasets") or {}).get(dataset))
+    kept = (options.get("n_train") or full[0], options.get("n_test") or full[1])
+    if kept == tuple(full):
+        return None
+    return {"n_train": kept[0], "n_test": kept[1], "full_train": full[0], "full_test": full[1]}
+
+
 def method_spec(config: dict, dataset: str, method: str) -> dict:
     """Every setting one (data set, method) reads, shared + dataset + method learning rates."""
     section = config[PAPER]
     data_cfg = section["datasets"][dataset]
-    shared = {**section["shared"], **data_cfg.get("overrides", {})}
+    shared = shared_for(config, dataset)
     lr = learning_rates(data_cfg["lr"], dataset, method)
     model = data_cfg["model"]
     spec = {
@@ -74,12 +101,24 @@ def method_spec(config: dict, dataset: str, method: str) -> dict:
     return spec
 
 
-def _variant(method: str, eps, clip) -> tuple:
-    return (float(eps), float(clip) if method == "dpzv" else None)
+PAPER_CALIBRATION, SOUND = "paper", "sound"
+
+
+def _variant(method: str, eps, clip, calibration: str = PAPER_CALIBRATION) -> tuple:
+    return (float(eps), float(clip) if method == "dpzv" else None, calibration)
+
+
+def sound_variants(config: dict, dataset: str, method: str) -> set[tuple]:
+    """DPZV's sound calibration (`dpzv.sound`: the head by DP-SGD and the server's secret subsample, calibrated
+    against the pooled clients) at its labels, beside the paper's row (issue 39)."""
+    sound = config[PAPER].get("sound") or {}
+    if method != "dpzv" or dataset not in sound.get("datasets", []):
+        return set()
+    return {_variant(method, e, config[PAPER]["shared"]["clip"], SOUND) for e in sound["eps"]}
 
 
 def variants_needed(config: dict, dataset: str, method: str) -> list[tuple]:
-    """(eps, clip) pairs of one data set and method over every figure, sorted."""
+    """(eps, clip, calibration) of one data set and method over every figure, sorted."""
     section = config[PAPER]
     figs = section["figures"]
     clip = float(section["shared"]["clip"])
@@ -92,23 +131,28 @@ def variants_needed(config: dict, dataset: str, method: str) -> list[tuple]:
         wanted.add(_variant(method, fig2[dataset], clip))
     if method == "dpzv":
         if dataset in figs.get("fig4", {}).get("datasets", []):
-            wanted |= {(math.inf, clip), (math.inf, math.inf)}
+            wanted |= {_variant(method, math.inf, clip), _variant(method, math.inf, math.inf)}
         fig5 = figs.get("fig5", {})
         if dataset in fig5.get("datasets", []):
-            wanted |= {(float(fig5["eps"]), float(c)) for c in fig5["clips"]}
-    return sorted(wanted, key=lambda v: (v[0], v[1] if v[1] is not None else 0.0))
+            wanted |= {_variant(method, fig5["eps"], c) for c in fig5["clips"]}
+    wanted |= sound_variants(config, dataset, method)
+    return sorted(wanted, key=lambda v: (v[0], v[1] if v[1] is not None else 0.0, v[2]))
 
 
-def variant_spec(eps: float, clip) -> dict:
+def variant_spec(eps: float, clip, calibration: str = PAPER_CALIBRATION, options: dict | None = None) -> dict:
+    """A variant as its job reads it; the sound calibration carries `dpzv.sound.options`."""
     out = {"eps": _eps_value(eps)}
     if clip is not None:
         out["clip"] = "inf" if clip == math.inf else clip
+    if calibration != PAPER_CALIBRATION:
+        out.update(options or {}, calibration=calibration)
     return out
 
 
-def variant_tag(eps: float, clip) -> str:
+def variant_tag(eps: float, clip, calibration: str = PAPER_CALIBRATION) -> str:
     tag = f"eps{number_tag(eps)}"
-    return tag if clip is None else f"{tag}-C{number_tag(clip)}"
+    tag = tag if clip is None else f"{tag}-C{number_tag(clip)}"
+    return tag if calibration == PAPER_CALIBRATION else f"{tag}-{calibration}"
 
 
 def fig2_panels(config: dict) -> dict:
@@ -136,18 +180,53 @@ def runs(config: dict) -> list[Run]:
             variants = variants_needed(config, dataset, method)
             spec = method_spec(config, dataset, method)
             for i in range(0, len(variants), per_job):
-                group = variants[i : i + per_job]
-                setting = "+".join(variant_tag(*v) for v in group)
-                out.append(
-                    Run(
-                        dataset,
-                        method,
-                        setting,
-                        {**spec, "variants": [variant_spec(*v) for v in group]},
-                        partition_tag(section["datasets"][dataset]),
-                    )
-                )
+                out.append(_run(config, dataset, method, spec, variants[i : i + per_job]))
+    by_key = {run.key: run for run in out}
+    for run in more_seed_runs(config, out):
+        if run.key in by_key:  # a second item on the same cells: both items' seeds
+            run = dataclasses.replace(run, seeds=tuple(dict.fromkeys((*by_key[run.key].seeds, *run.seeds))))
+        by_key[run.key] = run
+    return list(by_key.values())
+
+
+def _run(config: dict, dataset: str, method: str, spec: dict, group: list[tuple], seeds: tuple = ()) -> Run:
+    options = (config[PAPER].get("sound") or {}).get("options")
+    return Run(
+        dataset,
+        method,
+        "+".join(variant_tag(*v) for v in group),
+        {**spec, "variants": [variant_spec(*v, options=options) for v in group]},
+        partition_tag(config[PAPER]["datasets"][dataset]),
+        seeds,
+    )
+
+
+def more_seed_runs(config: dict, planned: list[Run]) -> list[Run]:
+    """Issue 44: the cells of `dpzv.more_seeds` (claims that a few more seeds would decide) run these seeds too,
+    one job per (data set, method) holding just those variants; a job whose setting the plan already has takes
+    them as extra seed jobs of that run instead (paper scale: one variant per job)."""
+    section = config[PAPER]
+    taken = {r.key: r for r in planned}
+    per_job = section.get("variants_per_job", 1)
+    out = []
+    for item in section.get("more_seeds") or []:
+        tags = tuple(seed_tags({"seeds": item["seeds"], "seeds_per_job": section.get("seeds_per_job", 1)}))
+        clip = float(item.get("clip", section["shared"]["clip"]))
+        for method in item["methods"]:
+            picked = [v for v in variants_needed(config, item["dataset"], method) if _picked(v, item["eps"], clip)]
+            spec = method_spec(config, item["dataset"], method)
+            for i in range(0, len(picked), per_job):
+                run = _run(config, item["dataset"], method, spec, picked[i : i + per_job], tags)
+                if run.key in taken:
+                    run = dataclasses.replace(taken[run.key], seeds=(*seed_tags(section), *tags))
+                out.append(run)
     return out
+
+
+def _picked(variant: tuple, eps: list, clip: float) -> bool:
+    """A paper-calibration variant at one of `eps` (DPZV's at clip C, the item's or the shared one)."""
+    value, variant_clip, calibration = variant
+    return calibration == PAPER_CALIBRATION and any(float(e) == value for e in eps) and variant_clip in (None, clip)
 
 
 def runs_for(all_runs: list[Run], datasets, methods, eps=None, clip=None) -> list[Run]:
@@ -270,7 +349,7 @@ REPORT_JOBS = {
         "stem": "fig3_accuracy",
         "runs": "fig3",
         "files": ("summaries",),
-        "keys": ("scale", "decimals", "delta", "clip", "embed_clip", "server_updates"),
+        "keys": ("scale", "decimals", "delta", "clip", "embed_clips", "subsamples", "server_updates"),
         "figures": ("fig3",),
     },
     "table6": {
@@ -286,7 +365,7 @@ REPORT_JOBS = {
         "runs": "claims",
         "files": ("summaries", "metrics"),
         "memory": "memory",
-        "keys": ("scale", "decimals", "clip", "methods", "server_updates"),
+        "keys": ("scale", "decimals", "clip", "methods", "server_updates", "subsamples"),
         "figures": ("fig3", "fig4", "fig5"),
     },
 }
@@ -309,6 +388,7 @@ def report_spec(config: dict, job: str | None = None) -> dict:
     """Every report option; with `job` (a key of REPORT_JOBS) only the options that job reads."""
     section = config[PAPER]
     figures = {**section["figures"], "fig2": fig2_panels(config)}
+    trained = [d for d in training_datasets(config) if d in section["datasets"]]
     full = {
         "scale": config["scale"],
         "decimals": config["report"]["decimals"],
@@ -316,13 +396,11 @@ def report_spec(config: dict, job: str | None = None) -> dict:
         "figures": figures,
         "methods": section["methods"],
         "clip": section["shared"]["clip"],
-        "embed_clip": section["shared"].get("embed_clip"),
         "server_update": section["shared"].get("server_update"),
-        "server_updates": {
-            d: {**section["shared"], **section["datasets"][d].get("overrides", {})}.get("server_update", "zo")
-            for d in training_datasets(config)
-            if d in section["datasets"]
-        },
+        # per data set, as the runs read them (shared with the data set's overrides)
+        "server_updates": {d: shared_for(config, d).get("server_update", "zo") for d in trained},
+        "embed_clips": {d: shared_for(config, d).get("embed_clip") for d in trained},
+        "subsamples": {d: sub for d in trained if (sub := subsample(config, d))},
     }
     if job is None:
         return full

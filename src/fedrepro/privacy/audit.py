@@ -105,7 +105,11 @@ def _best_threshold(out_scores: np.ndarray, in_scores: np.ndarray, delta: float,
         )
     eps = np.nan_to_num(np.maximum(eps, 0.0), neginf=0.0)
     i = int(np.argmax(eps))
-    return float(eps[i]), float(candidates[i])
+    # every threshold from this candidate up to the next splits these scores alike: the midpoint is the one least
+    # likely to misclassify the held-out half (at a candidate, a held-out score just above it would be a false
+    # positive: perfectly separated worlds then lost their bound)
+    upper = candidates[i + 1] if i + 1 < len(candidates) else candidates[i] + 1.0
+    return float(eps[i]), float((candidates[i] + upper) / 2)
 
 
 @dataclass(frozen=True)

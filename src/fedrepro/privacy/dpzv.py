@@ -484,6 +484,53 @@ THREAT_NOTE = (
 THREAT_SHORT = "ε: DPZV one sample's label vs the clients; baselines one sample's embedding vs the server"
 
 
+# The two adversaries every method of the DPZV family is scored against (issue 39: equal epsilon means the same
+# adversary and unit). Each method protects one of them at most: DPZV's Delta protects the labels against the
+# clients, the baselines' noise protects the features against the server.
+ADVERSARY_COLUMNS = {
+    "eps_vs_server": "the server, which sees the batch ids; unit: one client's feature slice of one training record",
+    "eps_vs_clients": "the clients pooled, who chose the batch ids; unit: one training record's label",
+}
+# what a baseline's client receives in clear each round: a function of the labels (VAFL Section 3; VFL-CZOFO's
+# cascaded estimate; ZOO-VFL's loss difference)
+CLEAR_TO_CLIENTS = {
+    "vafl": "dL/dh_m (a B x e gradient)",
+    "zoo_vfl": "the loss difference L' - L",
+    "vfl_czofo": "the zeroth-order estimate of dL/dh_m",
+}
+FORWARD_TABLE = "table_init forward: every training record's clean initial embedding reaches the server before round 1"
+
+
+def adversary_record(method: str, record: dict, label_privacy: str = "none", table_init: str = "zeros") -> dict:
+    """The epsilon of one run against each common adversary (`ADVERSARY_COLUMNS`) with why: inf wherever a
+    noise-free function of one training record reaches that adversary. `record` is the run's privacy record
+    (its `sigma`, and `eps_known_pooled` / `eps_sent_one_client` where it has them)."""
+    if not record.get("sigma", 0.0) > 0:
+        return {
+            "eps_vs_server": math.inf,
+            "why_server": "no noise",
+            "eps_vs_clients": math.inf,
+            "why_clients": "no noise",
+        }
+    if method == "dpzv":
+        out = {"eps_vs_server": math.inf, "why_server": "h+ and h- cross in clear (the paper protects no feature)"}
+        if label_privacy == "dp_head":
+            return {
+                **out,
+                "eps_vs_clients": float(record["eps_known_pooled"]),
+                "why_clients": "Delta and the head's DP-SGD on the same batch, batch ids known",
+            }
+        return {
+            **out,
+            "eps_vs_clients": math.inf,
+            "why_clients": "the head, trained on the raw labels without noise, enters every later Delta",
+        }
+    out = {"eps_vs_clients": math.inf, "why_clients": f"{CLEAR_TO_CLIENTS[method]} reaches the client in clear"}
+    if table_init == "forward":
+        return {**out, "eps_vs_server": math.inf, "why_server": FORWARD_TABLE}
+    return {**out, "eps_vs_server": float(record["eps_sent_one_client"]), "why_server": CLIENT_MODEL_LEAK[method]}
+
+
 def threat_model(method: str, label_privacy: str = "none", batch: str = "public") -> ThreatModel:
     """The threat model of one configured mechanism (a key of THREAT_MODELS)."""
     if method != "dpzv":

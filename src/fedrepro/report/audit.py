@@ -88,9 +88,12 @@ def audit_row(result, confidence: float, power: dict) -> dict:
             mu, target, result.delta, len(result.out), confidence, float(power["probability"]), int(power["trials"])
         )
 
-    scaling = detects(result.mu_attained)
-    # the adversary's epsilon is that of k Gaussians (exact GDP): its mu is the full canary's
-    full = detects(mu_from_eps_delta(target, result.delta)) if math.isfinite(target) else 0.0
+    if math.isinf(result.mu_attained):  # a release in clear: no noise to under-scale, every scaling is caught
+        scaling = full = max(stats.SCALINGS)
+    else:
+        scaling = detects(result.mu_attained)
+        # the adversary's epsilon is that of k Gaussians (exact GDP): its mu is the full canary's
+        full = detects(mu_from_eps_delta(target, result.delta)) if math.isfinite(target) else 0.0
     return {
         "mechanism": result.mechanism,
         "variant": result.variant,
@@ -116,8 +119,10 @@ def audit_row(result, confidence: float, power: dict) -> dict:
     }
 
 
-def power_limit(own: float, full: float, target: float = 0.5) -> str:
+def power_limit(own: float, full: float, target: float = 0.5, in_clear: bool = False) -> str:
     """Why a row does or does not detect sigma x `target`: its size or its canary."""
+    if in_clear:
+        return "a release in clear (mu infinite): the lower bound is the most these runs can show"
     if own >= target:
         return f"detects sigma x {target:g}"
     if full >= target:
@@ -165,7 +170,8 @@ def write_markdown(table: pd.DataFrame, path: Path, level: str, power: dict) -> 
         "bound holds) and the verdict compares the bound with it only. `eps_claimed` is the label the run "
         "carries, for the adversary named below; where that adversary is not the attacker's, it is printed, "
         "not tested. `eps_reference`: for a leaking mechanism, what the leak-free variant reaches against the "
-        "same attacker. `mu_attained`: the canary's GDP mu, measured by the noiseless replay. `detects_scaling` "
+        "same attacker. `mu_attained`: the canary's GDP mu over every release the attacker scores, measured by the "
+        "noiseless replay (inf: a release in clear, which no noise touches). `detects_scaling` "
         f"k: the smallest noise under-scaling (sigma x k, largest k) this audit refutes with probability "
         f"{power['probability']:g} (0: none down to sigma x 0.05); `detects_scaling_full_canary`: the same for a "
         "canary at the full sensitivity (the mu of `eps_reference` where a row has one, else of `eps_adversary`: the "
@@ -183,7 +189,8 @@ def write_markdown(table: pd.DataFrame, path: Path, level: str, power: dict) -> 
             f"- {row['mechanism']}, {row['variant']}: privacy unit = {row['unit']}; attacker = {row['adversary']}; "
             "eps_claimed "
             f"{_fmt(row['eps_claimed'])} is for {row['claimed_for']}. {row['note']}. Power: "
-            f"{power_limit(row['detects_scaling'], row['detects_scaling_full_canary'])}. ({row['seconds']:.0f} s)"
+            f"{power_limit(row['detects_scaling'], row['detects_scaling_full_canary'], in_clear=math.isinf(row['mu_attained']))}"
+            f". ({row['seconds']:.0f} s)"
         )
     if level == "quick":
         lines += ["", "Quick run: few runs per world, so the bounds are weak; `make audit` runs the full audit."]

@@ -16,13 +16,25 @@ Choices the paper leaves open (the ones with a name in backquotes are config key
   divisor B of DPZV's clipped mean is fixed (sensitivity 2C/B).
 * one epoch = M * floor(D/B) server rounds; T = epochs * that (the noise uses
   the T actually run).
-* the table starts with one forward pass of every initial client model
-  (`table_init: forward`; `zeros` is the alternative).
+* the table starts at zeros (`table_init: zeros`, default): a server holds no
+  embedding it has not received, and every embedding the baselines send is
+  noised. `forward` fills it with one forward pass of every initial client model,
+  an upload of every training record's clean embedding before round 1 (it goes
+  over the wire as `initial_embeddings`): outside the baselines' DP, so their
+  bound against the server then reads inf (`privacy.dpzv.adversary_record`).
+  The baselines' own sources send no clean upload either: VAFL "achieves DP by
+  adding random noise to the output of each local embedding" (DPZV Section 7), so
+  every embedding it sends is noised; the VFL-CZOFO code keeps no table (each
+  round it recomputes every client's embedding of the batch; it has no DP); no
+  ZOO-VFL code is public.
 * validation: `val: holdout` keeps a seeded 10% of the training set aside
   (default); `val: test` validates on the test set (common practice). The
   reported accuracy is the test accuracy at the evaluation with the best
   validation accuracy (the paper's "best validation model").
-* evaluation uses fresh embeddings of the current client models.
+* evaluation uses fresh embeddings of the current client models. It is the
+  harness's measurement, not part of the protocol: the held-out records'
+  embeddings reach the head outside the wire and outside every epsilon (the
+  privacy table's caption says so).
 """
 
 from __future__ import annotations
@@ -156,7 +168,7 @@ class VFLSettings:
     delta: float = 1e-3
     schedule: str = "random"
     client_weights: list | None = None
-    table_init: str = "forward"
+    table_init: str = "zeros"
     library_accountant: str = "rdp"
     record_wire: bool = False
     eval_batch: int = 512
@@ -380,8 +392,10 @@ class VFLAlgorithm:
 
     @torch.no_grad()
     def _fill_table(self) -> None:
+        """`table_init: forward`: every client uploads its initial model's clean embedding of every record."""
         for client in self.clients:
-            self.server.table[:, client.index] = self._embed_all(client, client.x)
+            sent = self.wire.send(client.name, "server", "initial_embeddings", self._embed_all(client, client.x))
+            self.server.table[:, client.index] = sent
 
     @torch.no_grad()
     def _embed_all(self, client: Client, x: torch.Tensor) -> torch.Tensor:
@@ -502,6 +516,8 @@ class VFLAlgorithm:
 
     @torch.no_grad()
     def evaluate(self, t: int) -> dict:
+        """Validation and test accuracy of the current models: the harness's measurement, off the wire (the
+        held-out records' embeddings are not messages of the protocol and no epsilon covers them)."""
         out = {}
         for split, xs, y in (("val", self.data.val, self.data.y_val), ("test", self.data.test, self.data.y_test)):
             if split == "val" and xs is self.data.test:
@@ -558,9 +574,10 @@ class VFLAlgorithm:
 
     def embedding_privacy(self, noise: dict, clear_difference: bool = False) -> dict:
         """The baselines' record: the paper-style accounting (Poisson at B/D) beside the known-batch bound
-        against the server, which receives the ids with the embeddings (`privacy.dpzv.THREAT_MODELS`), and the
-        bound for what the code sends (`privacy.dpzv.sent_record`; `clear_difference`: h' - h crosses in clear)."""
-        from fedrepro.privacy.dpzv import known_batch_record, sent_record, threat_model
+        against the server, which receives the ids with the embeddings (`privacy.dpzv.THREAT_MODELS`), the
+        bound for what the code sends (`privacy.dpzv.sent_record`; `clear_difference`: h' - h crosses in clear)
+        and the two common adversaries' columns (`privacy.dpzv.adversary_record`)."""
+        from fedrepro.privacy.dpzv import adversary_record, known_batch_record, sent_record, threat_model
 
         record = {**noise, "threat_model": threat_model(self.method).mechanism}
         if noise["sigma"] > 0:
@@ -572,6 +589,7 @@ class VFLAlgorithm:
             record.update(
                 sent_record(self.method, z, self.cfg.batch_size, busiest, self.cfg.delta, fixed, clear_difference)
             )
+        record.update(adversary_record(self.method, record, table_init=self.cfg.table_init))
         return record
 
     def summary(self) -> dict:
@@ -592,6 +610,7 @@ class VFLAlgorithm:
             "total_rounds": self.total_rounds,
             "rounds_per_epoch": self.rounds_per_epoch,
             "num_train": self.data.num_train,
+            "num_test": len(y_test),  # one test example = the accuracy's resolution (the claims' verdicts)
             "client_params": [sum(p.numel() for p in c.params) for c in self.clients],
             "server_params": sum(p.numel() for p in self.server.params),
             **health.as_dict(),

@@ -272,6 +272,7 @@ class DPZV(VFLAlgorithm):
             "batch": self.batch,
             "mechanism": "scalar Gaussian on the clipped mean of per-sample ZO differences",
             "threat_model": privacy.threat_model("dpzv", self.label_privacy, self.batch).mechanism,
+            **privacy.adversary_record("dpzv", self.noise, self.label_privacy),
         }
 
 

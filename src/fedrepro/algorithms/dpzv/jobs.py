@@ -1,7 +1,8 @@
 """Pipeline entry shared by the four VFL methods: data loading, settings, variants, seeds.
 
 A job runs one method on one data set for a list of privacy variants
-(`spec["variants"]`, each an eps and, for DPZV, a clip threshold C) and the job's
+(`spec["variants"]`, each an eps and, for DPZV, a clip threshold C and a calibration: the paper's, or
+`sound` with its options) and the job's
 seeds. Quick scale batches several variants in one job to save process
 start-up; paper scale runs one variant per job. Each variant runs through
 `fedrepro.fl.runner.run_seeds` with its own checkpoint folder, so a killed job
@@ -100,9 +101,12 @@ def settings_for(spec: dict, variant: dict) -> VFLSettings:
 
 
 def variant_tag(variant: dict) -> str:
+    """`eps1-C10`, and the calibration where it is not the paper's (`eps1-C10-sound`), as the planner names it."""
     tag = f"eps{number_tag(parse_eps(variant['eps']))}"
     if "clip" in variant:
         tag += f"-C{number_tag(parse_clip(variant['clip']))}"
+    if variant.get("calibration", "paper") != "paper":
+        tag += f"-{variant['calibration']}"
     return tag
 
 
@@ -162,11 +166,12 @@ def run_vfl_job(job: Job, algorithm_class) -> None:
         tag = variant_tag(variant)
         eps = parse_eps(variant["eps"])
         clip = parse_clip(variant["clip"]) if "clip" in variant else math.nan
+        labels = {"eps": eps, "clip": clip, "calibration": variant.get("calibration", "paper")}
         store, slot, state = cell_store(job), cell_slot(job, tag), cell_state(job, variant)
         cached = load_cell(store, slot, state)
         if cached is not None:
             frames.append(cached[0])
-            summaries[tag] = {"eps": eps, "clip": clip, "seeds": cached[1]}
+            summaries[tag] = {**labels, "seeds": cached[1]}
             continue
         if data is None:
             data = load_job_data(job, device)
@@ -187,11 +192,11 @@ def run_vfl_job(job: Job, algorithm_class) -> None:
             build,
             settings.epochs * settings.evals_per_epoch,
             eval_every=1,
-        ).assign(variant=tag, eps=eps, clip=clip)
+        ).assign(variant=tag, **labels)
         seeds = json.loads(Path(sub.output["summary"]).read_text())["seeds"]
         save_cell(store, slot, state, metrics, seeds)
         frames.append(metrics)
-        summaries[tag] = {"eps": eps, "clip": clip, "seeds": seeds}
+        summaries[tag] = {**labels, "seeds": seeds}
     metrics = pd.concat(frames, ignore_index=True)
     atomic_write(job.out("metrics"), lambda tmp: metrics.to_parquet(tmp, index=False))
     summary = {"spec": job.spec, "variants": summaries}
