@@ -205,13 +205,14 @@ def legend_entries(legend) -> tuple:
     return legend.get_title().get_text(), tuple(t.get_text() for t in legend.get_texts())
 
 
-def shared_legend(axes) -> None:
-    """One legend for all `axes`, with each label drawn in them once (in the order first drawn), in the
-    top right panel (placed when saved: in a free corner, else beside the panel); the others' removed."""
+def shared_legend(axes, rename: dict | None = None) -> None:
+    """One legend for all `axes`, with each label drawn in them once (in the order first drawn; shown as
+    `rename` maps it), in the top right panel (placed when saved: in a free corner, else beside the
+    panel); the panels' own legends removed."""
     entries = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            entries.setdefault(label, handle)
+            entries.setdefault((rename or {}).get(label, label), handle)
         if ax.get_legend() is not None:
             ax.get_legend().remove()
     shown = [ax for ax in axes if ax.get_visible()]
