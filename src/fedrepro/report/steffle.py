@@ -287,7 +287,8 @@ def comparison_figure(job, points: pd.DataFrame) -> None:
         )
         curve = curves(rows)
         for method in [m for m in METHODS if m in set(curve["method"])]:  # legend in the table's order
-            _draw(ax, curve[curve["method"] == method], METHODS[method].label)
+            # one colour per method in every figure, whichever methods a figure hides
+            _draw(ax, curve[curve["method"] == method], METHODS[method].label, color=f"C{list(METHODS).index(method)}")
         ax.set_title(f"h={h}, eps={eps}")
         epsilons[(eps, h)] = epsilon_title(eps, rows)
         ax.set_xlabel(f"{notion} violation")
