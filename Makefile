@@ -7,6 +7,12 @@ BIN = $(VENV)/bin
 
 .PHONY: install reproduce test lint bench
 
+# Byte code: every Python process below reads and writes its compiled modules under the venv, also where
+# PYTHONDONTWRITEBYTECODE is set (CI images): a job's imports take half the CPU time uncompiled
+# (src/fedrepro/bytecode.py, which the Snakefile calls for its jobs; the same folder).
+export PYTHONPYCACHEPREFIX ?= $(abspath $(VENV))/pycache
+unexport PYTHONDONTWRITEBYTECODE
+
 # --no-compile: pip byte-compiles every file it installs (16,000, 84 of the install's 165 CPU-s, measured
 # 2026-11-26); Python compiles and caches the few thousand that are imported, on first import.
 install: $(VENV)/.installed

@@ -1,6 +1,7 @@
 """Count the FLOPs and kernel launches of every step the cost planner composes (CPU, no GPU needed).
 
-    .venv/bin/python benchmarks/cost_counts.py          # rewrites benchmarks/unit_counts.csv
+    .venv/bin/python benchmarks/cost_counts.py            # rewrites benchmarks/unit_counts.csv
+    .venv/bin/python benchmarks/cost_counts.py --missing  # adds the steps it lacks, keeps the other rows
 
 Walks the planner (`fedrepro.plan.jobs`) over config.yaml alone and over config.yaml + configs/paper.yaml,
 collects each step it asks for (a registered model at a batch and input shape, forward or training step)
@@ -82,12 +83,13 @@ def fill_costs(path: Path = COSTS) -> int:
     return filled
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     start = time.perf_counter()
-    n = write_counts(COUNTS, steps())
+    stored = load_counts(COUNTS).table if "--missing" in argv else {}
+    n = write_counts(COUNTS, steps() - set(stored), stored)
     print(f"counted {n} steps into {COUNTS} in {time.perf_counter() - start:.0f} s")
     print(f"wrote the counted work of {fill_costs()} measured rows into {COSTS}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

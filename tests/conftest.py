@@ -10,14 +10,21 @@ after the rest. The SLURM tests mostly wait on the cluster; the re-run tests sha
 import fcntl
 import json
 import os
-import subprocess
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
-import torch
 
-from fedrepro.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV
+from fedrepro.bytecode import cache_byte_code
+
+cache_byte_code()  # before torch: this process and the Snakemake runs it starts read compiled byte code
+
+import torch  # noqa: E402
+
+from fedrepro.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV  # noqa: E402
+from tests import limits  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +51,30 @@ def _rank(item) -> int:
 
 def pytest_collection_modifyitems(items):
     items.sort(key=_rank)  # stable: every other test keeps its collection order
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's limits (pyproject.toml `timeout`, `@pytest.mark.timeout`) in idle-machine seconds
+    (tests/limits.py): past the limit, pytest-timeout's own signal handler fails the test with its stacks."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # pytest-timeout's own timer
+    import pytest_timeout
+
+    def handler(signum, frame):
+        __tracebackhide__ = True
+        pytest_timeout.timeout_sigalrm(item, settings)
+
+    signal.signal(signal.SIGALRM, handler)
+    main = threading.main_thread().ident
+    watchdog = limits.Watchdog(settings.timeout, lambda: signal.pthread_kill(main, signal.SIGALRM))
+
+    def cancel():
+        watchdog.stop()
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+    item.cancel_timeout = cancel
+    return True
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +135,7 @@ def paper_dry_run(tmp_path_factory) -> dict:
         work.mkdir(exist_ok=True)
         command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-n"]
         command += ["--configfile", *PAPER_CONFIG, *SLURM_PROFILES]
-        result = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=900)
+        result = limits.run(command, cwd=work, capture_output=True, text=True, timeout=900)
         return {"rc": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
 
     return once_per_session(tmp_path_factory, "paper_dry_run", run)

@@ -2,9 +2,10 @@
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from tests import limits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +34,7 @@ def workflow_rules(configfiles: list[str], config: dict[str, str]) -> dict[str, 
     """Rule name -> the names of its params, for every rule the workflow defines under these config files
     (relative to the repository) and overrides, as Snakemake parsed them: rules generated in a loop
     (`rule: name: f"fedsc_{_table}"`) and rules under an `if` count as Snakemake sees them."""
-    run = subprocess.run(
+    run = limits.run(
         [sys.executable, "-c", _LIST_RULES, str(ROOT), json.dumps(configfiles), json.dumps(config)],
         capture_output=True,
         text=True,

@@ -8,6 +8,11 @@ those tests against that function's mutants.
     python tools/mutate.py --module algorithms/dpzv # one module
     python tools/mutate.py --table-only             # only regenerate the table in docs/testing.md
 
+mutmut generates the mutants and records which tests call each function; the mutants are then run by
+`warm_run`: one interpreter imports torch, pytest, the mutated package and the module's tests once
+(pytest --collect-only), and forks a child per mutant that runs the mutant's covering tests, instead of a
+cold pytest per mutant (15-28 CPU-s of imports each on 2 busy cores).
+
 Each module's latest result is written to benchmarks/mutation/results/<module>.json and the
 per-module table between the markers in docs/testing.md is regenerated from all of them.
 Equivalent mutants (no test can kill them: the program's behaviour is unchanged) are listed in
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import random
 import re
@@ -183,9 +189,9 @@ def run_mutmut(
 ) -> tuple[float, bool, list[str] | None]:
     """Run mutmut in `work`; stop it (verdicts so far are kept) after budget_s seconds.
 
-    With sample > 0, a first pass only generates the mutants and records which tests cover
-    which function (mutmut stops at the unknown mutant name), then a seeded uniform sample of
-    the mutants is run. Returns (wall seconds, stopped at the budget, the sample or None for all).
+    A first pass only generates the mutants and records which tests cover which function (mutmut
+    stops at the unknown mutant name); then `warm_run` runs every mutant or, with sample > 0, a
+    seeded uniform sample. Returns (wall seconds, stopped at the budget, the sample or None for all).
     """
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
     mutmut = [str(Path(sys.executable).with_name("mutmut")), "run", "--max-children", str(jobs)]
@@ -209,15 +215,112 @@ def run_mutmut(
                     proc.wait()
                 return True
 
-        if sample <= 0:
-            stopped = call([], budget_s)
-            return time.monotonic() - start, stopped, None
-        stopped = call([NO_SUCH_MUTANT], budget_s)
+        stopped = call([NO_SUCH_MUTANT], budget_s)  # mutants and the tests of each function, no mutant run
         names = all_mutant_names(work, module)
-        chosen = sorted(random.Random(seed).sample(names, min(sample, len(names))))
+        chosen = sorted(random.Random(seed).sample(names, min(sample, len(names)))) if sample > 0 else names
         if not stopped:
-            stopped = call(chosen, budget_s - (time.monotonic() - start))
-    return time.monotonic() - start, stopped, chosen
+            command = [sys.executable, str(Path(__file__).resolve()), "--serve", str(work / "mutants")]
+            command += ["--jobs", str(jobs), "--budget-s", str(budget_s - (time.monotonic() - start))]
+            (work / "mutants" / WARM_NAMES).write_text(json.dumps(chosen))
+            stopped = subprocess.run(command, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode == STOPPED
+    return time.monotonic() - start, stopped, chosen if sample > 0 else None
+
+
+WARM_NAMES = "fedrepro-warm-names.json"  # the mutants `warm_run` runs, in the scratch copy's mutants/
+STOPPED = 3  # exit status of `--serve` when the budget ran out
+TIMEOUT = 36  # mutmut's exit code of a timed-out mutant (STATUS)
+NO_TESTS = 33
+# a mutant's CPU-time limit: factor x its tests' recorded time + seconds; a wall-time limit of HANG x that catches
+# a child that waits forever without using CPU (CPU time does not grow on a busy machine, wall time does)
+TIMEOUT_FACTOR, TIMEOUT_SECONDS, HANG = 3.0, 30.0, 10.0
+
+
+def mutant_meta_files(mutants: Path) -> dict[str, Path]:
+    """mutant name -> the .meta file (mutmut's, beside the mutated copy) that holds its verdict."""
+    return {
+        name: meta for meta in mutants.rglob("*.py.meta") for name in json.loads(meta.read_text())["exit_code_by_key"]
+    }
+
+
+def record(meta: Path, name: str, code: int, seconds: float) -> None:
+    data = json.loads(meta.read_text())
+    data["exit_code_by_key"][name], data["durations_by_key"][name] = code, round(seconds, 3)
+    meta.write_text(json.dumps(data, indent=4))
+
+
+def run_mutant(name: str, tests: list[str], cpu_limit: float) -> None:
+    """In a forked child: switch mutant `name` on (mutmut's trampolines read MUTANT_UNDER_TEST at each
+    call), run its covering tests, fastest first, stop at the first failure; exit with pytest's status."""
+    import resource
+
+    import pytest
+
+    os.environ["MUTANT_UNDER_TEST"] = name
+    resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_limit), int(cpu_limit) + 1))
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1), os.dup2(null, 2)
+    code = pytest.main(["--rootdir=.", "--tb=no", "-x", "-q", "-p", "no:randomly", *tests, *PYTEST_ARGS])
+    os._exit(int(code))
+
+
+def warm_run(mutants: Path, names: list[str], jobs: int, budget_s: float) -> bool:
+    """Run `names` in mutmut's scratch folder `mutants` from one warm interpreter: import the mutated
+    package and collect the tests once (torch and pytest included; one OpenMP thread, so that forking is
+    safe), then fork one child per mutant, `jobs` at a time. Each verdict goes to the mutant's .meta file
+    as it comes in (mutmut's exit codes; a child past its CPU-time limit or HANG times that in wall time is
+    killed: TIMEOUT). True when the budget ran out first (the rest stay unchecked)."""
+    os.chdir(mutants)
+    sys.path[:0] = [str(mutants / "src"), str(mutants)]
+    import pytest
+
+    stats = json.loads((mutants / "mutmut-stats.json").read_text())
+    covering, durations = stats["tests_by_mangled_function_name"], stats["duration_by_test"]
+    metas = mutant_meta_files(mutants)
+    all_tests = sorted({t for tests in covering.values() for t in tests})
+    pytest.main(["--rootdir=.", "--collect-only", "-qq", *all_tests, *PYTEST_ARGS])  # the warm-up
+    deadline, running = time.monotonic() + budget_s, {}
+
+    def reap() -> None:
+        pid, status, usage = os.wait4(-1, 0)
+        name, started, _ = running.pop(pid)
+        code = (
+            TIMEOUT
+            if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+            else os.waitstatus_to_exitcode(status)
+        )
+        record(metas[name], name, code, time.monotonic() - started)
+        print(f"{name}: exit {code}, {usage.ru_utime + usage.ru_stime:.2f} CPU-s", flush=True)
+
+    for name in names:
+        tests = sorted(covering.get(name.partition("__mutmut_")[0], []), key=lambda t: durations.get(t, 0.0))
+        if not tests:
+            record(metas[name], name, NO_TESTS, 0.0)
+            continue
+        while len(running) >= jobs or (running and time.monotonic() > deadline):
+            wait_or_kill(running)
+            reap()
+        if time.monotonic() > deadline:
+            return True
+        limit = TIMEOUT_FACTOR * sum(durations.get(t, 0.0) for t in tests) + TIMEOUT_SECONDS
+        pid = os.fork()
+        if pid == 0:
+            run_mutant(name, tests, time.process_time() + limit)
+        running[pid] = (name, time.monotonic(), time.monotonic() + HANG * limit)
+    while running:
+        wait_or_kill(running)
+        reap()
+    return False
+
+
+def wait_or_kill(running: dict[int, tuple[str, float, float]]) -> None:
+    """Wait until a child has exited, killing any that runs past its wall-time limit."""
+    while True:
+        for pid, (_, _, until) in running.items():
+            if time.monotonic() > until:
+                os.kill(pid, signal.SIGKILL)
+        if os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return
+        time.sleep(0.05)
 
 
 def collect(work: Path, module: str, only: list[str] | None) -> list[dict]:
@@ -391,8 +494,13 @@ def main(argv=None) -> None:
         action="store_true",
         help="run nothing: apply equivalent.tsv to the stored results and rebuild the table",
     )
+    ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)  # run_mutmut's warm runner: a mutants/ folder
+    ap.add_argument("--budget-s", type=float, default=math.inf, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    if args.serve:
+        names = json.loads((args.serve / WARM_NAMES).read_text())
+        sys.exit(STOPPED if warm_run(args.serve.resolve(), names, args.jobs, args.budget_s) else 0)
     if not args.table_only:
         equivalent = read_equivalent()
         RESULTS.mkdir(parents=True, exist_ok=True)

@@ -9,13 +9,15 @@ of models and methods, resolved by `fedrepro.registry`) and the paper method tab
 or as a module-level constant such as `PAPER = "fedal"`). `fedrepro.pipeline` and
 `fedrepro.registry` are roots of every job (workflow/scripts/entry.py runs them).
 
-Code is compared by content, not by file time: `write_fingerprints` writes one small file
-per module holding a hash of the module's syntax tree without docstrings (`ast.dump` drops
-comments and formatting by construction) and rewrites it only when that hash changes.
-Rules list these files as their `code` inputs, so Snakemake (which compares file times)
-re-runs a job after a change in behaviour of a module it runs, and not after a comment,
-a docstring or a reformatting. Package data that modules read (the published reference
-tables) is hashed into the fingerprint of the module that reads it.
+Code is compared by content, not by file time: `code_inputs` writes one small file per entry
+point (`write_fingerprint`: the code a job of that entry runs), listing the hash of every module of its
+closure, each the hash of the module's syntax tree without docstrings (`ast.dump` drops comments and
+formatting by construction), and rewrites it only when one of them changes. Rules list that one file as
+their `code` input, so Snakemake (which compares file times) re-runs a job after a change in behaviour
+of a module it runs, and not after a comment, a docstring or a reformatting. Package data that modules
+read (the published reference tables) is hashed into the fingerprint of the module that reads it. The
+scripts the workflow runs (workflow/scripts/entry.py) are listed too, by their path in the workflow.
+A job checks the listed hashes against the code it runs (`fedrepro.pipeline.stale_code`).
 
 A paper's method-table labels (its names in tables and figures) change no number: the fingerprint of
 the table's package leaves them out, and a pseudo-module `<package>.__labels__` holds them, in the
@@ -44,7 +46,9 @@ REGISTRY_STRING = re.compile(r"^(fedrepro(?:\.\w+)+):\w+$")
 DATA_FILES = {"fedrepro.report.tables": "report/published"}
 # The functions of fedrepro.algorithms that import a paper's method table (its PAPERS package).
 TABLE_READERS = ("method_table", "methods", "method_entry")
-FINGERPRINT_SUFFIX = ".sha256"
+FINGERPRINT_SUFFIX = ".code"
+# The workflow's scripts (relative to its folder, two above the package folder) that every job runs.
+SCRIPTS = ("workflow/scripts/entry.py",)
 LABELS = "__labels__"  # `<paper package>.__labels__`: the labels of its method table (module docstring)
 METHOD_LABEL_POSITION = 1  # fedrepro.algorithms.Method(entry, label, ...)
 
@@ -210,6 +214,10 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+def _tree_hash(tree: ast.AST):  # -> a hashlib sha256 object
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False, include_attributes=False).encode())
+
+
 def code_hash(name: str, src: Path = SRC) -> str:
     """Hash of module `name`'s behaviour: its syntax tree without comments, docstrings or
     layout, plus the content of the data files it reads (DATA_FILES)."""
@@ -220,46 +228,100 @@ def code_hash(name: str, src: Path = SRC) -> str:
     if name in paper_packages(src).values():
         for node in _label_nodes(tree):
             node.value = ""  # in the fingerprint of `<name>.__labels__` instead
-    digest = hashlib.sha256(ast.dump(tree, annotate_fields=False, include_attributes=False).encode())
-    if name in DATA_FILES:
-        for data in sorted((Path(src) / DATA_FILES[name]).rglob("*")):
-            if data.is_file():
-                digest.update(str(data.relative_to(src)).encode() + b"\0" + data.read_bytes())
+    digest = _tree_hash(tree)
+    for data in _data_files(name, src):
+        digest.update(str(data.relative_to(src)).encode() + b"\0" + data.read_bytes())
     return digest.hexdigest()
 
 
-def fingerprint_path(folder: str | Path, name: str) -> Path:
-    return Path(folder) / f"{name}{FINGERPRINT_SUFFIX}"
+def script_hash(path: str | Path) -> str:
+    """Hash of a workflow script's behaviour (SCRIPTS), as `code_hash` takes a module's."""
+    return _tree_hash(_strip_docstrings(ast.parse(Path(path).read_text(), filename=str(path)))).hexdigest()
 
 
-def module_of_fingerprint(path: str | Path) -> str:
-    """Inverse of `fingerprint_path`: the module a fingerprint file stands for."""
-    return Path(path).name.removesuffix(FINGERPRINT_SUFFIX)
+def _data_files(name: str, src: Path) -> list[Path]:
+    if name not in DATA_FILES:
+        return []
+    return [data for data in sorted((Path(src) / DATA_FILES[name]).rglob("*")) if data.is_file()]
+
+
+def _planned_hash(name: str, src: Path) -> str:
+    """`code_hash`, computed once per process for each state (time, size) of the files it reads:
+    one parse of the workflow hashes each module once, however many entry points run it."""
+    files = [module_file(name, src), *_data_files(name, src)]
+    state = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    return _hash_in_state(name, src, state)
 
 
 @functools.cache
-def write_fingerprint(folder: str | Path, name: str, src: Path = SRC) -> Path:
-    """Write module `name`'s fingerprint file unless it already holds the current hash
-    (a file rewritten with equal content would still look new to Snakemake). Once per
-    process: Snakemake reads the code once, when it parses the workflow."""
-    path = fingerprint_path(folder, name)
-    text = code_hash(name, src) + "\n"
+def _hash_in_state(name: str, src: Path, state: tuple) -> str:
+    return code_hash(name, src)
+
+
+def scripts(src: Path = SRC) -> dict[str, Path]:
+    """SCRIPTS that exist beside the package folder `src` (a workflow's checkout), by their name."""
+    root = Path(src).parents[1]
+    return {name: root / name for name in SCRIPTS if (root / name).is_file()}
+
+
+def fingerprint_text(entries: tuple[str, ...], src: Path = SRC) -> str:
+    """One line `<module> <hash>` per module the entries may run (`closure`), then one
+    `<script> <hash>` per workflow script (SCRIPTS, by its path in the workflow)."""
+    names = sorted({name for entry in entries for name in closure(entry, src)})
+    lines = [f"{name} {_planned_hash(name, src)}" for name in names]
+    lines += [f"{name} {script_hash(path)}" for name, path in scripts(src).items()]
+    return "\n".join(lines) + "\n"
+
+
+def read_fingerprint(path: str | Path) -> dict[str, str]:
+    """A fingerprint file's {module or script: hash}."""
+    return _parse(Path(path).read_text())
+
+
+def _parse(text: str) -> dict[str, str]:
+    return dict(line.partition(" ")[::2] for line in text.splitlines() if line)
+
+
+def fingerprint_path(folder: str | Path, entries: tuple[str, ...]) -> Path:
+    """`<folder>/<entry>.code`; entries joined by '+' (':' is no character for a file name everywhere)."""
+    return Path(folder) / ("+".join(entry.replace(":", "-") for entry in entries) + FINGERPRINT_SUFFIX)
+
+
+CHANGED: set[str] = set()  # modules and scripts already named as changed by this process
+
+
+@functools.cache
+def write_fingerprint(folder: str | Path, entries: tuple[str, ...], src: Path = SRC) -> Path:
+    """Write the entries' fingerprint file unless it already holds the current hashes (a file
+    rewritten with equal content would still look new to Snakemake), naming on stderr what changed.
+    Once per process: Snakemake reads the code once, when it parses the workflow."""
+    path = fingerprint_path(folder, entries)
+    text = fingerprint_text(entries, src)
     try:
-        if path.read_text() == text:
-            return path
+        old = path.read_text()
     except (FileNotFoundError, UnicodeDecodeError):
-        pass
+        old = None
+    if old == text:
+        return path
+    if old is not None:
+        before, now = _parse(old), _parse(text)
+        changed = sorted(name for name in now.keys() & before.keys() if now[name] != before[name])
+        if set(changed) - CHANGED:
+            print(
+                f"fedrepro: code changed since the fingerprints in {folder} were written: {', '.join(changed)}",
+                file=sys.stderr,
+            )
+        CHANGED.update(changed)
     atomic_write_text(path, text)
     return path
 
 
-def code_inputs(entry: str | list[str], folder: str | Path, src: str | Path = SRC) -> list[str]:
-    """The fingerprint files (in `folder`) of every module `entry` (one "module:function" or
-    a list: a job that runs its entry and a function named in its spec) may run, written or
-    refreshed now; `src` is the package folder of the workflow's own source tree."""
-    src = Path(src)
-    names = sorted({name for one in ([entry] if isinstance(entry, str) else entry) for name in closure(one, src)})
-    return [str(write_fingerprint(str(folder), name, src)) for name in names]
+def code_inputs(entry: str | list[str], folder: str | Path, src: str | Path = SRC) -> str:
+    """The fingerprint file (in `folder`) of the code `entry` (one "module:function" or a list: a
+    job that runs its entry and a function named in its spec) may run, written or refreshed now;
+    `src` is the package folder of the workflow's own source tree."""
+    entries = tuple(sorted({entry} if isinstance(entry, str) else set(entry)))
+    return str(write_fingerprint(str(folder), entries, Path(src)))
 
 
 def main(argv: list[str]) -> None:

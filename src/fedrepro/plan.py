@@ -35,7 +35,7 @@ from pathlib import Path
 
 from fedrepro.config import ITERATION_KEY, check_config, enabled_papers
 from fedrepro.data.catalog import DATASETS
-from fedrepro.experiments.cost import Constants, Counts, Step, Work, fit, load_counts
+from fedrepro.experiments.cost import ZO_METHODS, Constants, Counts, Step, Work, direction_step, fit, load_counts
 
 REPO = Path(__file__).resolve().parents[2]
 COSTS = REPO / "benchmarks" / "unit_costs.csv"
@@ -155,10 +155,6 @@ FEDAL_STACKED = {  # algorithms/fedal: Federation(batched=spec["batched"])
 FEDAL_SERVER_DISTILL = {"feddf", "feddf_al"}  # feddf.py: an iteration is one local step per client and one step
 # of each group's server model toward the N teachers' logits (a forward per client, counted as a frozen forward)
 BYOL_METHODS = {"fedavg_byol", "fedu", "fedema"}
-ZO_METHODS = {  # zeroth-order methods: the module whose client_direction_launches counts a round's direction
-    "dpzv": "fedrepro.algorithms.dpzv.dpzv",
-    "zoo_vfl": "fedrepro.algorithms.dpzv.zoo_vfl",
-}
 PROBE_FEATURES = 512  # the linear probe's input: the encoder's features (Fixup ResNet-20x8 and ResNet-34)
 
 
@@ -271,7 +267,7 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
     server = counts(Step.of(*head, (len(shapes) * embed,), batch, "train", "sgd"))
     if run.method in ZO_METHODS and spec.get("server_update") == "zo":  # two head forwards and a direction
         head_forward = Step.of(*head, (len(shapes) * embed,), batch, "forward")
-        server = counts(head_forward) * 2 + Work(0.0, direction_launches(run.method, head_forward, spec))
+        server = counts(head_forward) * 2 + Work(0.0, direction_launches(run.method, head_forward, spec, counts))
     text = info.kind == "text"
     kwargs = spec.get("client_kwargs", {})
     bert = text and bool(kwargs.get("pretrained_dir") or kwargs.get("bert_config") is not None)
@@ -286,13 +282,13 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
         forward = counts(forward_step)
         train_step = Step.of(spec["client_model"], options, shape, batch, "train", "sgd")
         if zo:
-            client = forward * 2 + Work(0.0, direction_launches(run.method, forward_step, spec))
+            client = forward * 2 + Work(0.0, direction_launches(run.method, forward_step, spec, counts))
         else:
             client = counts(train_step)
         if stacked:  # the client's FLOPs and own launches; its group's stacked program once per segment
             group = replace(forward_step, mode="forward_stacked") if zo else replace(train_step, mode="train_stacked")
             segment[group] = counts(group).launches  # one group per client shape
-            own = direction_launches(run.method, forward_step, spec) if zo else STACKED_SGD_STEP
+            own = direction_launches(run.method, forward_step, spec, counts) if zo else STACKED_SGD_STEP
             client = Work(client.flops, own + (STACKED_SNAPSHOTS if zo else 1))
         evaluation = forward * (int(spec.get("evals_per_epoch", 1)) * (n_train - rows + info.n_test) / batch)
         epoch = epoch + (client + server) * (rows // batch) + evaluation
@@ -345,17 +341,11 @@ def _weighted_segment_length(q: tuple[float, ...]) -> float:
     return sum(p * e for p, e in zip(pi, length))
 
 
-def direction_launches(method: str, step: Step, spec: dict) -> int:
-    """Kernel launches of one round's zeroth-order direction over the parameters of `step`'s model."""
-    return _direction_launches(method, step, spec.get("direction", "sphere"), float(spec.get("zo_momentum", 0.9)))
-
-
-@functools.cache
-def _direction_launches(method: str, step: Step, kind: str, momentum: float) -> int:
-    from fedrepro.experiments.cost import parameter_numels
-
-    numels, buffers = parameter_numels(step)
-    return importlib.import_module(ZO_METHODS[method]).client_direction_launches(numels, buffers, kind, momentum)
+def direction_launches(method: str, step: Step, spec: dict, counts: Counts) -> float:
+    """Kernel launches of one round's zeroth-order direction over the parameters of `step`'s model
+    (a counted step of its own, `cost.direction_step`, so that planning a stored configuration builds no model)."""
+    kind, momentum = spec.get("direction", "sphere"), float(spec.get("zo_momentum", 0.9))
+    return counts(direction_step(method, step, kind, momentum)).launches
 
 
 # ---------------------------------------------------------------------------------------- pricing
@@ -575,7 +565,6 @@ def _dpzv_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
 
 def _simple_jobs(paper: str, config: dict) -> dict[str, list[Job]]:
     """SteFFLe (per figure) and FedAvg: epochs or rounds of CPU-sized models (no GPU work counted)."""
-    import importlib
 
     from fedrepro.experiments import seed_tags
 

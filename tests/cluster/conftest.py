@@ -3,6 +3,7 @@ FedAvg slice run locally in it (the reference for the SLURM run, the base for re
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,18 +11,24 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import limits
 from tests.conftest import once_per_session, shared_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 PIPELINE_FILES = ["Snakefile", "config.yaml", "configs", "profiles", "workflow", "src"]
+TIMED_OUT = 124  # the exit status of a run stopped at its time limit, as coreutils' timeout reports it
 
 
 def snakemake(*args, cwd, snakefile, check=True, timeout=300):
-    """Run Snakemake; `timeout -s INT` because a hung run ignores SIGTERM (it would wait
-    for its running jobs), and -k kills it for good 10 s later."""
-    command = ["timeout", "-s", "INT", "-k", "10", str(timeout), *SNAKEMAKE, "-s", str(snakefile), *args]
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    """Run Snakemake, for at most `timeout` idle-machine seconds (tests/limits.py): then SIGINT, because a
+    hung run ignores SIGTERM (it would wait for its running jobs), and SIGKILL 10 s later; rc 124 as
+    `timeout` gives."""
+    command = [*SNAKEMAKE, "-s", str(snakefile), *args]
+    try:
+        result = limits.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, interrupt=signal.SIGINT)
+    except subprocess.TimeoutExpired as error:
+        result = subprocess.CompletedProcess(command, TIMED_OUT, error.stdout or "", error.stderr or "")
     if check and result.returncode != 0:
         pytest.fail(
             f"snakemake {' '.join(map(str, args))} failed (rc {result.returncode}):\n"

@@ -8,6 +8,7 @@ copy), a single-alpha change and a report option, with exact outputs rather than
 """
 
 import os
+import re
 import shutil
 from contextlib import contextmanager
 
@@ -96,7 +97,11 @@ def test_editing_the_paper_code_reruns_its_training_and_reports(local_slice):
     with edited(work / "src/fedrepro/algorithms/baselines/fedavg.py"):
         jobs, output = dry_run(work, config)
     assert jobs == sorted([TRAIN_A03, TRAIN_A100, *REPORTS])
-    assert "Updated input files" in output and "fedrepro.algorithms.baselines.fedavg.sha256" in output
+    assert "Updated input files" in output and "fedrepro.algorithms.baselines.fedavg-run_job.code" in output
+    assert re.search(
+        r"fedrepro: code changed since the fingerprints in .* were written: fedrepro.algorithms.baselines.fedavg\n",
+        output,
+    )
 
 
 def test_editing_another_papers_code_reruns_nothing(local_slice):

@@ -11,7 +11,6 @@ tests at the top need no cluster.
 import os
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests import limits
 from tests.conftest import SLURM_PROFILES as PROFILES
 
 from .conftest import ROOT, snakemake, tiny_config, write_config
@@ -27,7 +27,9 @@ from .conftest import ROOT, snakemake, tiny_config, write_config
 pytestmark = pytest.mark.pipeline
 
 SCRIPT = ROOT / ".ci/slurm.sh"
-RUN_LIMIT = 600  # seconds; the slice took 185-217 s on a 2-core machine under load 12, and over 420 s on 2026-11-26 (load 11-13)
+# idle-machine seconds (tests/limits.py): the slice took 185-217 s of wall time on 2 cores under load 12, over 420 s on
+# 2026-11-26 (load 11-13), and hit a 600 s wall-clock limit at a load of 15-20; only a hang reaches this one
+RUN_LIMIT = 600
 
 
 def job_resources(dry_run: str) -> list[tuple[str, str]]:
@@ -68,7 +70,7 @@ def test_paper_scale_dry_run_routes_training_to_the_gpu_partition(paper_dry_run)
 def partitions_up(names) -> bool:
     if shutil.which("sinfo") is None:
         return False
-    result = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=20)
+    result = limits.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=20)
     return result.returncode == 0 and set(names) <= set(result.stdout.split())
 
 
@@ -83,7 +85,7 @@ def slurm_cluster():
     started = not partitions_up(names)
     if started:
         env = {"SLURM_CPU_PARTITION": names[0], "SLURM_GPU_PARTITION": names[1]}
-        result = subprocess.run(
+        result = limits.run(
             ["bash", SCRIPT, "start"], capture_output=True, text=True, timeout=600, env={**os.environ, **env}
         )
         if result.returncode not in (0, 3):
@@ -97,13 +99,13 @@ def slurm_cluster():
 
 
 def stop_cluster():
-    subprocess.run(["bash", SCRIPT, "stop"], capture_output=True, timeout=120)
+    limits.run(["bash", SCRIPT, "stop"], capture_output=True, timeout=120)
 
 
 def slurm_jobs(run_id: str) -> list[dict]:
     """SLURM's record of the jobs a Snakemake run submitted (their job name is its run id).
     There is no accounting database: finished jobs stay with the controller (MinJobAge)."""
-    result = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=30, check=True)
+    result = limits.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=30, check=True)
     jobs = [dict(re.findall(r"(\w+)=(\S*)", line)) for line in result.stdout.splitlines()]
     return [job for job in jobs if job.get("JobName") == run_id]
 

@@ -1,3 +1,4 @@
+from tests import limits
 import json
 import urllib.error
 
@@ -263,7 +264,7 @@ def test_option_dependent_sample_shapes_agree_with_the_catalog_at_default_option
 
 PREPARE_UNDER_RECORDER = """
 import json, sys
-from fedrepro.codedeps import code_inputs
+from fedrepro.codedeps import code_inputs, read_fingerprint
 from fedrepro.pipeline import make_job, run_job
 
 name, builder, out, code_folder = sys.argv[1:]
@@ -272,7 +273,7 @@ job = make_job({"data_root": out + "/raw", "options": {}, "builder": builder},
                {"arrays": out + "/arrays.npz", "meta": out + "/meta.json"}, {"code": code},
                wildcards={"dataset": name})
 run_job(job, "fedrepro.data.jobs:prepare_job")
-print(json.dumps([path.rsplit("/", 1)[-1].removesuffix(".sha256") for path in code]))
+print(json.dumps(sorted(read_fingerprint(code))))
 """
 
 
@@ -285,13 +286,12 @@ def test_a_prepare_job_runs_and_depends_on_its_own_builder_only(tmp_path, name, 
     beyond its shared code and its own builder, so an edit elsewhere (the synthetic generator for
     Credit) does not re-prepare it, and one in its builder does."""
     import os
-    import subprocess
     import sys
 
     from fedrepro.data.prepare import BUILDERS
 
     env = {**os.environ, "FEDREPRO_STRICT_IMPORTS": "1"}
-    result = subprocess.run([sys.executable, "-c", PREPARE_UNDER_RECORDER, name, BUILDERS[name], str(tmp_path / "out"),
+    result = limits.run([sys.executable, "-c", PREPARE_UNDER_RECORDER, name, BUILDERS[name], str(tmp_path / "out"),
                              str(tmp_path / "code")], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     declared = json.loads(result.stdout.strip().splitlines()[-1])

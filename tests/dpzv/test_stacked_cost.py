@@ -92,6 +92,7 @@ class ModeCounts:
         "train": Work(1e9, 300),
         "forward_stacked": Work(3e8, 130),
         "train_stacked": Work(1e9, 380),
+        "direction": Work(0.0, 57),  # a zeroth-order direction (cost.direction_step): the same stacked or not
     }
 
     def __call__(self, step):

@@ -3,6 +3,7 @@
 counted with fedrepro.experiments.cost.count on the CPU, and fedrepro.plan.dpzv_work built from them."""
 
 import dataclasses
+import importlib
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from fedrepro import plan
 from fedrepro.algorithms.dpzv import dpzv, zo, zoo_vfl
 from fedrepro.algorithms.dpzv.zo import Direction, ZOUpdater, add_launches, norm_launches, step_launches
-from fedrepro.experiments.cost import Step, Work, count, parameter_numels
+from fedrepro.experiments.cost import DIRECTION, ZO_METHODS, Step, Work, count, count_step, parameter_numels
 from tests.dpzv.conftest import tiny_settings
 
 
@@ -88,11 +89,14 @@ def test_bert_base_direction_is_five_buckets_and_resnet18_eight():
 
 
 class FixedCounts:
-    """Every training step costs TRAIN, every forward FORWARD (the planner's counts table stubbed)."""
+    """Every training step costs TRAIN, every forward FORWARD (the planner's counts table stubbed); a
+    zeroth-order direction is counted (cost.direction_step)."""
 
     TRAIN, FORWARD = Work(1e9, 300), Work(3e8, 100)
 
     def __call__(self, step):
+        if step.mode == DIRECTION:
+            return count_step(step)
         return self.TRAIN if step.mode == "train" else self.FORWARD
 
 
@@ -116,7 +120,7 @@ def test_a_modelnet40_round_charges_the_client_and_head_directions(paper_config,
     run = dataclasses.replace(run, spec={**run.spec, "stack_clients": False})
     assert run.spec["server_update"] == "zo"
     counts = FixedCounts()
-    module = plan.importlib.import_module(plan.ZO_METHODS[method])
+    module = importlib.import_module(ZO_METHODS[method])
     embed, hidden = run.spec["embed_dim"], run.spec["server_hidden"]
     options = {**run.spec["client_kwargs"], "embed_dim": embed, "in_channels": 3}
     numels, buffers = parameter_numels(Step.of("vfl_resnet18", options, (3, 32, 32), 32, "forward"))

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -28,6 +27,7 @@ from fedrepro.config import PAPER_SECTIONS, ConfigError, check_config
 from fedrepro.data.partition import Partition, save_partition
 from fedrepro.experiments import fedavg as fedavg_plan
 from fedrepro.pipeline import make_job, run_job
+from tests import limits
 from tests.foundation.test_config import ROOT, SCHEMAS
 
 # Step 1: the method's module. A FedAvg with a server step size: the new global model moves
@@ -378,8 +378,8 @@ def test_four_files_add_a_method_to_the_workflow_in_every_paper(tmp_path, monkey
 
     monkeypatch.setattr(fit, "RESULTS", fit.Results())
     config = yaml.safe_load((copy / "config.yaml").read_text())
-    assert fit.fit_errors({**config, "papers": papers}, papers, copy / ".snakemake" / "fedrepro_fit.json") == []
-    result = subprocess.run(
+    assert fit.fit_errors({**config, "papers": papers}, papers, fit.shared_cache()) == []
+    result = limits.run(
         [
             sys.executable,
             "-m",

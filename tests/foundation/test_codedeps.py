@@ -3,7 +3,6 @@
 import json
 import re
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from fedrepro import codedeps
 from fedrepro.algorithms import PAPERS, methods
+from tests import limits
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "fedrepro"
@@ -137,20 +137,68 @@ def test_code_hash_ignores_comments_docstrings_and_layout_but_not_code(tmp_path)
     assert codedeps.code_hash("fedrepro.m", src) != before
 
 
+def fresh_inputs(entry, out, src):
+    """`code_inputs` as a new parse of the workflow computes it (the parse's caches emptied)."""
+    codedeps.write_fingerprint.cache_clear()
+    codedeps.closure.cache_clear()
+    codedeps.direct_imports.cache_clear()
+    return Path(codedeps.code_inputs(entry, out, src))
+
+
 def test_fingerprint_file_is_rewritten_only_when_the_code_changes(tmp_path):
     src = package_copy(tmp_path, {"pipeline.py": "", "registry.py": "", "m.py": "X = 1\n"})
     out = tmp_path / "code"
-    codedeps.write_fingerprint.cache_clear()
-    (path,) = [p for p in codedeps.code_inputs("fedrepro.m:X", out, src) if p.endswith("fedrepro.m.sha256")]
-    stamp = Path(path).stat().st_mtime_ns
+    path = fresh_inputs("fedrepro.m:X", out, src)
+    assert codedeps.read_fingerprint(path)["fedrepro.m"] == codedeps.code_hash("fedrepro.m", src)
+    stamp = path.stat().st_mtime_ns
     (src / "m.py").write_text("X = 1  # comment\n")
-    codedeps.write_fingerprint.cache_clear()
-    codedeps.code_inputs("fedrepro.m:X", out, src)
-    assert Path(path).stat().st_mtime_ns == stamp
+    assert fresh_inputs("fedrepro.m:X", out, src) == path and path.stat().st_mtime_ns == stamp
     (src / "m.py").write_text("X = 2\n")
-    codedeps.write_fingerprint.cache_clear()
-    codedeps.code_inputs("fedrepro.m:X", out, src)
-    assert Path(path).stat().st_mtime_ns != stamp
+    fresh_inputs("fedrepro.m:X", out, src)
+    assert path.stat().st_mtime_ns != stamp
+    assert codedeps.read_fingerprint(path)["fedrepro.m"] == codedeps.code_hash("fedrepro.m", src)
+
+
+def test_one_fingerprint_file_per_entry_lists_its_modules_and_changes_with_them_only(tmp_path):
+    """A job has one code input: its entry's file, one line per module of the entry's closure (and
+    per workflow script); an edit rewrites the files of the entries that run the module, no other."""
+    src = package_copy(
+        tmp_path,
+        {"pipeline.py": "", "registry.py": "", "a.py": "import fedrepro.shared\n", "b.py": "", "shared.py": "Y = 1\n"},
+    )
+    out = tmp_path / "code"
+    a, b = fresh_inputs("fedrepro.a:run", out, src), fresh_inputs("fedrepro.b:run", out, src)
+    assert a != b and sorted(p.name for p in out.iterdir()) == sorted([a.name, b.name])
+    assert set(codedeps.read_fingerprint(a)) == set(codedeps.closure("fedrepro.a:run", src))
+    assert "fedrepro.shared" not in codedeps.read_fingerprint(b)
+    stamps = a.stat().st_mtime_ns, b.stat().st_mtime_ns
+    (src / "shared.py").write_text("Y = 2\n")
+    fresh_inputs("fedrepro.a:run", out, src), fresh_inputs("fedrepro.b:run", out, src)
+    assert a.stat().st_mtime_ns != stamps[0] and b.stat().st_mtime_ns == stamps[1]
+    both = fresh_inputs(["fedrepro.b:run", "fedrepro.a:run"], out, src)  # an entry and a function of its spec
+    assert set(codedeps.read_fingerprint(both)) == set(codedeps.read_fingerprint(a)) | {"fedrepro.b"}
+
+
+def test_the_entry_script_is_fingerprinted_by_its_code(tmp_path):
+    """workflow/scripts/entry.py (codedeps.SCRIPTS) is part of every entry's file: an edit of its code
+    rewrites the file, a comment does not."""
+    src = package_copy(tmp_path / "checkout" / "src", {"pipeline.py": "", "registry.py": "", "m.py": ""})
+    script = tmp_path / "checkout" / "workflow" / "scripts" / "entry.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("run(snakemake)\n")
+    out = tmp_path / "code"
+    path = fresh_inputs("fedrepro.m:run", out, src)
+    assert codedeps.read_fingerprint(path)["workflow/scripts/entry.py"] == codedeps.script_hash(script)
+    stamp = path.stat().st_mtime_ns
+    script.write_text("# a comment\nrun(snakemake)\n")
+    assert fresh_inputs("fedrepro.m:run", out, src).stat().st_mtime_ns == stamp
+    script.write_text("import torch\ntorch.set_default_dtype(torch.float64)\nrun(snakemake)\n")
+    assert fresh_inputs("fedrepro.m:run", out, src).stat().st_mtime_ns != stamp
+
+
+def test_the_workflow_lists_its_own_entry_script():
+    assert set(codedeps.scripts()) == set(codedeps.SCRIPTS)
+    assert codedeps.scripts()["workflow/scripts/entry.py"] == ROOT / "workflow" / "scripts" / "entry.py"
 
 
 def test_published_tables_are_part_of_the_report_fingerprint(tmp_path):
@@ -201,7 +249,7 @@ def test_every_rule_entry_imports_only_declared_modules():
     compares sys.modules with the job's code inputs; tests/cluster/test_reruns.py runs it)."""
     entries = rule_entries()
     assert len(entries) > 30
-    result = subprocess.run(
+    result = limits.run(
         [sys.executable, "-c", RECORDER, json.dumps(entries)], capture_output=True, text=True, timeout=300, check=True
     )
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {}

@@ -62,6 +62,42 @@ def test_the_stored_counts_are_the_code_s_counts_and_cover_the_paper_config(pape
     assert (fresh.flops, fresh.launches) == pytest.approx((stored.flops, stored.launches), rel=1e-5)
 
 
+PLANS_WITHOUT_MODELS = """
+import sys, yaml
+from fedrepro.plan import duration_warnings
+assert duration_warnings(yaml.safe_load(open(sys.argv[1]))) == []
+print(sorted(m for m in ("torch", "scipy", "fedrepro.algorithms.dpzv.dpzv") if m in sys.modules))
+"""
+
+
+def test_planning_the_default_config_counts_nothing_and_builds_no_model():
+    """Every Snakemake start prices the config (`print_duration_warnings`): at the default scale the stored
+    counts hold every step, the zeroth-order directions included, so it imports neither torch nor a method."""
+    import subprocess
+    import sys
+
+    counts = plan.load_default_counts()
+    plan.jobs(plan.load_config([str(REPO / "config.yaml")]), counts)
+    assert not counts.missing
+    result = subprocess.run(
+        [sys.executable, "-c", PLANS_WITHOUT_MODELS, str(REPO / "config.yaml")], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["[]"]
+
+
+def test_a_stored_direction_count_is_the_method_s_count():
+    """A direction step (cost.direction_step) holds what the method's own client_direction_launches gives."""
+    from fedrepro.algorithms.dpzv import dpzv
+
+    counts = plan.load_default_counts()
+    key = next(k for k in counts.table if Step.from_key(k).mode == cost.DIRECTION and ":sphere:" in k and "dpzv:" in k)
+    step = Step.from_key(key)
+    numels, buffers = cost.parameter_numels(step)
+    assert counts.table[key].launches == dpzv.client_direction_launches(numels, buffers, "sphere", 0.9) > 0
+    assert cost.count_step(step) == counts.table[key]
+
+
 # ------------------------------------------------------------------------------------ the model
 def test_the_fit_recovers_the_constants_of_its_points():
     truth = Constants(1 / 100e12, 20e-6)

@@ -106,3 +106,27 @@ def test_model_runs_are_kept_in_the_cache_file(config, tmp_path, monkeypatch):
     monkeypatch.setattr(fit, "RESULTS", fit.Results())
     monkeypatch.undo()
     assert fit.fit_errors(config, ["fedavg"], cache) == []
+
+
+def test_the_cpu_shape_check_agrees_with_the_meta_device(config, monkeypatch):
+    """Small models are checked on the CPU with zero weights (fit.CPU_CHECK_BYTES), which needs none of the
+    meta device's Python kernels: every model of the default config gives the meta device's output shape,
+    feature width and parameter count, and a model that does not fit fails on both."""
+    papers = ["fedavg", "fedsc", "dpzv", "fedal"]
+    runs = {}
+    for limit in (fit.CPU_CHECK_BYTES, 0):  # 0: every model on the meta device
+        monkeypatch.setattr(fit, "CPU_CHECK_BYTES", limit)
+        monkeypatch.setattr(fit, "RESULTS", fit.Results())
+        assert fit.fit_errors(config, papers) == []
+        runs[limit] = fit.RESULTS.saved
+    assert runs[0] == runs[fit.CPU_CHECK_BYTES] and len(runs[0]) >= 8
+    for limit in (fit.CPU_CHECK_BYTES, 0):
+        monkeypatch.setattr(fit, "CPU_CHECK_BYTES", limit)
+        assert "error" in fit._run_model("mlp", {"in_features": 63, "num_classes": 10}, (1, 8, 8), False)
+
+
+def test_the_snakefile_s_cache_lies_beside_the_byte_code(monkeypatch, tmp_path):
+    """One cache for every working folder of the installation (each test's Snakemake runs elsewhere)."""
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path))
+    assert fit.shared_cache() == tmp_path / "fedrepro" / "fit.json"
+    assert "fit_cache=shared_cache()" in (ROOT / "Snakefile").read_text()

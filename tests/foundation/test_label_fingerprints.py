@@ -3,6 +3,7 @@ the pseudo-module `<table>.__labels__` holds them, in the closure of the entries
 (the reports) only, so a label edit re-runs the reports and no training (fedrepro.codedeps)."""
 
 import dataclasses
+from pathlib import Path
 
 from fedrepro import codedeps
 from fedrepro.algorithms import Method
@@ -88,8 +89,11 @@ def test_a_labels_fingerprint_is_not_stale_code(tmp_path):
     """The job's own check of its code (fedrepro.pipeline.stale_code) reads the pseudo-module too."""
     from fedrepro.pipeline import Job, stale_code
 
-    path = codedeps.write_fingerprint(str(tmp_path), "fedrepro.algorithms.fedal.__labels__")
-    job = Job(spec={}, output={}, input={"code": [str(path)]})
+    path = Path(codedeps.code_inputs("fedrepro.report.fedal:table", tmp_path))
+    assert "fedrepro.algorithms.fedal.__labels__" in codedeps.read_fingerprint(path)
+    job = Job(spec={}, output={}, input={"code": str(path)})
     assert stale_code(job) == []
-    path.write_text("0" * 64 + "\n")
+    path.write_text(
+        path.read_text().replace("fedrepro.algorithms.fedal.__labels__ ", "fedrepro.algorithms.fedal.__labels__ 0")
+    )
     assert stale_code(job) == ["fedrepro.algorithms.fedal.__labels__"]

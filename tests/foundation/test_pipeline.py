@@ -5,7 +5,6 @@ the slice it shares with the SLURM test); this file keeps the learning-rate case
 """
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,13 +12,15 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests import limits
+
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 pytestmark = pytest.mark.pipeline
 
 
 def snakemake(*args, cwd=ROOT, check=True):
-    result = subprocess.run(
+    result = limits.run(
         [*SNAKEMAKE, "-s", str(ROOT / "Snakefile"), *args], cwd=cwd, capture_output=True, text=True, timeout=600
     )
     if check and result.returncode != 0:

@@ -23,7 +23,7 @@ runs at partial participation only), fedsc_probe (13, about 10 each), dpzv_train
 ResNet-18 clients about 28 each), fedal_train (27; the ResNet-18/34 pool 11-15 each at smoke.yaml's tau 1,
 2 iterations, batch 2) and steffle_train (21, about 5 each). Snakemake itself: about 20 CPU-s to plan the DAG (half
 of it the cost planner counting the smoke shapes, which benchmarks/unit_counts.csv does not hold) in each of the
-run and the dry run, and its scheduling rounds (SCHEDULING below). Measured with per-job CPU times (the job's
+run and the dry run, and its scheduling rounds (one per 5 s, profiles/default). Measured with per-job CPU times (the job's
 process, imports included): see the README's test section.
 On 2026-11-25, beside the rest of the suite in `make test`, its fixture took 29.8 of the suite's 30.2 min, which is
 why `make test` no longer runs it.
@@ -35,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -47,6 +48,7 @@ import yaml
 from fedrepro.data import sources
 from fedrepro.eval.health import check_finite
 from fedrepro.pipeline import number_tag
+from tests import limits
 from tests.data.formats import stage_all
 
 pytestmark = [pytest.mark.paperscale, pytest.mark.timeout(3000)]
@@ -67,13 +69,6 @@ PUBLISHED = REPO / "src" / "fedrepro" / "report" / "published"
 KNOWN: dict[str, str] = {}
 
 
-# Snakemake's job rate limiter (default 100 jobs per 1 s) re-runs a scheduling round every second while jobs
-# wait for a core: each round re-evaluates the params and input sizes of every ready job (up to about 100 here).
-# Measured on 2026-11-26 under load, DAG planning included: the main process took 184 CPU-s in the first 28 min
-# of a run with the default, 76 CPU-s in the first 26 min with one round per 5 s. A finishing job still starts
-# the next at once, and Snakemake's exit waits for the last timer (<= 5 s).
-SCHEDULING = ("--scheduler", "greedy", "--max-jobs-per-timespan", "1000/5s")
-
 # The smoke run's configuration, relative to the repository: the paper's, then the smoke sizes on top.
 CONFIGFILES = ["config.yaml", "configs/paper.yaml", "tests/paperscale/smoke.yaml"]
 SMOKE_CONFIG = REPO / CONFIGFILES[-1]
@@ -82,7 +77,9 @@ SMOKE_CONFIG = REPO / CONFIGFILES[-1]
 def _snakemake(results: Path, data_root: Path, *args: str, env: dict | None = None, timeout: float = 2700):
     command = [SNAKEMAKE, *args, "--config", f"results={results}", f"data_root={data_root}", "--configfile"]
     command += CONFIGFILES
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return limits.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, interrupt=signal.SIGINT
+    )
 
 
 def smoke_targets(papers) -> list[str]:
@@ -102,7 +99,7 @@ def smoke(tmp_path_factory):
     start = time.monotonic()
     targets = smoke_targets(SELECTED)
     try:
-        run = _snakemake(results, data_root, *targets, "-c2", *SCHEDULING, "--keep-going", "--quiet", "rules", env=env)
+        run = _snakemake(results, data_root, *targets, "-c2", "--keep-going", "--quiet", "rules", env=env)
     except subprocess.TimeoutExpired as error:
         pytest.fail(f"the paper-scale smoke run ({' '.join(targets)}) exceeded {error.timeout:.0f} s")
     minutes = (time.monotonic() - start) / 60

@@ -11,10 +11,10 @@ DATA_ROOT = config["data_root"]
 ENTRY = "../scripts/entry.py"
 CONDA_ENV = "../envs/fedrepro.yaml"
 SRC = Path(workflow.basedir) / "src" / "fedrepro"
-# One fingerprint file per module of the code (fedrepro.codedeps): rewritten only when the
-# module's code changes, not after comment, docstring or layout edits. They are the record of the
-# code that made the results, so they live with the results: a results folder moved, copied (with
-# its file times) or shared by two checkouts is judged by its own record.
+# One fingerprint file per entry point (fedrepro.codedeps): the hash of every module it may run and of
+# workflow/scripts/entry.py, rewritten only when one of them changes, not after comment, docstring or
+# layout edits. They are the record of the code that made the results, so they live with the results:
+# a results folder moved, copied (with its file times) or shared by two checkouts is judged by its own record.
 CODE = f"{RESULTS}/.fedrepro/code"
 
 # Each paper's rule file registers the outputs its named target builds.
@@ -38,7 +38,7 @@ def partition_file(dataset, tag):
 
 
 def code_for(entry):
-    """The `code` input of a rule: the fingerprints of every module its entry point
+    """The `code` input of a rule: the one fingerprint file of the code its entry point
     ("module:function", a list of them, or a function of the wildcards returning either,
     like `params.entry`) may run, derived by fedrepro.codedeps from the imports. Every rule that runs the
     package declares it (the Snakefile checks)."""

@@ -19,6 +19,7 @@ floor is FLOPs / the device's peak (`PEAK_FLOPS`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterable
@@ -197,6 +198,29 @@ BERT_BASE: dict = {}
 
 
 STACKED = "_stacked"  # mode suffix: the step of a group of clients stacked by fedrepro.fl.batched.Stack
+# mode of a zeroth-order direction's step (`direction_step`): the launches of one round's direction over the
+# model's parameters, counted by the method's module (its `client_direction_launches`), no FLOPs
+DIRECTION = "direction"
+ZO_METHODS = {  # zeroth-order methods: the module whose client_direction_launches counts a round's direction
+    "dpzv": "fedrepro.algorithms.dpzv.dpzv",
+    "zoo_vfl": "fedrepro.algorithms.dpzv.zoo_vfl",
+}
+
+
+def direction_step(method: str, step: Step, kind: str, momentum: float) -> Step:
+    """The step that counts `method`'s direction over the model of `step` (its `optimizer` field holds
+    the method, the direction's kind and the momentum; batch 1: the direction does not depend on it)."""
+    return dataclasses.replace(step, batch=1, mode=DIRECTION, optimizer=f"{method}:{kind}:{float(momentum)!r}")
+
+
+def direction_launches(step: Step) -> int:
+    """Kernel launches of a `direction_step` (the method's module imported only here, to count)."""
+    import importlib
+
+    method, kind, momentum = step.optimizer.split(":")
+    numels, buffers = parameter_numels(step)
+    count_launches = importlib.import_module(ZO_METHODS[method]).client_direction_launches
+    return count_launches(numels, buffers, kind, float(momentum))
 
 
 def count_step(step: Step) -> Work:
@@ -205,10 +229,10 @@ def count_step(step: Step) -> Work:
     `train_stacked` / `forward_stacked`: one client's FLOPs and the launches of the whole group's step,
     which do not depend on the group's size (`stacked_launches`); FlopCounterMode would over-count
     the grouped convolutions' weight gradients that vmap makes of a stacked step."""
-    import dataclasses
-
     import torch
 
+    if step.mode == DIRECTION:
+        return Work(0.0, direction_launches(step))
     if step.mode.endswith(STACKED):
         alone = dataclasses.replace(step, mode=step.mode.removesuffix(STACKED))
         return Work(count_step(alone).flops, stacked_launches(alone))
@@ -335,17 +359,17 @@ def load_counts(path) -> Counts:
     return Counts(table)
 
 
-def write_counts(path, steps: Iterable[str]) -> int:
-    """Count every step key in `steps` and write the table (sorted, so a re-count diffs cleanly)."""
+def write_counts(path, steps: Iterable[str], kept: dict[str, Work] | None = None) -> int:
+    """Count every step key in `steps` and write the table with the rows `kept` (sorted, so a re-count
+    diffs cleanly); returns how many steps it counted."""
     import csv
 
+    counted = {key: count_step(Step.from_key(key)) for key in set(steps)}
     rows = []
-    for key in sorted(set(steps)):
-        step = Step.from_key(key)
-        work = count_step(step)
+    for key, work in sorted({**(kept or {}), **counted}.items()):
         rows.append([key, f"{work.flops:.6g}", f"{work.launches:.0f}"])
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["step", "flops", "launches"])
         writer.writerows(rows)
-    return len(rows)
+    return len(counted)

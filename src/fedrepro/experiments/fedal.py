@@ -450,8 +450,13 @@ def _more_seeds_errors(config: dict) -> list[str]:
 
 def _shared_rounds_errors(config: dict) -> list[str]:
     """A run with `more_seeds` is not read from (or kept for) a run of another budget, whose seeds it
-    would have to share (`_read_from_longer`)."""
-    tags, base = seed_tags_by_run(config), seed_tags(config[PAPER])
+    would have to share (`_read_from_longer`). Two experiments that plan one run with different settings
+    cannot be planned at all; `fedrepro.config.duplicate_run_errors` names their keys, so none here."""
+    try:
+        tags = seed_tags_by_run(config)
+    except ValueError:
+        return []
+    base = seed_tags(config[PAPER])
     return [
         f"config key '{PAPER}.more_seeds': run {'/'.join(run.key)} shares its rounds with a run of another "
         "budget (one is read from the other), so both need the same seeds; remove it from more_seeds"

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import math
+import os
 from pathlib import Path
 
 from fedrepro.data.catalog import DATASETS
@@ -76,22 +78,51 @@ class Data:
         return f"data set {self.name!r} (one sample {self.shape}, {self.classes} classes)"
 
 
+# Largest model whose shapes are checked on the CPU (`_run_model`); a larger one runs on the meta device.
+CPU_CHECK_BYTES = 256 * 2**20
+
+
 def _run_model(model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
     """Build registered `model(**kwargs)` on the meta device and run it on one sample of `shape`:
-    {"out": output shape, "feature_dim": the model's feature_dim or None}, or {"error": why not}."""
+    {"out": output shape, "feature_dim": the model's feature_dim or None}, or {"error": why not}.
+    A model of at most CPU_CHECK_BYTES of fp32 weights runs on the CPU with its weights set to zero
+    (allocated, not initialised): the same shapes, without the meta device's Python kernels, whose first
+    use imports about 900 modules of torch (1-3 CPU-s at every Snakemake start without a fit cache)."""
     import torch
 
     from fedrepro.models import build_model
 
+    threads = torch.get_num_threads()
     try:
-        with torch.device("meta"), torch.no_grad():
+        with torch.device("meta"):
             net = build_model(model, **kwargs).eval()
+        device = "cpu" if _count(net) * 4 <= CPU_CHECK_BYTES else "meta"
+        if device == "cpu":
+            _zeros_on_the_cpu(net)
+            torch.set_num_threads(1)  # one sample: more threads only spin (0.6 CPU-s for a ResNet-18 on 2 busy cores)
+        with torch.device(device), torch.no_grad():
             out = net(torch.zeros((1, *shape), dtype=torch.long if tokens else torch.float32))
     except Exception as error:  # noqa: BLE001 (any failure to build or run it is the message)
         text = str(error).strip().splitlines()
         return {"error": f"{type(error).__name__}: {text[0] if text else ''}"}
+    finally:
+        torch.set_num_threads(threads)
     width = getattr(net, "feature_dim", None)
     return {"out": list(out.shape), "feature_dim": int(width) if width is not None else None, "params": _count(net)}
+
+
+def _zeros_on_the_cpu(net) -> None:
+    """Replace every parameter and buffer of the meta-device `net` by zeros of its shape on the CPU (read
+    off the meta tensors; `Module.to_empty` would run a meta kernel per tensor)."""
+    import torch
+
+    for module in net.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                module._parameters[name] = torch.nn.Parameter(torch.zeros(param.shape, dtype=param.dtype), False)
+        for name, buffer in module._buffers.items():
+            if buffer is not None:
+                module._buffers[name] = torch.zeros(buffer.shape, dtype=buffer.dtype)
 
 
 def _count(net) -> int:
@@ -120,7 +151,8 @@ def _build_model(model: str, kwargs: dict, shape: tuple, tokens: bool) -> dict:
 class Results:
     """Results of `_run_model`, optionally kept in a JSON file between Snakemake parses (importing
     torch costs seconds). A key holds the model's arguments, the sample shape and the hash of the
-    model code (fedrepro.models), so an edit there or another option computes afresh."""
+    model code (fedrepro.models) and torch's version, so an edit there, another torch or another option
+    computes afresh; saving keeps the entries of the current code only."""
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else None
@@ -136,7 +168,8 @@ class Results:
 
         models = sorted(p.stem for p in (Path(__file__).parents[1] / "models").glob("*.py"))
         names = [f"fedrepro.models.{m}" if m != "__init__" else "fedrepro.models" for m in models]
-        return hashlib.sha256("".join(code_hash(n) for n in names).encode()).hexdigest()[:16]
+        torch = importlib.metadata.version("torch")
+        return hashlib.sha256((torch + "".join(code_hash(n) for n in names)).encode()).hexdigest()[:16]
 
     def run(self, model: str, kwargs: dict, shape: tuple, tokens: bool, forward: bool = True) -> dict:
         key = json.dumps([self.code, model, kwargs, list(shape), tokens, forward, "params"], sort_keys=True)
@@ -146,10 +179,24 @@ class Results:
         return self.saved[key]
 
     def save(self) -> None:
+        """Write the file (a cache: where it cannot be written, the next parse computes afresh)."""
         if self.path and self.changed:
             from fedrepro.atomic import atomic_write_text
 
-            atomic_write_text(self.path, json.dumps(self.saved, sort_keys=True))
+            current = {key: value for key, value in self.saved.items() if json.loads(key)[0] == self.code}
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(self.path, json.dumps(current, sort_keys=True))
+            except OSError:
+                pass
+
+
+def shared_cache() -> Path:
+    """The Snakefile's `Results` file: beside this installation's byte code (fedrepro.bytecode), so that
+    every working folder and test of the installation reads the model runs one parse made."""
+    from fedrepro.bytecode import PREFIX_ENV, default_folder
+
+    return Path(os.environ.get(PREFIX_ENV) or default_folder()) / "fedrepro" / "fit.json"
 
 
 RESULTS = Results()
