@@ -179,6 +179,21 @@ def check_preconditions(eps: float, delta: float, iterations: int, local_size: i
 STEFFLE_ADJACENCIES = ("replace_one", "add_remove")
 
 
+def steffle_sensitivities(clip: float, rho: float, batch: int) -> tuple[float, float]:
+    """Replace-one sensitivities of one silo's batch-mean releases (h_theta, h_w), Algorithm 1 line 9.
+
+    h_theta: m clipped per-sample theta-gradients averaged, one of them replaced: 2C/m.
+    h_w: d psi_i/dW[r,u] = -2 W[r,u] F_u + 2 [r = s_i] F_u / sqrt(p_S(s_i)); changing s_i only
+    moves the second term between two rows, so the per-sample change has Frobenius norm
+    2 sqrt(sum_u F_u^2 (1/p_s + 1/p_s')) <= 2 sqrt(2/rho) (sum_u F_u^2 <= 1, p_S >= rho, P_S
+    treated as public as in the paper); averaged over m: 2 sqrt(2/rho)/m.
+    Every accountant, mechanism and audit of SteFFLe's releases reads these two numbers here.
+    """
+    if not rho > 0:
+        raise ValueError(f"rho must be > 0, got {rho}")
+    return 2.0 * float(clip) / float(batch), 2.0 * math.sqrt(2.0 / rho) / float(batch)
+
+
 def steffle_theta_mechanism(
     sigma_theta: float, clip: float, batch_size: int, local_size: int, iterations: int, adjacency: str = "replace_one"
 ) -> accountant.GaussianComposition:
@@ -207,16 +222,8 @@ def steffle_theta_mechanism(
 def steffle_w_mechanism(
     sigma_w: float, batch_size: int, local_size: int, iterations: int, rho: float
 ) -> accountant.GaussianComposition:
-    """SteFFLe W-gradient of one silo: sensitivity 2 sqrt(2/rho)/m, T steps, q = m/n~.
-
-    d psi_i/dW[r,u] = -2 W[r,u] F_u + 2 [r = s_i] F_u / sqrt(p_S(s_i)); changing
-    s_i only moves the second term between two rows, so the per-sample change
-    has Frobenius norm 2 sqrt(sum_u F_u^2 (1/p_s + 1/p_s')) <= 2 sqrt(2/rho)
-    (sum_u F_u^2 <= 1, p_S >= rho, P_S treated as public as in the paper).
-    """
-    if not rho > 0:
-        raise ValueError(f"rho must be > 0, got {rho}")
-    sens = 2.0 * math.sqrt(2.0 / rho) / float(batch_size)
+    """SteFFLe W-gradient of one silo: sensitivity 2 sqrt(2/rho)/m (`steffle_sensitivities`), T steps, q = m/n~."""
+    sens = steffle_sensitivities(0.0, rho, batch_size)[1]
     rate = float(batch_size) / float(local_size)
     return accountant.GaussianComposition(
         accountant.multiplier(sigma_w, sens),
@@ -260,13 +267,12 @@ def steffle_composition(
 
     Paper mode: h_theta = (sum of grad psi_i clipped to C)/m + N(0, sigma_theta^2), sensitivity
     2C/m (replace-one of the sensitive attribute); h_w = (sum of grad_W psi_i)/m + N(0, sigma_w^2),
-    sensitivity 2 sqrt(2/rho)/m (`steffle_w_mechanism`); lambda is applied by the server
+    sensitivity 2 sqrt(2/rho)/m (`steffle_sensitivities`); lambda is applied by the server
     (post-processing). compat_refcode (the authors' code): the clipped lambda * grad psi_i are SUMMED
     (sensitivity 2C, 0 at lambda = 0) and h_w carries lambda * mean (sensitivity lambda * 2 sqrt(2/rho)/m),
     with the same sigmas: the noise is not scaled with the signal.
     """
-    sens_theta = 2.0 * clip / batch
-    sens_w = 2.0 * math.sqrt(2.0 / rho) / batch
+    sens_theta, sens_w = steffle_sensitivities(clip, rho, batch)
     if compat_refcode:
         sens_theta = 2.0 * clip if lam != 0 else 0.0
         sens_w = abs(lam) * sens_w
