@@ -449,6 +449,65 @@ def sound_note(loss_batch: str) -> str:
     )
 
 
+def _noiseless_record(silos: int) -> dict:
+    """`steffle_noise`'s record at eps = inf: no noise, no finite bound."""
+    return {
+        "eps": "inf",
+        "sigma_theta": [0.0] * silos,
+        "sigma_w": [0.0] * silos,
+        "preconditions_hold": True,
+        "precondition_messages": [],
+        **dict.fromkeys(
+            (
+                "library_epsilon",
+                "realised_epsilon",
+                "realised_epsilon_rdp",
+                "known_membership_epsilon",
+                "sound_epsilon",
+            ),
+            math.inf,
+        ),
+    }
+
+
+def _worst_silo(silo_sizes, sig_t, sig_w, compositions, delta: float) -> dict:
+    """The largest PLD, RDP and known-batch epsilon over the silos; `compositions(st, sw, n_j)` is one
+    silo's mechanism. Silos of equal size have equal noise and rate, so each size is accounted once."""
+    worst = {"pld": 0.0, "rdp": 0.0, "known": 0.0}
+    for n_j in sorted(set(silo_sizes)):
+        comp = compositions(sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)], n_j)
+        got = {**realised_epsilon(comp, delta), "known": known_membership_epsilon(comp, delta)}
+        worst = {k: max(worst[k], got[k]) for k in worst}
+    return worst
+
+
+def _epsilon_fields(by_lambda: dict, loss_batch: str, compat_refcode: bool) -> dict:
+    """`steffle_noise`'s epsilons from the worst silo per lambda (`_worst_silo`).
+
+    `realised_epsilon` is the accountant's (PLD, tight; RDP beside it) epsilon for the
+    mechanism the trainer runs: theta and W released together from one Poisson batch
+    per round (`steffle_composition`), per silo (ISRL-DP); the worst silo is reported.
+    Under compat_refcode it depends on lambda (`realised_by_lambda`), and the headline
+    `realised_epsilon` is the worst over the lambdas with a fairness term.
+    `sound_epsilon` is the bound for what the code sends (section 4): with loss_batch="same"
+    (Algorithm 1) the batches are revealed by g (`known_membership_epsilon`); with "independent"
+    g's batch says nothing about the sensitive batch and the paper's accounting holds.
+    """
+    worst = {k: max(v[k] for v in by_lambda.values()) for k in ("pld", "rdp", "known")}
+    fields = {
+        "library_epsilon": worst["rdp"],
+        "realised_epsilon": worst["pld"],
+        "realised_epsilon_rdp": worst["rdp"],
+        "known_membership_epsilon": worst["known"],
+        "sound_epsilon": worst["known"] if loss_batch == "same" else worst["pld"],
+    }
+    if compat_refcode:
+        pick = "known" if loss_batch == "same" else "pld"
+        fields["realised_by_lambda"] = {str(k): v["pld"] for k, v in by_lambda.items()}
+        fields["sound_by_lambda"] = {str(k): v[pick] for k, v in by_lambda.items()}
+    return fields
+
+
 def steffle_noise(
     eps,
     delta: float,
@@ -473,16 +532,8 @@ def steffle_noise(
 
     rho_w (default rho) is the smallest p the W-gradient divides by: the marginal p_S for demographic
     parity, min over (s, y) of P(S = s | Y = y) for equalized odds (eq. 6); it sets h_w's
-    sensitivity, while Theorem 3.3's sigmas keep the paper's marginal rho. `sound_epsilon` is the
-    bound for what the code sends (section 4): with loss_batch="same" (Algorithm 1) the batches are
-    revealed by g (`known_membership_epsilon`); with "independent" g's batch says nothing about
-    the sensitive batch and the paper's accounting holds.
-
-    `realised_epsilon` is the accountant's (PLD, tight; RDP beside it) epsilon for the
-    mechanism the trainer runs: theta and W released together from one Poisson batch
-    per round (`steffle_composition`), per silo (ISRL-DP); the worst silo is reported.
-    Under compat_refcode it depends on lambda (`realised_by_lambda`), and the headline
-    `realised_epsilon` is the worst over the lambdas with a fairness term.
+    sensitivity, while Theorem 3.3's sigmas keep the paper's marginal rho. The epsilons:
+    `_epsilon_fields`.
 
     noise="calibrated" scales Theorem 3.3's sigma_theta and sigma_w by one common factor k,
     the smallest for which the accountant (RDP, as for the baselines' calibration) confirms
@@ -496,28 +547,10 @@ def steffle_noise(
         raise ValueError(f"loss_batch must be one of {LOSS_BATCHES}, got {loss_batch!r}")
     rho_w = rho if rho_w is None else rho_w
     n = len(silo_sizes)
-    base = {
-        "sampling": sampling,
-        "sampling_note": SAMPLING_NOTES[sampling],
-        "delta": delta,
-        "loss_batch": loss_batch,
-        "rho_w": rho_w,
-        "sound_note": sound_note(loss_batch),
-    }
+    base = {"sampling": sampling, "sampling_note": SAMPLING_NOTES[sampling], "delta": delta}
+    base |= {"loss_batch": loss_batch, "rho_w": rho_w, "sound_note": sound_note(loss_batch)}
     if not is_private(eps):
-        return {
-            **base,
-            "eps": "inf",
-            "sigma_theta": [0.0] * n,
-            "sigma_w": [0.0] * n,
-            "preconditions_hold": True,
-            "precondition_messages": [],
-            "library_epsilon": math.inf,
-            "realised_epsilon": math.inf,
-            "realised_epsilon_rdp": math.inf,
-            "known_membership_epsilon": math.inf,
-            "sound_epsilon": math.inf,
-        }
+        return {**base, **_noiseless_record(n)}
     eps = float(eps)
     sig_w = [sigma_w(eps, delta, rounds, n_j, rho) for n_j in silo_sizes]
     sig_t = [sigma_theta(eps, delta, rounds, n_j, rho, clip, radius) for n_j in silo_sizes]
@@ -530,30 +563,21 @@ def steffle_noise(
         return [steffle_composition(st, sw, clip, rho_w, b, n_j, r, compat_refcode, lam) for b, r in pairs]
 
     if noise == "calibrated":  # one factor for every silo: the largest any silo needs
-
-        def needed(n_j):
-            st0, sw0 = sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)]
-            return calibrate_multiplier(
-                eps,
-                delta,
-                lambda k: silo_compositions(k * st0, k * sw0, n_j, lams[-1]),
-                z0=1.0,
+        scale = max(
+            calibrate_multiplier(
+                eps, delta, lambda k, j=j, n_j=n_j: silo_compositions(k * sig_t[j], k * sig_w[j], n_j, lams[-1])
             )[0]
-
-        scale = max(needed(n_j) for n_j in sorted(set(silo_sizes)))
+            for j, n_j in enumerate(silo_sizes)
+            if silo_sizes.index(n_j) == j
+        )
         sig_t, sig_w = [scale * v for v in sig_t], [scale * v for v in sig_w]
-    by_lambda = {}
-    for lam in lams:
-        worst = {"pld": 0.0, "rdp": 0.0, "known": 0.0}
-        for n_j in sorted(set(silo_sizes)):  # silos of equal size have equal noise and rate
-            st, sw = sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)]
-            comp = silo_compositions(st, sw, n_j, lam)
-            got = {**realised_epsilon(comp, delta), "known": known_membership_epsilon(comp, delta)}
-            worst = {k: max(worst[k], got[k]) for k in worst}
-        by_lambda[lam] = worst
-    headline = max(v["pld"] for v in by_lambda.values())
-    known = max(v["known"] for v in by_lambda.values())
-    record = {
+    by_lambda = {
+        lam: _worst_silo(
+            silo_sizes, sig_t, sig_w, lambda st, sw, n_j, lam=lam: silo_compositions(st, sw, n_j, lam), delta
+        )
+        for lam in lams
+    }
+    return {
         **base,
         "eps": eps,
         "sigma_theta": sig_t,
@@ -562,17 +586,8 @@ def steffle_noise(
         "theorem_scale": scale,
         "preconditions_hold": all(c.all_hold for c in checks),
         "precondition_messages": sorted({m for c in checks for m in c.messages}),
-        "library_epsilon": max(v["rdp"] for v in by_lambda.values()),
-        "realised_epsilon": headline,
-        "realised_epsilon_rdp": max(v["rdp"] for v in by_lambda.values()),
-        "known_membership_epsilon": known,
-        "sound_epsilon": known if loss_batch == "same" else headline,
+        **_epsilon_fields(by_lambda, loss_batch, compat_refcode),
     }
-    if compat_refcode:
-        record["realised_by_lambda"] = {str(k): v["pld"] for k, v in by_lambda.items()}
-        pick = "known" if loss_batch == "same" else "pld"
-        record["sound_by_lambda"] = {str(k): v[pick] for k, v in by_lambda.items()}
-    return record
 
 
 # -- 3. the baselines' calibrated multiplier ------------------------------------------------------
