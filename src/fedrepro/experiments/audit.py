@@ -1157,7 +1157,9 @@ def steffle_scores(cfg: dict, runs: int, seed: int, central: bool = False) -> Au
         {w: _score(_replay_with_canary(tr, shadow, released, (sig_t, sig_w)), runs) for w, tr in real.items()}
     )
     m, rho_w = real["out"].m, ctx["rho_w"]
-    joint = steffle_privacy.joint_multiplier([sig_t, sig_w], [2 * float(cfg["clip"]) / m, 2 * math.sqrt(2 / rho_w) / m])
+    joint = steffle_privacy.joint_multiplier(
+        [sig_t, sig_w], steffle_privacy.steffle_sensitivities(cfg["clip"], rho_w, m)
+    )
     eps_adv = accountant.epsilon(joint, k, ctx["delta"], 1.0, "pld")
     return Audited(
         mechanism="DP-FERMI central releases (SteffleTrainer, N = 1)"

@@ -395,15 +395,3 @@ def count_errors(config: dict) -> list[str]:
                         f"samples (Algorithm 3 gives each silo at least one); allowed: 1 to {n}"
                     )
     return errors
-
-
-def eta_w_runs(config: dict) -> list[Run]:
-    """The eta_w check: the paper-value runs and the tuned runs of the same family."""
-    section = config[PAPER]
-    check = section.get("eta_w_check")
-    if not check or not check.get("enabled", True):
-        return []
-    all_runs = runs(config)
-    wanted = {setting_tag(check["fairness"], "steffle", check["num_silos"], h) for h in check["h"]}
-    wanted |= {s + "_wpaper" for s in wanted}
-    return [r for r in all_runs if r.dataset == check["dataset"] and r.method == "steffle" and r.setting in wanted]
