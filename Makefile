@@ -17,11 +17,12 @@ unexport PYTHONDONTWRITEBYTECODE
 # 2026-11-26); Python compiles and caches the few thousand that are imported, on first import.
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# constraints.txt: the versions the stored default-run record was made with (pip freeze of that venv).
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[test,lint,bert]"
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt torch==2.14.1 torchvision==0.29.1
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[test,lint,bert]"
 	touch $@
 
 reproduce: install

@@ -12,7 +12,9 @@ measured row timed (the first paper-scale run matching its paper, unit, data set
 setting prefix), so every configuration fits the same constants. A row whose `counted` says where its
 work came from keeps it: `timed run` (benchmarks/paper_scale.py --costs counted the unit it timed, on its
 staged data and with the code it ran) or `as measured` (the older rows, counted with the code they timed:
-DPZV's per-tensor directions, FedAL's per-client loop, FedSC without the shared prefix).
+DPZV's per-tensor directions, FedAL's per-client loop, FedSC without the shared prefix). An `as measured` row
+of a kind `fedrepro.plan.AS_RAN` describes is re-counted here with the code it ran (`plan.as_ran_work`: FedAL's
+per-tensor Adam, FedSC's DP-CalR at eps = inf); the others keep their numbers.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import csv  # noqa: E402
 
 from fedrepro.experiments.cost import Counts, load_counts, write_counts  # noqa: E402
-from fedrepro.plan import COSTS, COUNTS, _measured_runs, jobs, load_config, load_costs  # noqa: E402
+from fedrepro.plan import COSTS, COUNTS, _measured_runs, as_ran_work, jobs, load_config, load_costs  # noqa: E402
 
 CONFIGS = [["config.yaml"], ["config.yaml", "configs/paper.yaml"]]
 
@@ -35,8 +37,10 @@ CONFIGS = [["config.yaml"], ["config.yaml", "configs/paper.yaml"]]
 def steps() -> set[str]:
     keys: set[str] = set()
     for files in CONFIGS:
-        counts = Counts()
-        jobs(load_config([str(ROOT / f) for f in files]), counts)
+        counts, config = Counts(), load_config([str(ROOT / f) for f in files])
+        jobs(config, counts)
+        for cost in load_costs(COSTS):  # the steps of the measured rows counted as they ran
+            as_ran_work(config, cost, counts)
         keys |= counts.missing
     return keys
 
@@ -62,16 +66,18 @@ AS_MEASURED = "as measured"  # `counted`: counted earlier with the code the row 
 def fill_costs(path: Path = COSTS) -> int:
     """Write each measured row's counted work into the cost table, except the rows whose `counted` names
     where their work came from (TIMED, AS_MEASURED); returns how many rows got one."""
-    planned = jobs(load_config([str(ROOT / f) for f in CONFIGS[-1]]), load_counts(COUNTS))
+    config, counts = load_config([str(ROOT / f) for f in CONFIGS[-1]]), load_counts(COUNTS)
+    planned = jobs(config, counts)
     costs = load_costs(path)
     measured = _measured_runs([j for per in planned.values() for j in per["all runs"]], costs)
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     filled = 0
     for row, c in zip(rows, costs):
-        if row.get("counted") in (TIMED, AS_MEASURED):
+        recount = as_ran_work(config, c, counts) if row.get("counted") == AS_MEASURED else None
+        if row.get("counted") in (TIMED, AS_MEASURED) and recount is None:
             continue
-        work = measured[c].work if c in measured else None
+        work = recount or (measured[c].work if c in measured else None)
         row["flops"] = f"{work.flops:.6g}" if work else ""
         row["launches"] = f"{work.launches:.6g}" if work else ""
         row["setting"] = c.setting

@@ -39,6 +39,7 @@ FIRST = (  # the longest files, longest first (`make test --durations`); the res
     "tests/fedal/test_pipeline.py",
     "tests/privacy/test_audit.py",
     "tests/foundation/test_add_method.py",
+    "tests/figures/test_figures.py",
     "tests/dpzv/test_bert.py",
 )
 

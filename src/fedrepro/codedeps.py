@@ -34,6 +34,7 @@ import functools
 import hashlib
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedrepro.atomic import atomic_write_text
@@ -49,6 +50,9 @@ TABLE_READERS = ("method_table", "methods", "method_entry")
 FINGERPRINT_SUFFIX = ".code"
 # The workflow's scripts (relative to its folder, two above the package folder) that every job runs.
 SCRIPTS = ("workflow/scripts/entry.py",)
+# Modules that decide which finished work a job reuses, never what it computes (the store of finished work):
+# left out of every fingerprint, so an edit there re-runs no job and keeps every stored entry's key.
+BOOKKEEPING = ("fedrepro.store",)
 LABELS = "__labels__"  # `<paper package>.__labels__`: the labels of its method table (module docstring)
 METHOD_LABEL_POSITION = 1  # fedrepro.algorithms.Method(entry, label, ...)
 
@@ -115,11 +119,11 @@ def _string_constants(tree: ast.Module) -> dict[str, str]:
     }
 
 
-def _method_tables(tree: ast.Module, src: Path) -> set[str]:
-    """The paper packages whose method table the module reads through TABLE_READERS."""
-    constants, packages = _string_constants(tree), paper_packages(src)
+def _method_tables(nodes: list[ast.AST], constants: dict[str, str], src: Path) -> set[str]:
+    """The paper packages whose method table the code `nodes` reads through TABLE_READERS."""
+    packages = paper_packages(src)
     found = set()
-    for node in ast.walk(tree):
+    for node in _walk(nodes):
         if not (isinstance(node, ast.Call) and node.args):
             continue
         called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
@@ -130,45 +134,116 @@ def _method_tables(tree: ast.Module, src: Path) -> set[str]:
     return found
 
 
-@functools.cache
-def direct_imports(name: str, src: Path = SRC) -> frozenset[str]:
-    """The fedrepro modules that module `name` may import (at any depth of its code)."""
-    path = module_file(name, src)
-    if path is None:
-        return frozenset()
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found: set[str] = _method_tables(tree, src)
-    for node in ast.walk(tree):
+def _walk(nodes: list[ast.AST]):
+    for node in nodes:
+        yield from ast.walk(node)
+
+
+ALL = None  # a module imported as a module object: any of its functions may run
+
+
+@dataclass(frozen=True)
+class Uses:
+    """What a piece of code may run: fedrepro modules with the top-level names it takes from each (ALL: the
+    module object, any name), and the names it reads (its own module's functions among them)."""
+
+    modules: tuple[tuple[str, frozenset[str] | None], ...]
+    names: frozenset[str]
+
+
+def _uses(nodes: list[ast.AST], name: str, src: Path, constants: dict[str, str]) -> Uses:
+    """The imports (statements, registry strings "fedrepro.x:y", method tables read by name) and the names
+    read by the code `nodes` of module `name`."""
+    found: list[tuple[str, frozenset[str] | None]] = [(table, ALL) for table in _method_tables(nodes, constants, src)]
+    names = set()
+    for node in _walk(nodes):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found += [(alias.name, ALL) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            module = _absolute(node, name, src)
-            found.add(module)
-            # "from fedrepro.x import y": y may be a submodule
-            found.update(f"{module}.{alias.name}" for alias in node.names)
+            found += _imported(node, name, src)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             match = REGISTRY_STRING.match(node.value)
             if match:
-                found.add(match.group(1))
-    return frozenset(m for m in found if module_file(m, src) is not None and m != name)
+                found.append((match.group(1), frozenset({node.value.rpartition(":")[2]})))
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+    kept = tuple((module, wanted) for module, wanted in found if module_file(module, src) is not None)
+    return Uses(kept, frozenset(names))
+
+
+def _imported(node: ast.ImportFrom, name: str, src: Path) -> list[tuple[str, frozenset[str] | None]]:
+    """`from x import a, b` in module `name`: x with the names a and b, or a submodule x.a as a whole."""
+    module = _absolute(node, name, src)
+    found: list[tuple[str, frozenset[str] | None]] = []
+    for alias in node.names:
+        if alias.name == "*":
+            found.append((module, ALL))
+        elif module_file(f"{module}.{alias.name}", src) is not None:
+            found += [(f"{module}.{alias.name}", ALL), (module, frozenset())]
+        else:
+            found.append((module, frozenset({alias.name})))
+    return found
+
+
+@functools.cache
+def module_uses(name: str, src: Path = SRC) -> tuple[Uses, dict[str, Uses]]:
+    """(what importing module `name` runs, {top-level function: what calling it may run}). Importing runs every
+    top-level statement but the bodies of its functions (their decorators and defaults run); a class counts
+    whole. A function's body, with the imports inside it, counts only for a job that reaches the function."""
+    path = module_file(name, src)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    constants = _string_constants(tree)
+    functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    on_import: list[ast.AST] = []
+    for node in tree.body:
+        if functions.get(getattr(node, "name", None)) is node:
+            on_import += [*node.decorator_list, *node.args.defaults, *filter(None, node.args.kw_defaults)]
+        else:
+            on_import.append(node)
+    by_function = {function: _uses(node.body, name, src, constants) for function, node in functions.items()}
+    return _uses(on_import, name, src, constants), by_function
+
+
+def _reached(wanted: frozenset[str] | None, on_import: Uses, functions: dict[str, Uses]) -> set[str]:
+    """The module's functions that may run: the names taken from it (ALL: every one), those its import-time
+    code reads, and those the reached functions read, transitively."""
+    if wanted is ALL:
+        return set(functions)
+    todo = [n for n in wanted | on_import.names if n in functions]
+    reached: set[str] = set()
+    while todo:
+        function = todo.pop()
+        if function not in reached:
+            reached.add(function)
+            todo += [n for n in functions[function].names if n in functions]
+    return reached
 
 
 @functools.cache
 def closure(entry: str, src: Path = SRC) -> tuple[str, ...]:
-    """Every fedrepro module a job with entry point `entry` ("module:function") may run."""
-    roots = [entry.partition(":")[0], *ALWAYS]
-    missing = [root for root in roots if module_file(root, src) is None]
+    """Every fedrepro module a job with entry point `entry` ("module:function") may run: what importing the
+    entry module and the ALWAYS modules runs, what the entry function may call, and so on through every module
+    reached (the __init__ of each package on the way included). An import inside a function counts only where
+    a job reaches that function."""
+    module, _, function = entry.partition(":")
+    missing = [root for root in (module, *ALWAYS) if module_file(root, src) is None]
     if missing:
         raise ValueError(f"entry {entry!r}: no module {missing[0]!r} in {src}")
-    seen: set[str] = set()
-    todo = list(roots)
+    wanted: dict[str, frozenset[str] | None] = {}
+    todo: list[tuple[str, frozenset[str] | None]] = [(module, frozenset({function})), *((m, ALL) for m in ALWAYS)]
     while todo:
-        name = todo.pop()
-        if name in seen:
+        name, names = todo.pop()
+        before = wanted.get(name, frozenset())
+        now = ALL if before is ALL or names is ALL else before | names
+        if name in wanted and now == before:
             continue
-        seen.add(name)
-        todo += [p for p in _parents(name) if module_file(p, src) is not None]
-        todo += direct_imports(name, src)
+        wanted[name] = now
+        on_import, functions = module_uses(name, src)
+        todo += [(parent, frozenset()) for parent in _parents(name) if module_file(parent, src) is not None]
+        todo += on_import.modules
+        for reached in _reached(now, on_import, functions):
+            todo += functions[reached].modules
+    seen = set(wanted)
     if any(_reads_labels(name, src) for name in seen):
         seen.update(f"{table}.{LABELS}" for table in paper_packages(src).values() if table in seen)
     return tuple(sorted(seen))
@@ -265,9 +340,9 @@ def scripts(src: Path = SRC) -> dict[str, Path]:
 
 
 def fingerprint_text(entries: tuple[str, ...], src: Path = SRC) -> str:
-    """One line `<module> <hash>` per module the entries may run (`closure`), then one
+    """One line `<module> <hash>` per module the entries may run (`closure`) but BOOKKEEPING, then one
     `<script> <hash>` per workflow script (SCRIPTS, by its path in the workflow)."""
-    names = sorted({name for entry in entries for name in closure(entry, src)})
+    names = sorted({name for entry in entries for name in closure(entry, src)} - set(BOOKKEEPING))
     lines = [f"{name} {_planned_hash(name, src)}" for name in names]
     lines += [f"{name} {script_hash(path)}" for name, path in scripts(src).items()]
     return "\n".join(lines) + "\n"
@@ -275,10 +350,11 @@ def fingerprint_text(entries: tuple[str, ...], src: Path = SRC) -> str:
 
 def read_fingerprint(path: str | Path) -> dict[str, str]:
     """A fingerprint file's {module or script: hash}."""
-    return _parse(Path(path).read_text())
+    return parse_fingerprint(Path(path).read_text())
 
 
-def _parse(text: str) -> dict[str, str]:
+def parse_fingerprint(text: str) -> dict[str, str]:
+    """A fingerprint file's text as {module or script: hash}."""
     return dict(line.partition(" ")[::2] for line in text.splitlines() if line)
 
 
@@ -304,7 +380,7 @@ def write_fingerprint(folder: str | Path, entries: tuple[str, ...], src: Path = 
     if old == text:
         return path
     if old is not None:
-        before, now = _parse(old), _parse(text)
+        before, now = parse_fingerprint(old), parse_fingerprint(text)
         changed = sorted(name for name in now.keys() & before.keys() if now[name] != before[name])
         if set(changed) - CHANGED:
             print(

@@ -64,13 +64,18 @@ Validator = jsonschema.validators.extend(
 def schema_errors(config: dict, schema: dict) -> list[str]:
     validator = Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    return [f"config key '{key_path(e)}': {e.message}{_allowed(e)}" for e in errors]
+    return [f"config key '{key_path(e)}': {_message(e)}{_allowed(e)}" for e in errors]
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    """jsonschema's message, but for a value a `not` rule excludes, which it words as the rule itself."""
+    return f"{error.instance!r} is not allowed" if error.validator == "not" else error.message
 
 
 def _allowed(error: jsonschema.ValidationError) -> str:
-    """For 'not valid under any of the given schemas', say what is valid."""
+    """For 'not valid under any of the given schemas' (or 'should not be valid under'), say what is valid."""
     description = error.schema.get("description") if isinstance(error.schema, dict) else None
-    return f" (allowed: {description})" if error.validator in ("oneOf", "anyOf") and description else ""
+    return f" (allowed: {description})" if error.validator in ("oneOf", "anyOf", "not") and description else ""
 
 
 # Checks of every value, whatever its schema (the per-paper schemas leave some open).
@@ -156,6 +161,15 @@ def planner_errors(config: dict, papers: list[str]) -> list[str]:
     return errors
 
 
+def audit_errors(config: dict) -> list[str]:
+    """The audit block's cross-field errors (fedrepro.experiments.audit.check), where the config has one."""
+    if "audit" not in config:
+        return []
+    from fedrepro.experiments.audit import check
+
+    return check(config)
+
+
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, except that a key given twice in one mapping is an error
     (PyYAML keeps the last one silently)."""
@@ -239,7 +253,7 @@ def check_config(config: dict, schema_dir: str | Path, fit_cache: str | Path | N
     sections = sorted(set(papers) | {p for p in PAPER_SECTIONS if p in config})
     errors = value_errors(config) + schema_errors(config, load_schema(schema_dir, sections))
     if not errors:
-        errors = dataset_option_errors(config) + planner_errors(config, papers)
+        errors = dataset_option_errors(config) + planner_errors(config, papers) + audit_errors(config)
     if not errors:
         errors = data_count_errors(config, papers) + duplicate_run_errors(config, papers)
     if not errors:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrepro.atomic import atomic_write_text
+from fedrepro.codedeps import BOOKKEEPING, FINGERPRINT_SUFFIX, code_hash, module_file, parse_fingerprint, script_hash
 from fedrepro.options import DETERMINISTIC_ENV, EVERY_ENV, MINUTES_ENV
 from fedrepro.registry import resolve
 
@@ -53,6 +54,22 @@ def seed_batches(seeds: list[int], per_job: int) -> list[list[int]]:
 
 
 @dataclass
+class CodeRecord:
+    """The code a job started with (`record_code`, called by `run_job` before the job computes): the text of
+    each of its code inputs (fingerprint files shared by every parse of the workflow on this results folder,
+    by any checkout: one may rewrite them while the job runs) and the (time, size) of the source file of each
+    module and workflow script they list. What the job stores is keyed by this record (`fingerprint`), never by
+    the files read again; `code_moved` compares it with what is there now."""
+
+    texts: dict[str, str]
+    sources: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+
+    def planned(self) -> dict[str, str]:
+        """{module or workflow script: hash} of the code inputs as the job started."""
+        return {name: hash_ for text in self.texts.values() for name, hash_ in parse_fingerprint(text).items()}
+
+
+@dataclass
 class Job:
     """Everything one pipeline job needs; see docs/architecture.md."""
 
@@ -65,6 +82,8 @@ class Job:
     wildcards: dict[str, str] = field(default_factory=dict)
     scratch: Path = Path(".")
     script: str | None = None  # the workflow script this process runs (workflow/scripts/entry.py)
+    results: str | None = None  # the results folder (config `results`): stored keys name inputs relative to it
+    code: CodeRecord | None = None  # the code the job started with (run_job); None: read the code inputs
 
     def out(self, name: str) -> Path:
         """Path of the named output, with its folder created."""
@@ -88,20 +107,31 @@ def input_paths(job: Job) -> list[str]:
 
 def fingerprint(job: Job, seeds: bool = True) -> str:
     """What a job's scratch results depend on: its spec, its seeds (unless `seeds=False`: what
-    one seed's results depend on) and the state (size, time) of every input file, code included
-    (code inputs are fingerprint files that change only with the code). A touched input changes
-    it too: that only costs a recompute."""
-    files = {path: _file_state(path) for path in input_paths(job)}
+    one seed's results depend on) and the state of every input file, named relative to the results
+    folder (a moved or copied folder keeps its keys): a large file's (size, time), a small one's content,
+    the code inputs' as the job started (`job.code`). A touched input changes it too: that only costs a
+    recompute."""
+    files = {_key_path(path, job.results): _file_state(path, job.code) for path in input_paths(job)}
     state = {"spec": job.spec, "inputs": files, **({"seeds": job.seeds} if seeds else {})}
     return json.dumps(state, sort_keys=True, default=str)
+
+
+def _key_path(path: str, results: str | None) -> str:
+    """`path` relative to the results folder `results` where it lies inside it."""
+    if results is None:
+        return path
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(results))
+    return path if relative.startswith("..") else Path(relative).as_posix()
 
 
 SMALL_FILE = 1 << 16  # files up to this size (code fingerprints, JSON) are compared by content
 
 
-def _file_state(path: str) -> list[int] | str | None:
+def _file_state(path: str, code: CodeRecord | None = None) -> list[int] | str | None:
     """A small file's content hash (a code fingerprint rewritten with the same content stays
-    the same), a large file's (size, time)."""
+    the same; a code input as `code` recorded it), a large file's (size, time)."""
+    if code is not None and path in code.texts:
+        return hashlib.sha256(code.texts[path].encode()).hexdigest()
     try:
         state = os.stat(path)
     except FileNotFoundError:
@@ -160,6 +190,7 @@ def job_from_snakemake(smk, script: str | None = None) -> Job:
         wildcards=wildcards,
         scratch=scratch_for(str(smk.output[0])),
         script=script,
+        results=str(smk.config["results"]) if "results" in smk.config else None,
     )
 
 
@@ -183,28 +214,64 @@ def logging_to(path: str | None):
 
 
 def _code_inputs(job: Job) -> list[str]:
-    code = job.input.get("code", [])
-    return [code] if isinstance(code, (str, os.PathLike)) else list(code)
+    """The job's code inputs: every fingerprint file among its inputs (fedrepro.codedeps)."""
+    return [path for path in input_paths(job) if path.endswith(FINGERPRINT_SUFFIX)]
 
 
 def planned_code(job: Job) -> dict[str, str]:
-    """{module or workflow script: hash} of the code Snakemake planned the job with (its `code`
-    input, fedrepro.codedeps); a fingerprint file that is gone gives nothing."""
-    from fedrepro.codedeps import read_fingerprint
+    """{module or workflow script: hash} of the code Snakemake planned the job with (its code
+    inputs, fedrepro.codedeps) as the job started (`job.code`), else as they are now; a fingerprint file
+    that is gone gives nothing."""
+    return (job.code or read_code(job)).planned()
 
-    planned = {}
+
+def read_code(job: Job) -> CodeRecord:
+    """The job's code inputs as they are now (no source states)."""
+    texts = {}
     for path in _code_inputs(job):
         try:
-            planned.update(read_fingerprint(path))
+            texts[path] = Path(path).read_text()
         except FileNotFoundError:
             continue
-    return planned
+    return CodeRecord(texts)
+
+
+def record_code(job: Job) -> CodeRecord:
+    """The code the job starts with: its code inputs and the state of every source file they list. The
+    states come first, so an edit after `stale_code` has hashed a file changes its state."""
+    record = read_code(job)
+    record.sources = {name: _source_state(job, name) for name in record.planned()}
+    return record
+
+
+def _source_state(job: Job, name: str) -> tuple[int, int] | None:
+    path = _source(job, name)
+    try:
+        state = os.stat(path) if path else None
+    except FileNotFoundError:
+        return None
+    return (state.st_mtime_ns, state.st_size) if state else None
+
+
+def _source(job: Job, name: str) -> Path | None:
+    """The file this process runs for fingerprint line `name`: a module's source, or the workflow script the
+    job runs (`job.script`) for a script line of that name."""
+    if "/" in name:  # a workflow script, by its path in the workflow
+        return Path(job.script) if job.script and Path(job.script).as_posix().endswith(f"/{name}") else None
+    return module_file(name)
+
+
+def _current_hash(job: Job, name: str) -> str | None:
+    path = _source(job, name)
+    if path is None:
+        return None
+    return script_hash(path) if "/" in name else code_hash(name)
 
 
 def undeclared_imports(job: Job) -> list[str]:
-    """fedrepro modules this process imported that the job's `code` input does not list
+    """fedrepro modules this process imported that the job's code inputs do not list
     (fedrepro.codedeps derives that list; a miss means an edit there would not re-run the job)."""
-    declared = set(planned_code(job))
+    declared = set(planned_code(job)) | set(BOOKKEEPING)
     imported = {name for name in sys.modules if name == "fedrepro" or name.startswith("fedrepro.")}
     return sorted(imported - declared - {"fedrepro.codedeps"})
 
@@ -214,16 +281,53 @@ def stale_code(job: Job) -> list[str]:
     process runs it, differs from the fingerprint Snakemake planned the job with: edited after the
     workflow was parsed (hours earlier on a busy cluster), or fingerprinted by another checkout sharing
     the results folder. A result made now would be recorded under code that did not make it."""
-    from fedrepro.codedeps import code_hash, module_file, script_hash
-
     stale = []
     for name, planned in planned_code(job).items():
-        if "/" in name:  # a workflow script, by its path in the workflow: the one this process runs
-            if job.script and Path(job.script).as_posix().endswith(f"/{name}") and script_hash(job.script) != planned:
-                stale.append(name)
-        elif module_file(name) is None or code_hash(name) != planned:
+        if "/" in name and _source(job, name) is None:
+            continue  # a script this process does not run (outside Snakemake)
+        if _current_hash(job, name) != planned:
             stale.append(name)
     return stale
+
+
+def code_moved(job: Job, fingerprints: bool = True) -> list[str]:
+    """What no longer matches the code the job started with (`job.code`): with `fingerprints`, the code inputs
+    that a parse of the workflow rewrote since (by this checkout after an edit, or by another sharing the
+    results folder): Snakemake would take the job's outputs as made by the new code; and the modules this
+    process imported (a module imported inside a function is read when first called) and the script it runs
+    whose source changed in code since (compared by time and size, then by hash)."""
+    record = job.code
+    if record is None:
+        return []
+    moved = [path for path in record.texts if fingerprints and _text_or_none(path) != record.texts[path]]
+    planned = record.planned()
+    for name, state in record.sources.items():
+        imported = "/" in name or name.removesuffix(".__labels__") in sys.modules
+        if imported and _source_state(job, name) != state and _current_hash(job, name) != planned[name]:
+            moved.append(name)
+    return moved
+
+
+def _text_or_none(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        return None
+
+
+class CodeMoved(RuntimeError):
+    """The code a job started with is no longer the workflow's (`code_moved`)."""
+
+
+def require_code(job: Job, fingerprints: bool = True) -> None:
+    """Raise CodeMoved naming what `code_moved(job, fingerprints)` finds."""
+    moved = code_moved(job, fingerprints)
+    if moved:
+        raise CodeMoved(
+            f"the code of {', '.join(moved)} changed while this job ran (edited, or the workflow parsed with other "
+            "code by this or another checkout sharing the results folder): its results are not filed under the "
+            "new code; run snakemake again so that it plans the job with the code that will run it"
+        )
 
 
 def corrupt_inputs(job: Job) -> dict[str, str]:
@@ -266,13 +370,16 @@ def run_job(job: Job, entry: str) -> None:
     log; an input file that cannot be read back is named there and removed, so the next
     `snakemake` rebuilds it (with its producer) instead of failing on it forever. The log's CPU_LINE
     splits a finished job's CPU time into the process start with its imports and the work. Before the job,
-    its code must be the code it was planned with (`stale_code`). After the
-    job, every fedrepro module it imported must be one of its code inputs: a warning names
-    any that is not, and FEDREPRO_STRICT_IMPORTS=1 (the tests) makes that an error."""
+    its code must be the code it was planned with (`stale_code`); that code, recorded once (`job.code`), keys
+    whatever the job stores. After it, the code must still be that (`require_code`): else its outputs are
+    removed and it fails, so that Snakemake plans it again. Every fedrepro module it imported must be one of
+    its code inputs: a warning names any that is not, and FEDREPRO_STRICT_IMPORTS=1 (the tests) makes that
+    an error."""
     with logging_to(job.log):
         logger = logging.getLogger("fedrepro")
         logger.info("entry %s, spec %s, seeds %s", entry, job.spec, job.seeds)
         try:
+            job.code = record_code(job)
             stale = stale_code(job)
             if stale:
                 raise RuntimeError(
@@ -284,6 +391,7 @@ def run_job(job: Job, entry: str) -> None:
             started = cpu_seconds()  # the process's start, Snakemake's preamble and the entry's imports
             function(job)
             logger.info("%s start+imports %.2f, work %.2f", CPU_LINE, started, cpu_seconds() - started)
+            _require_code_at_end(job)
             missing = undeclared_imports(job) if "code" in job.input else []
             if missing:
                 message = f"job imported fedrepro modules missing from its code inputs: {missing}"
@@ -296,6 +404,20 @@ def run_job(job: Job, entry: str) -> None:
                 logger.error("input %s is corrupt (%s): removed, run snakemake again to rebuild it", path, why)
                 Path(path).unlink(missing_ok=True)
             raise
+
+
+def _require_code_at_end(job: Job) -> None:
+    """`require_code`, removing the job's outputs first when it fails (Snakemake removes a failed job's outputs
+    too, unless told to keep them)."""
+    try:
+        require_code(job)
+    except CodeMoved:
+        for path in map(Path, job.output.values()):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        raise
 
 
 def hand_over_process_settings(config: dict) -> None:

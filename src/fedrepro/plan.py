@@ -9,7 +9,8 @@ counted steps of the paper's networks at the paper's shapes (`fedrepro.experimen
 kernel launches, `benchmarks/unit_counts.csv`, written by `benchmarks/cost_counts.py` on a CPU):
 
 * seconds per unit = FLOPs x seconds per FLOP + launches x seconds per launch, two constants per
-  device fitted to the measured rows of `benchmarks/unit_costs.csv` (`cost.fit`);
+  device fitted to the measured rows of `benchmarks/unit_costs.csv` (`cost.fit`); `--overlap`: the longer
+  of the two times instead of their sum (the device computing while the host launches), fitted the same way;
 * a run on a measured pool (same paper, unit, data set and model) takes that row's seconds, scaled by
   the model's ratio of its work to the work of the run the row measured (another method, another
   participation, another number of clients): "measured" in the report; the most specific row wins
@@ -108,9 +109,10 @@ class Job:
 # ---------------------------------------------------------------------------------------- composition
 # Each function returns the work of one unit of one seed. What each unit runs, read from the code:
 # FedSC (algorithms/fedsc/base.py): a participating client trains `local_epochs` epochs of its data,
-#   one forward of 2V views concatenated per step; BYOL methods also run the target network forward;
-#   a private run's DP-CalR sharing rounds (after `sharing.after` of the rounds, every `sharing.every`)
-#   forward `passes x views_per_pass` views of every sample of the participating clients; the kNN
+#   one forward of 2V views concatenated per step (FedX: 3V, the anchors' views too); BYOL methods' target
+#   network and FedX's frozen global model also forward them; every sharing round (after `sharing.after`
+#   of the rounds, every `sharing.every`; eps = inf shares too, with sigma 0) DP-CalR forwards
+#   `passes x views_per_pass` views of every sample of the syncing clients (`dpcalr_images`); the kNN
 #   monitor forwards the training and test images every `knn.every` rounds.
 # FedAL (algorithms/fedal/*.py): an iteration (a round / tau) is one local and one global step per
 #   client (FD, FedAvg: local only), plus a frozen anchor forward per step for the LF methods
@@ -155,6 +157,9 @@ FEDAL_STACKED = {  # algorithms/fedal: Federation(batched=spec["batched"])
 FEDAL_SERVER_DISTILL = {"feddf", "feddf_al"}  # feddf.py: an iteration is one local step per client and one step
 # of each group's server model toward the N teachers' logits (a forward per client, counted as a frozen forward)
 BYOL_METHODS = {"fedavg_byol", "fedu", "fedema"}
+FEDX_VIEWS = 3  # fedx.py FedX.client_update: two views and an anchor view trained, all three forwarded frozen
+FROZEN_FORWARD = BYOL_METHODS | {"fedx"}  # a target (BYOL) or frozen global (FedX) network forwards the views
+DPCALR = {"passes": 5, "views_per_pass": 2, "batch_size": 1024}  # fedsc.py FedSC.dpcalr's defaults
 PROBE_FEATURES = 512  # the linear probe's input: the encoder's features (Fixup ResNet-20x8 and ResNet-34)
 
 
@@ -172,7 +177,7 @@ def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
     info = DATASETS[run.dataset]
     n_train, n_test = _n_train(config, run.dataset), info.n_test
     train = spec["train"]
-    batch, views = int(train["batch_size"]), int(train.get("views", 2))
+    batch, views = int(train["batch_size"]), FEDX_VIEWS if run.method == "fedx" else int(train.get("views", 2))
     encoder = spec["encoder"]
     options = {**encoder.get("kwargs", {}), "num_classes": 0}
     head = (spec["projector"]["hidden"], spec["projector"]["out"])
@@ -182,13 +187,11 @@ def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
     fraction = 1.0 if participation == "full" else int(participation) / int(ds["clients"])
     samples = n_train * fraction  # the participating clients' data (class splits of similar size)
     work = step * (train["local_epochs"] * samples / batch)
-    if run.method in BYOL_METHODS:  # the target network's forward of the same views
+    if run.method in FROZEN_FORWARD:  # the target / frozen global network's forward of the same views
         work = work + forward * (train["local_epochs"] * samples * views / batch)
-    privacy = spec.get("privacy") or {}
-    if privacy.get("eps", "inf") != "inf":
-        sharing, dpcalr = spec["sharing"], spec["dpcalr"]
-        shared = (1 - float(sharing.get("after", 0.0))) / int(sharing.get("every", 1))
-        work = work + forward * (shared * dpcalr["passes"] * dpcalr["views_per_pass"] * samples / batch)
+    chunk = int({**DPCALR, **spec.get("dpcalr", {})}["batch_size"])  # DP-CalR forwards in chunks of its own
+    dpcalr = counts(Step.of(encoder["name"], options, info.input_shape, chunk, "forward", head=head))
+    work = work + dpcalr * (dpcalr_images(spec, int(ds["clients"]), n_train) / chunk)
     every = int(spec.get("knn", {}).get("every", 1) or 0)
     if every:
         work = work + forward * ((n_train + n_test) / batch / every)
@@ -207,14 +210,38 @@ def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
     return work, probe_epoch
 
 
-def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
-    """One iteration of a FedAL-family run (all clients)."""
+def dpcalr_images(spec: dict, clients: int, n_train: int) -> float:
+    """Images DP-CalR forwards per round, averaged over the run's rounds (fedsc.py FedSC.before_training): on
+    every sharing round, whatever epsilon (eps = inf shares with sigma 0), each syncing client forwards
+    `passes x views_per_pass` views of its data; the first sharing round every client (FedSC.sync_set), then
+    the participants. FedAvg+SC and the other methods (`sharing: null`) share nothing."""
+    from fedrepro.algorithms.fedsc.participation import clients_per_round
+    from fedrepro.algorithms.fedsc.prefix import shares_at
+
+    rounds, sharing = int(spec.get("rounds", 1)), spec.get("sharing")
+    shares = sum(shares_at(t, rounds, sharing) for t in range(1, rounds + 1))  # fedsc.py planned_shares
+    if not shares:
+        return 0.0
+    participants = clients_per_round(clients, spec.get("participation", "full"))
+    dpcalr = {**DPCALR, **spec.get("dpcalr", {})}
+    syncs = clients + (shares - 1) * participants  # client uploads over the run
+    return syncs * (n_train / clients) * int(dpcalr["passes"]) * int(dpcalr["views_per_pass"]) / rounds
+
+
+def fedal_work(
+    config: dict, run, counts: Counts, clients: int, optimizer: str = "adam", live_first_anchor: bool = True
+) -> Work:
+    """One iteration of a FedAL-family run (all clients). `optimizer` (`cost.OPTIMIZERS`) and
+    `live_first_anchor` (FedAL.share_first_anchor) as today's code runs them unless an older row ran otherwise
+    (`AS_RAN`)."""
     from fedrepro.algorithms.fedal.schedule import local_steps_per_round
 
     spec, info = run.spec, DATASETS[run.dataset]
     batch = int(spec["batch_size"])
     trains, frozen = FEDAL_STEPS.get(run.method, (2, 0))
-    if run.method in LIVE_FIRST_ANCHOR:  # a stage's first anchor forward is the live one (FedAL class)
+    if (
+        run.method in LIVE_FIRST_ANCHOR and live_first_anchor
+    ):  # a stage's first anchor forward is the live one (FedAL class)
         frozen *= (int(spec["tau"]) - 1) / int(spec["tau"])
     if run.method == "fedproto" and spec.get("variant") == "prototypes":  # FedProto's own: local steps only
         trains = 1
@@ -232,7 +259,8 @@ def fedal_work(config: dict, run, counts: Counts, clients: int) -> Work:
     work = Work()
     for arch in spec["pool"]:
         model = (arch["name"], {**arch.get("options", {}), "num_classes": info.num_classes}, info.input_shape)
-        train, evaluation = counts(Step.of(*model, batch, "train")), counts(Step.of(*model, EVAL_BATCH, "forward"))
+        train = counts(Step.of(*model, batch, "train", optimizer))
+        evaluation = counts(Step.of(*model, EVAL_BATCH, "forward"))
         work = work + (train * pretrain + evaluation * evals) * share
         if run.method in FEDAL_SERVER_DISTILL:  # one step of the group's server model
             work = work + train
@@ -395,8 +423,9 @@ def row_works(jobs: list[Job], costs: list[Cost]) -> dict[Cost, Work]:
     return out
 
 
-def price(planned: dict, costs: list[Cost], device: str = DEVICE) -> Constants:
-    """Fit the device's constants to its measured rows and price every job (module docstring)."""
+def price(planned: dict, costs: list[Cost], device: str = DEVICE, overlap: bool = False) -> Constants:
+    """Fit the device's constants to its measured rows and price every job (module docstring); `overlap`:
+    a unit takes the longer of its FLOP and launch times instead of their sum (`cost.Constants`)."""
     jobs_ = [j for per in planned.values() for j in per["all runs"]]
     rows = [c for c in costs if c.device == device]
     measured = row_works(jobs_, rows)
@@ -404,7 +433,7 @@ def price(planned: dict, costs: list[Cost], device: str = DEVICE) -> Constants:
     for c in rows:
         if c in measured:
             newest[(c.paper, c.unit, c.dataset, c.model, c.method, c.setting)] = c
-    constants = fit([(measured[c], c.seconds) for c in newest.values()], device)
+    constants = fit([(measured[c], c.seconds) for c in newest.values()], device, overlap)
     factors = paper_factors(constants, [(c.paper, measured[c], c.seconds) for c in newest.values()])
     for job in {id(j): j for per in planned.values() for jobs_ in per.values() for j in jobs_}.values():
         job.floor_per_unit = constants.floor(job.work)
@@ -420,6 +449,39 @@ def price(planned: dict, costs: list[Cost], device: str = DEVICE) -> Constants:
             job.seconds_per_unit = constants.seconds(job.work) * factors.get(job.paper, 1.0)
             job.measured = False
     return replace(constants, paper_factors=factors)
+
+
+# How the measured rows of benchmarks/unit_costs.csv marked `as measured` ran where today's code runs their
+# unit otherwise (issue 42): (paper, unit, data set, model) -> the arguments that make the paper's *_work count
+# the timed unit (`as_ran_work`; benchmarks/cost_counts.py writes it into the row). The FedAL rows were timed at
+# 72f0df1: the per-client loop, the per-tensor Adam (cost.OPTIMIZERS `adam_loop`) and an anchor forward at every
+# local step (the live first anchor came later). The FedSC row is today's count of its eps = inf run.
+AS_RAN = {
+    ("fedsc", "round", "cifar10", "fixup_resnet20"): {},
+    ("fedal", "iteration", "cifar10", "cifar_resnet"): {
+        "batched": False,
+        "optimizer": "adam_loop",
+        "live_first_anchor": False,
+    },
+}
+
+
+def as_ran_work(config: dict, cost: Cost, counts: Counts) -> Work | None:
+    """The work of the unit `cost` timed, counted as it ran (`AS_RAN`): its paper's first planned run of the
+    row's data set, method and setting prefix; None for a row without an entry or a run."""
+    how = AS_RAN.get((cost.paper, cost.unit, cost.dataset, cost.model))
+    if how is None:
+        return None
+    module = importlib.import_module(f"fedrepro.experiments.{cost.paper}")
+    runs = (r for r in module.runs(config) if (r.dataset, r.method) == (cost.dataset, cost.method))
+    run = next((r for r in runs if r.setting.startswith(cost.setting)), None)
+    if run is None:
+        return None
+    if cost.paper == "fedsc":
+        return fedsc_work(config, run, counts)[0]
+    how = dict(how)
+    run = replace(run, spec={**run.spec, "batched": how.pop("batched")})
+    return fedal_work(config, run, counts, _fedal_clients(run.setting), **how)
 
 
 def paper_factors(constants: Constants, points: list[tuple[str, Work, float]]) -> dict[str, float]:
@@ -441,6 +503,11 @@ def _seeds(tag: str) -> int:
     return len(tag[1:].split("_"))
 
 
+def _fedal_clients(setting: str) -> int:
+    """The client count of a FedAL setting (`<pool>-a<alpha>-c<clients>-...`)."""
+    return int(next(p[1:] for p in setting.split("-")[1:] if p[:1] == "c" and p[1:].isdigit()))
+
+
 def _fedal_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
     from fedrepro.experiments import fedal
 
@@ -453,7 +520,7 @@ def _fedal_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
         key = (run.dataset, run.method, run.setting, tag)
         if key not in by_key:
             pool = run.setting.split("-")[0]
-            clients = int(next(p[1:] for p in run.setting.split("-")[1:] if p[:1] == "c" and p[1:].isdigit()))
+            clients = _fedal_clients(run.setting)
             units = run.spec["iterations"]
             if "read_from" in run.spec:  # read from a longer run: only its last round (algorithms/fedal/budget.py)
                 units = run.spec["tau"] if run.spec.get("iteration_unit", "step") == "step" else 1
@@ -633,7 +700,9 @@ def plan(
     return plan_and_constants(config, costs, counts)[0]
 
 
-def plan_and_constants(config: dict, costs: list[Cost] | None = None, counts: Counts | None = None):
+def plan_and_constants(
+    config: dict, costs: list[Cost] | None = None, counts: Counts | None = None, overlap: bool = False
+):
     """(`plan`, the fitted constants); steps missing from the counts table are counted here first
     (seconds each on the meta device; `benchmarks/cost_counts.py` stores them)."""
     costs = load_costs() if costs is None else costs
@@ -650,7 +719,7 @@ def plan_and_constants(config: dict, costs: list[Cost] | None = None, counts: Co
                 raise ValueError(f"cannot count the step {key} ({type(error).__name__}: {error})") from error
         counts.missing.clear()
         planned = jobs(config, counts)
-    return planned, price(planned, costs)
+    return planned, price(planned, costs, overlap=overlap)
 
 
 RUNTIME_MARGIN = 10  # the planner's costs are coarse (GPU rows, scaled): warn an order of magnitude out
@@ -746,7 +815,9 @@ def report(planned: dict, costs: list[Cost], constants: Constants | None = None)
             f"Model constants ({device}, fitted to the measured rows below): "
             f"{constants.achieved_flops / 1e12:,.1f} TFLOP/s achieved "
             f"({100 * constants.achieved_fraction:.1f} % of the {device} dense bf16 peak), "
-            f"{constants.seconds_per_launch * 1e6:.1f} us per kernel launch. Per-paper factors (measured / model "
+            f"{constants.seconds_per_launch * 1e6:.1f} us per kernel launch, "
+            + ("the longer of FLOP and launch time (--overlap)" if constants.overlap else "FLOP and launch time added")
+            + ". Per-paper factors (measured / model "
             "on the paper's rows; they scale the paper's runs on pools without a row): "
             + ", ".join(f"{p} {f:.2f}" for p, f in sorted(constants.paper_factors.items()))
             + ".",
@@ -771,11 +842,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", nargs="*", default=[], help="top-level key=value overrides")
     parser.add_argument("--costs", default=str(COSTS), help="table of measured seconds per unit")
+    parser.add_argument(
+        "--overlap", action="store_true", help="price a unit as max(FLOP time, launch time), not their sum"
+    )
     args = parser.parse_args(argv)
     configfiles = args.configfile if args.configfile[0].endswith("config.yaml") else ["config.yaml", *args.configfile]
     config = load_config(configfiles, args.config)
     costs = load_costs(Path(args.costs))
-    planned, constants = plan_and_constants(config, costs)
+    planned, constants = plan_and_constants(config, costs, overlap=args.overlap)
     print(report(planned, costs, constants))
     return 0
 

@@ -20,13 +20,15 @@ PIPELINE_FILES = ["Snakefile", "config.yaml", "configs", "profiles", "workflow",
 TIMED_OUT = 124  # the exit status of a run stopped at its time limit, as coreutils' timeout reports it
 
 
-def snakemake(*args, cwd, snakefile, check=True, timeout=300):
+def snakemake(*args, cwd, snakefile, check=True, timeout=300, env=None):
     """Run Snakemake, for at most `timeout` idle-machine seconds (tests/limits.py): then SIGINT, because a
     hung run ignores SIGTERM (it would wait for its running jobs), and SIGKILL 10 s later; rc 124 as
-    `timeout` gives."""
+    `timeout` gives. `env`: its environment (default this process's)."""
     command = [*SNAKEMAKE, "-s", str(snakefile), *args]
     try:
-        result = limits.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, interrupt=signal.SIGINT)
+        result = limits.run(
+            command, cwd=cwd, capture_output=True, text=True, timeout=timeout, interrupt=signal.SIGINT, env=env
+        )
     except subprocess.TimeoutExpired as error:
         result = subprocess.CompletedProcess(command, TIMED_OUT, error.stdout or "", error.stderr or "")
     if check and result.returncode != 0:

@@ -133,6 +133,30 @@ def test_a_comment_or_docstring_edit_reruns_nothing(local_slice):
     assert jobs == [] and "Nothing to be done" in output
 
 
+def test_editing_the_entry_script_reruns_every_job(local_slice):
+    """workflow/scripts/entry.py runs in every job's process (a default dtype set there changes every
+    number) and profiles/default drops Snakemake's own code trigger: its fingerprint line plans them all."""
+    work, config = local_slice
+    every = planned_jobs(snakemake("-n", "-F", "--configfile", config, cwd=work, snakefile=work / "Snakefile").stdout)
+    with edited(work / "workflow/scripts/entry.py", "\nimport torch\ntorch.set_default_dtype(torch.float64)\n"):
+        jobs, _ = dry_run(work, config)
+    assert jobs == every and TRAIN_A03 in jobs and any(job.startswith("prepare:") for job in jobs)
+
+
+def test_editing_the_store_reruns_nothing(local_slice):
+    """fedrepro.store decides what a job reuses, not what it computes (codedeps.BOOKKEEPING): a message
+    edit there plans no job (it planned every training job and report before)."""
+    work, config = local_slice
+
+    def message(text):
+        assert "recomputing it" in text, "store.py no longer holds the message this test edits"
+        return text.replace("recomputing it", "computing it again")
+
+    with edited(work / "src/fedrepro/store.py", message):
+        jobs, output = dry_run(work, config)
+    assert jobs == [] and "Nothing to be done" in output
+
+
 def test_editing_the_partition_code_rebuilds_partitions_and_everything_downstream(local_slice):
     work, config = local_slice
     with edited(work / "src/fedrepro/data/partition.py"):

@@ -51,7 +51,7 @@ def test_paper_scale_prefixes_one_chain_per_setting(paper_config):
 def test_the_planner_charges_the_prefix_once_and_each_run_its_own_rounds(paper_config):
     counts, b, n, n_test = FixedCounts(), 512, 73257, 26032  # SVHN, batch 512, 5 local epochs, full participation
     train, knn = counts.TRAIN * (5 * n / b), counts.FORWARD * ((n + n_test) / b)
-    dpcalr = counts.FORWARD * (5 * 2 * n / b)  # a sharing round: 5 passes x 2 views of every sample
+    dpcalr = counts.FORWARD * (5 * 2 * n / 1024)  # a sharing round: 5 passes x 2 views of every sample, chunks of 1024
     jobs = {(j.key, j.unit): j for j in plan._fedsc_jobs(paper_config, counts)["all runs"]}
 
     def total(key):

@@ -432,3 +432,49 @@ def test_a_new_dpzv_method_needs_no_paper_scale_edit(monkeypatch):
 
     del config["dpzv"]["datasets"][datasets[0]]["lr"]["default"]
     assert f"dpzv.datasets.{datasets[0]}.lr lacks toy" in dpzv_plan.check(config)
+
+
+def add_fedal_paper_scale(copy: Path) -> None:
+    """FedAL's fifth edit: its paper-scale experiments list their own methods (configs/paper.yaml), and
+    Figure 8 there reads the SVHN experiment, so the toy joins it."""
+    path = copy / "configs" / "paper.yaml"
+    paper = yaml.safe_load(path.read_text())
+    paper["fedal"]["experiments"]["svhn"]["methods"].append("toy")
+    path.write_text(yaml.safe_dump(paper, sort_keys=False))
+
+
+CHECK_PAPER_SCALE = """
+import sys
+from fedrepro.config import ConfigError, check_config, load_yaml, merge_configs
+config = merge_configs(load_yaml("config.yaml"), load_yaml("configs/paper.yaml"))
+try:
+    check_config(config, "workflow/schemas", fit_cache=sys.argv[1])
+except ConfigError as error:
+    sys.exit(str(error))
+"""
+
+
+@pytest.mark.pipeline
+def test_the_same_edits_pass_the_paper_scale_check(tmp_path):
+    """The toy methods of every paper pass the paper-scale config check (config.yaml with configs/paper.yaml,
+    the model/data fit check included) with configs/paper.yaml untouched except FedAL's experiment list."""
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    add_methods_in_a_copy(copy)
+    shutil.copytree(ROOT / "configs", copy / "configs")
+
+    def check():
+        return limits.run(
+            [sys.executable, "-c", CHECK_PAPER_SCALE, str(tmp_path / "fit")],
+            cwd=copy,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": str(copy / "src")},
+        )
+
+    before = check()
+    assert before.returncode == 1 and "config key 'fedal.outputs.fig8.methods': ['toy']" in before.stderr
+    add_fedal_paper_scale(copy)
+    after = check()
+    assert after.returncode == 0, after.stderr[-3000:]

@@ -141,7 +141,7 @@ def fresh_inputs(entry, out, src):
     """`code_inputs` as a new parse of the workflow computes it (the parse's caches emptied)."""
     codedeps.write_fingerprint.cache_clear()
     codedeps.closure.cache_clear()
-    codedeps.direct_imports.cache_clear()
+    codedeps.module_uses.cache_clear()
     return Path(codedeps.code_inputs(entry, out, src))
 
 
@@ -217,6 +217,22 @@ def test_steffle_training_runs_on_the_shared_loop_but_not_on_the_seed_runner():
         closure = codedeps.closure(entry)
         assert "fedrepro.fl.loop" in closure and "fedrepro.fl.runner" not in closure
         assert "fedrepro.privacy.steffle" in closure
+
+
+def test_seeding_tabular_and_stacked_edits_reach_only_their_callers():
+    """Issue 41's re-run scope: SteFFLe seeds no global generator (fl.seeding), FedAL's reports read no
+    tabular data and run no stacked DPZV queries, and only the synthetic tabular builder of the generated
+    sets reads tables; the callers keep them."""
+    for entry in methods("steffle").values():
+        assert "fedrepro.fl.seeding" not in codedeps.closure(entry)
+    assert "fedrepro.fl.seeding" in codedeps.closure("fedrepro.fl.runner:run_seeds")
+    for entry in ("table", "figure", "partition_figure"):
+        closure = codedeps.closure(f"fedrepro.report.fedal:{entry}")
+        assert "fedrepro.data.tabular" not in closure and "fedrepro.algorithms.dpzv.stacked" not in closure
+    for builder in ("synthetic_multiview", "synthetic_text"):
+        assert "fedrepro.data.tabular" not in codedeps.closure(f"fedrepro.data.generated:{builder}")
+    assert "fedrepro.data.tabular" in codedeps.closure("fedrepro.data.generated:synthetic_tabular")
+    assert "fedrepro.algorithms.dpzv.stacked" in codedeps.closure(methods("dpzv")["dpzv"])
 
 
 def test_fedsc_pretraining_does_not_depend_on_the_linear_probe():

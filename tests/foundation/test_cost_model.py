@@ -191,11 +191,16 @@ def test_a_fedsc_round_charges_the_participating_clients_and_the_knn_monitor(pap
     full = plan.fedsc_work(paper_config, _run(paper_config, fedsc, "svhn", "fedsc", "full_epsinf"), counts)[0]
     partial = plan.fedsc_work(paper_config, _run(paper_config, fedsc, "svhn", "fedsc", "partial_epsinf"), counts)[0]
     knn = counts.FORWARD * ((n + n_test) / b)  # training and test images, every round for Figure 2's runs
-    assert full.flops == pytest.approx((counts.TRAIN * (5 * n / b) + knn).flops)
-    # 2 of 5 clients train; Figure 2 does not draw this run: the monitor runs at the last of 200 rounds only
-    assert partial.flops == pytest.approx((counts.TRAIN * (5 * n * 2 / 5 / b) + knn * (1 / 200)).flops)
+    # eps = inf shares every round (sigma 0): DP-CalR forwards 5 passes x 2 views of the syncing clients' data
+    # in chunks of 1024; fully participating, every client every round
+    dpcalr = counts.FORWARD * (n * 10 / 1024)
+    assert full.flops == pytest.approx((counts.TRAIN * (5 * n / b) + knn + dpcalr).flops)
+    # 2 of 5 clients train; Figure 2 does not draw this run: the monitor runs at the last of 200 rounds only;
+    # all 5 clients share at the first sharing round, then the 2 participants
+    dpcalr = counts.FORWARD * ((5 + 199 * 2) / 200 * (n / 5) * 10 / 1024)
+    assert partial.flops == pytest.approx((counts.TRAIN * (5 * n * 2 / 5 / b) + knn * (1 / 200) + dpcalr).flops)
     run = _run(paper_config, fedsc, "svhn", "fedsc", "full_epsinf")
-    quiet = dataclasses.replace(run, spec={**run.spec, "knn": {**run.spec["knn"], "every": 0}})
+    quiet = dataclasses.replace(run, spec={**run.spec, "knn": {**run.spec["knn"], "every": 0}, "sharing": None})
     assert plan.fedsc_work(paper_config, quiet, counts)[0].flops == pytest.approx((counts.TRAIN * (5 * n / b)).flops)
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedrepro import store
-from fedrepro.fl import batched, runner, seeding
+from fedrepro.fl import batched, loop, runner, seeding
 from fedrepro.fl.aggregate import normalised, weighted_average
 from fedrepro.fl.device import pick_device
 from fedrepro.fl.loop import Checkpoint, parse_minutes, run_rounds
@@ -240,9 +240,9 @@ def test_seed_everything_seeds_python_numpy_and_torch():
 
 def test_rng_state_round_trip_and_component_generators():
     seeding.seed_everything(3)
-    state = seeding.rng_state()
+    state = loop.rng_state()
     first = draws()
-    seeding.set_rng_state(state)
+    loop.set_rng_state(state)
     assert draws() == first
     assert torch.equal(
         torch.rand(3, generator=seeding.generator(4)), torch.rand(3, generator=torch.Generator().manual_seed(4))

@@ -159,22 +159,26 @@ def test_measurements_replace_their_rows_and_keep_every_other(bench, tmp_path):
 
 
 def test_the_counts_script_keeps_a_timed_rows_work(tmp_path):
-    """benchmarks/cost_counts.py re-derives a legacy row's work from the paper configuration but leaves
-    the work the bench counted for the unit it timed."""
+    """benchmarks/cost_counts.py re-derives a legacy row's work from the paper configuration, leaves the work
+    the bench counted for the unit it timed and an older row's as-measured work, but re-counts an older row
+    whose kind plan.AS_RAN describes with the code it ran (issue 42)."""
     table = tmp_path / "unit_costs.csv"
     shutil.copy(plan.COSTS, table)
     with open(table, newline="") as f:
         legacy = list(csv.DictReader(f))
-    timed = {**legacy[0], "setting": "full_epsinf", "flops": "123", "launches": "4", "counted": cost_counts.TIMED}
-    as_measured = {**legacy[0], "flops": "7", "launches": "8", "counted": cost_counts.AS_MEASURED}
-    stale = {**legacy[0], "flops": "5", "launches": "6", "counted": ""}
-    _table(table, [stale, timed, as_measured])
+    fedsc_row, dpzv_row = legacy[0], next(r for r in legacy if r["paper"] == "dpzv")
+    timed = {**fedsc_row, "flops": "123", "launches": "4", "counted": cost_counts.TIMED}
+    as_measured = {**dpzv_row, "flops": "7", "launches": "8", "counted": cost_counts.AS_MEASURED}
+    as_ran = {**fedsc_row, "flops": "9", "launches": "10", "counted": cost_counts.AS_MEASURED}
+    stale = {**fedsc_row, "flops": "5", "launches": "6", "counted": ""}
+    _table(table, [stale, timed, as_measured, as_ran])
     cost_counts.fill_costs(table)
     with open(table, newline="") as f:
         rows = list(csv.DictReader(f))
     assert (rows[1]["flops"], rows[1]["launches"]) == ("123", "4")
     assert (rows[2]["flops"], rows[2]["launches"]) == ("7", "8")
     assert float(rows[0]["flops"]) > 1e12 and float(rows[0]["launches"]) > 1e3  # re-derived: a FedSC paper round
+    assert (rows[3]["flops"], rows[3]["launches"]) == (fedsc_row["flops"], fedsc_row["launches"])  # as it ran
 
 
 class _Rounds:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fedrepro.data import synthetic
 from fedrepro.data.prepared import Built, xy
-from fedrepro.data.tabular import TabularSpec, tabular_arrays
 
 
 def _generator_kwargs(opts: dict) -> dict:
@@ -29,14 +28,22 @@ def synthetic_multiview_shape(opts) -> tuple[int, ...]:
     return (opts["views"], opts["channels"], opts["size"], opts["size"])
 
 
-SYNTHETIC_TABULAR = TabularSpec(
-    lambda df: df["income"] == 1, "income == 1", "sex", "Female",
-    ("age", "x1", "x2", "x3", "x4"), tuple(synthetic.SYNTHETIC_TABULAR_CATEGORIES), "age")
-
-
 def synthetic_tabular(data_root, opts) -> Built:
+    # imported here: the other generated sets' prepare jobs do not run the tabular code, so its edits re-run
+    # only this builder's (fedrepro.codedeps follows a function's own imports)
+    from fedrepro.data.tabular import TabularSpec, tabular_arrays
+
+    spec = TabularSpec(
+        lambda df: df["income"] == 1,
+        "income == 1",
+        "sex",
+        "Female",
+        ("age", "x1", "x2", "x3", "x4"),
+        tuple(synthetic.SYNTHETIC_TABULAR_CATEGORIES),
+        "age",
+    )
     df = synthetic.synthetic_tabular(opts["n"], opts["minority_fraction"], opts["s_effect"], opts["seed"])
-    return Built(*tabular_arrays(df, SYNTHETIC_TABULAR, opts["train_fraction"], opts["seed"]))
+    return Built(*tabular_arrays(df, spec, opts["train_fraction"], opts["seed"]))
 
 
 def shapes(data_root, opts) -> Built:

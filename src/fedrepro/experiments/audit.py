@@ -261,16 +261,40 @@ def _tap_uploads(algo, client: int) -> list:
 # ------------------------------------------------------------------------------ DPZV
 
 
+AUDIT_IMAGE = (1, 8, 8)  # tiny_vfl_data's images, cut into one row strip per client
+
+
+def check(config: dict) -> list[str]:
+    """The DPZV audit's sizes (`audit.dpzv`) against its data, so that the audit job does not fail on them:
+    each client holds at least one row of the images; one batch fits in the training set."""
+    cfg, rows = config["audit"]["dpzv"], AUDIT_IMAGE[1]
+    if not any(level.get("dpzv", 0) for level in config["audit"]["runs"].values()):
+        return []
+    errors = []
+    if cfg["clients"] > rows:
+        errors.append(
+            f"config key 'audit.dpzv.clients': {cfg['clients']}, but the audit's {rows}-row images are cut into one "
+            f"row strip per client; allowed: 1 to {rows}"
+        )
+    if cfg["batch_size"] > cfg["num_train"]:
+        errors.append(
+            f"config key 'audit.dpzv.batch_size': {cfg['batch_size']}, more than audit.dpzv.num_train "
+            f"({cfg['num_train']}) training samples; allowed: 1 to {cfg['num_train']}"
+        )
+    return errors
+
+
 def tiny_vfl_data(num_train: int = 64, num_test: int = 16, num_classes: int = 3, clients: int = 2, seed: int = 0):
-    """Class-dependent 1 x 8 x 8 images split into row strips over ``clients`` (a learnable stand-in)."""
+    """Class-dependent 1 x 8 x 8 images (AUDIT_IMAGE) split into row strips over ``clients`` (a learnable
+    stand-in)."""
     from fedrepro.algorithms.dpzv.base import build_vfl_data
     from fedrepro.data.partition import vertical_partition
 
     rng = np.random.default_rng(seed)
-    proto = rng.integers(0, 256, size=(num_classes, 1, 8, 8))
+    proto = rng.integers(0, 256, size=(num_classes, *AUDIT_IMAGE))
     y = rng.integers(0, num_classes, size=num_train + num_test)
-    x = np.clip(proto[y] + rng.normal(0, 40, size=(len(y), 1, 8, 8)), 0, 255).astype(np.uint8)
-    part = vertical_partition((1, 8, 8), "rows", clients)
+    x = np.clip(proto[y] + rng.normal(0, 40, size=(len(y), *AUDIT_IMAGE)), 0, 255).astype(np.uint8)
+    part = vertical_partition(AUDIT_IMAGE, "rows", clients)
     return build_vfl_data(
         x[:num_train],
         y[:num_train],
@@ -1133,7 +1157,9 @@ def steffle_scores(cfg: dict, runs: int, seed: int, central: bool = False) -> Au
         {w: _score(_replay_with_canary(tr, shadow, released, (sig_t, sig_w)), runs) for w, tr in real.items()}
     )
     m, rho_w = real["out"].m, ctx["rho_w"]
-    joint = steffle_privacy.joint_multiplier([sig_t, sig_w], [2 * float(cfg["clip"]) / m, 2 * math.sqrt(2 / rho_w) / m])
+    joint = steffle_privacy.joint_multiplier(
+        [sig_t, sig_w], steffle_privacy.steffle_sensitivities(cfg["clip"], rho_w, m)
+    )
     eps_adv = accountant.epsilon(joint, k, ctx["delta"], 1.0, "pld")
     return Audited(
         mechanism="DP-FERMI central releases (SteffleTrainer, N = 1)"

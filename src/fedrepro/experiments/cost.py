@@ -48,15 +48,20 @@ class Work:
 
 @dataclass(frozen=True)
 class Constants:
-    """Seconds per FLOP (1 / achieved FLOP/s) and per kernel launch of one device."""
+    """Seconds per FLOP (1 / achieved FLOP/s) and per kernel launch of one device, and how they combine:
+    added (the host launches, then the device computes), or `overlap`: the device runs a kernel while the host
+    launches the next ones, so a unit takes the longer of the two (large kernels hide the launches, small ones
+    leave the device waiting for the host)."""
 
     seconds_per_flop: float
     seconds_per_launch: float
     device: str = "H200"
     paper_factors: dict = field(default_factory=dict, compare=False)  # set by fedrepro.plan.price
+    overlap: bool = False
 
     def seconds(self, work: Work) -> float:
-        return work.flops * self.seconds_per_flop + work.launches * self.seconds_per_launch
+        device, host = work.flops * self.seconds_per_flop, work.launches * self.seconds_per_launch
+        return max(device, host) if self.overlap else device + host
 
     def floor(self, work: Work) -> float:
         """The FLOP floor: every FLOP at the device's dense bf16 peak, no launch cost."""
@@ -72,12 +77,16 @@ class Constants:
         return self.achieved_flops / PEAK_FLOPS[self.device]
 
 
-def fit(points: Iterable[tuple[Work, float]], device: str = "H200") -> Constants:
+def fit(points: Iterable[tuple[Work, float]], device: str = "H200", overlap: bool = False) -> Constants:
     """Constants minimising sum((predicted / measured - 1)^2) over (work, measured seconds) points,
-    both constants >= 0 (a constant that would go negative is set to 0 and the other refitted)."""
+    both constants >= 0 (a constant that would go negative is set to 0 and the other refitted).
+    `overlap`: the max() model, searched around the additive fit (`_fit_overlap`)."""
+    points = list(points)
     rows = [(w.flops / s, w.launches / s) for w, s in points]
     if not rows:
         raise ValueError("fitting the cost model needs at least one measured row")
+    if overlap:
+        return _fit_overlap(points, fit(points, device))
 
     def one(column: int) -> float:
         num = sum(r[column] for r in rows)
@@ -96,6 +105,26 @@ def fit(points: Iterable[tuple[Work, float]], device: str = "H200") -> Constants
             return Constants(a, b, device)
     candidates = [Constants(one(0), 0.0, device), Constants(0.0, one(1), device)]
     return min(candidates, key=lambda c: relative_error(c, points))
+
+
+def _fit_overlap(points: list[tuple[Work, float]], additive: Constants) -> Constants:
+    """The overlap model's constants: max() makes the error piecewise, so a log grid of 41 x 41 around each
+    constant's value (the additive fit's, or what the rows give alone: each row's FLOP or launch rate) is
+    searched, then zoomed in 8 times (deterministic, no scipy: the planner runs at every Snakemake start)."""
+    flop_rate = max(s / w.flops for w, s in points if w.flops) if any(w.flops for w, _ in points) else 0.0
+    launch_rate = max(s / w.launches for w, s in points if w.launches) if any(w.launches for w, _ in points) else 0.0
+    start = [math.log10(additive.seconds_per_flop or flop_rate or 1e-15)]
+    start.append(math.log10(additive.seconds_per_launch or launch_rate or 1e-6))
+
+    def constants(x) -> Constants:
+        return Constants(10 ** x[0], 10 ** x[1], additive.device, overlap=True)
+
+    best, span = tuple(start), 2.0
+    for _ in range(9):
+        grid = [(best[0] + span * (i / 20 - 1), best[1] + span * (j / 20 - 1)) for i in range(41) for j in range(41)]
+        best = min(grid, key=lambda x: relative_error(constants(x), points))
+        span /= 4
+    return constants(best)
 
 
 def relative_error(constants: Constants, points: Iterable[tuple[Work, float]]) -> float:
@@ -223,6 +252,13 @@ def direction_launches(step: Step) -> int:
     return count_launches(numels, buffers, kind, float(momentum))
 
 
+# `Step.optimizer` of a training step: fl/optim.py's foreach SGD (momentum 0.9, weight decay) or Adam, one
+# foreach group as on a GPU; `adam_loop` is the per-tensor Adam fl/optim.py ran before its foreach ops
+# (at 72f0df1: lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_ per tensor, 7 launches each), which the
+# FedAL rows of benchmarks/unit_costs.csv timed.
+OPTIMIZERS = ("sgd", "adam", "adam_loop")
+
+
 def count_step(step: Step) -> Work:
     """FLOPs and launches of one `step` at its batch (see the module docstring for the device).
 
@@ -265,17 +301,17 @@ def count_step(step: Step) -> Work:
                 net(x)
     else:
         net.train()
-        opt = (
-            optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=5e-4)
-            if step.optimizer == "sgd"
-            else optim.Adam(params, lr=1e-3)
-        )
+        if step.optimizer not in OPTIMIZERS:
+            raise ValueError(f"step optimizer {step.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        sgd = step.optimizer == "sgd"
+        opt = optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=5e-4) if sgd else optim.Adam(params, lr=1e-3)
 
         def fn():
             out = net(x)
             out.float().square().mean().backward()
             saved = optim.CPU_GROUP_ELEMENTS
-            optim.CPU_GROUP_ELEMENTS = math.inf  # one foreach group, as on a GPU
+            # one foreach group, as on a GPU; `adam_loop`: one group per tensor, the per-tensor loop
+            optim.CPU_GROUP_ELEMENTS = 0 if step.optimizer == "adam_loop" else math.inf
             try:
                 opt.step()
             finally:

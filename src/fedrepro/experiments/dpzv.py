@@ -422,4 +422,65 @@ def check(config: dict) -> list[str]:
             errors.append(f"dpzv.datasets.{dataset}.lr lacks {', '.join(missing)}")
     if float(section["shared"]["clip"]) == math.inf:
         errors.append("dpzv.shared.clip must be finite (the DP sensitivity is 2C/B); Figure 4 adds the unclipped run")
+    return errors + client_weight_errors(config)
+
+
+def kept_for_training(section: dict, n: int) -> int:
+    """Training samples left after the validation holdout (`dpzv.shared.val`; build_vfl_data's rounding)."""
+    shared = section["shared"]
+    if shared.get("val", "holdout") != "holdout":
+        return n
+    return n - max(1, int(round(shared.get("val_fraction", 0.1) * n)))
+
+
+def count_errors(config: dict) -> list[str]:
+    """Each data set's training samples (after the validation holdout) against what its jobs draw: a training
+    run's batch (the trainer refuses a larger one), Figure 6's samples (its memory job would measure fewer
+    than the figure says)."""
+    from fedrepro.experiments.fit import train_size
+
+    section, errors = config[PAPER], []
+    need = {
+        dataset: (section["datasets"][dataset]["batch_size"], f"{PAPER}.datasets.{dataset}.batch_size")
+        for dataset in training_datasets(config)
+        if dataset in section["datasets"]
+    }
+    fig6 = section["figures"].get("fig6", {})
+    for dataset, local in memory_settings(config).items():
+        batch = local.get("batch_size", section["datasets"].get(dataset, {}).get("batch_size", 1))
+        draws = max(int(fig6["num_samples"]), batch * (int(fig6["rounds"]) + int(fig6.get("warmup_rounds", 1))))
+        if draws > need.get(dataset, (0, ""))[0]:
+            need[dataset] = (draws, f"{PAPER}.figures.fig6.num_samples")  # or its batches, where more
+    for dataset, (count, key) in need.items():
+        n = train_size(config, dataset)
+        if kept_for_training(section, n) < count:
+            least = next(m for m in range(count, 2 * count + 10) if kept_for_training(section, m) >= count)
+            errors.append(
+                f"config key 'datasets.{dataset}': {n} training samples, {kept_for_training(section, n)} after "
+                f"dpzv's validation holdout (dpzv.shared.val_fraction), but {key} draws {count}; allowed: at "
+                f"least {least} training samples, or a smaller {key}"
+            )
     return errors
+
+
+def client_weight_errors(config: dict) -> list[str]:
+    """`dpzv.shared.client_weights` (one positive weight per client, the random schedule's q_j) against the
+    clients of every data set the runs use (the trainer refuses another length in the job)."""
+    section = config[PAPER]
+    weights = section["shared"].get("client_weights")
+    if weights is None:
+        return []
+    clients = {
+        dataset: section["datasets"][dataset]["partition"]["clients"]
+        for dataset in sorted({*training_datasets(config), *memory_datasets(config)})
+        if dataset in section["datasets"]
+    }
+    wrong = {dataset: n for dataset, n in clients.items() if n != len(weights)}
+    if not wrong:
+        return []
+    counts = ", ".join(f"{dataset} {n}" for dataset, n in wrong.items())
+    return [
+        f"config key 'dpzv.shared.client_weights': {len(weights)} weights, but the data sets' partitions have "
+        f"other client counts (dpzv.datasets.<data set>.partition.clients: {counts}); allowed: null, or one "
+        "positive weight per client (every data set the runs use with that many clients)"
+    ]

@@ -320,7 +320,59 @@ def check(config: dict) -> list[str]:
                 f"size) is for the SGDA methods only, and {method!r} (in {PAPER}.methods) inherits it; allowed "
                 "for it: poisson, shuffle, replacement"
             )
-    return errors
+    return errors or refcode_errors(config)  # runs() needs known methods
+
+
+REFCODE_NEEDS = {"sampling": "shuffle_keep_last", "fairness": "dp"}  # SteffleConfig: the authors' DP stream
+REFCODE_DATASET = "adult"  # refcode_hash_seed orders their Adult one-hot columns (refcode_columns)
+
+
+def _train_key(section: dict, run: Run, key: str) -> str:
+    """The config key a run's `train.<key>` comes from: the refcode grid's own train block, else the section's."""
+    grid = section.get("refcode_grid") or {}
+    if run.setting.endswith(f"_{REFCODE}") and key in grid.get("train", {}):
+        return f"{PAPER}.refcode_grid.train.{key}"
+    return f"{PAPER}.train.{key}"
+
+
+def refcode_errors(config: dict) -> list[str]:
+    """`rng: refcode` and `refcode_hash_seed` against every SGDA run they reach (SteffleConfig would refuse
+    them in the training job): the authors' stream needs their sampling and notion, the hash seed their
+    stream and their Adult columns. One error per key and problem, naming the runs."""
+    section, found = config[PAPER], {}
+    for run in runs(config):
+        if not has_trait(run.method, "sgda"):
+            continue
+        train, grid_run = run.spec["train"], run.setting.endswith(f"_{REFCODE}")
+        rng, hash_seed = train.get("rng", "streams"), train.get("refcode_hash_seed")
+        got = {"sampling": train.get("sampling"), "fairness": run.spec["fairness"]}
+        if rng == "refcode" and got != REFCODE_NEEDS:
+            problem = (
+                f"'refcode' (the authors' demographic-parity stream over their DataLoader batches) needs sampling "
+                f"'shuffle_keep_last' and fairness 'dp', not sampling {got['sampling']!r} and fairness "
+                f"{got['fairness']!r}; allowed: streams, or refcode where both hold (as in steffle.refcode_grid)"
+            )
+            found.setdefault((_train_key(section, run, "rng"), problem), []).append(run)
+        if hash_seed is not None and rng != "refcode":
+            problem = (
+                f"{hash_seed} orders the authors' stream's columns and needs rng 'refcode', not {rng!r}; allowed: "
+                "null, or an integer with rng: refcode"
+            )
+            found.setdefault((_train_key(section, run, "refcode_hash_seed"), problem), []).append(run)
+        elif hash_seed is not None and run.dataset != REFCODE_DATASET:
+            key = _train_key(section, run, "refcode_hash_seed")
+            key = f"{PAPER}.refcode_grid.dataset" if grid_run and key.startswith(f"{PAPER}.refcode_grid") else key
+            problem = (
+                f"refcode_hash_seed orders the authors' Adult one-hot columns (algorithms/steffle/refcode_columns.py), "
+                f"not those of data set {run.dataset!r}; allowed: data set {REFCODE_DATASET!r}, or refcode_hash_seed: null"
+            )
+            found.setdefault((key, problem), []).append(run)
+    return [f"config key '{key}': {problem} (runs: {_run_names(hit)})" for (key, problem), hit in found.items()]
+
+
+def _run_names(hit: list[Run], shown: int = 3) -> str:
+    names = ["/".join(run.key) for run in hit]
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def count_errors(config: dict) -> list[str]:
@@ -343,15 +395,3 @@ def count_errors(config: dict) -> list[str]:
                         f"samples (Algorithm 3 gives each silo at least one); allowed: 1 to {n}"
                     )
     return errors
-
-
-def eta_w_runs(config: dict) -> list[Run]:
-    """The eta_w check: the paper-value runs and the tuned runs of the same family."""
-    section = config[PAPER]
-    check = section.get("eta_w_check")
-    if not check or not check.get("enabled", True):
-        return []
-    all_runs = runs(config)
-    wanted = {setting_tag(check["fairness"], "steffle", check["num_silos"], h) for h in check["h"]}
-    wanted |= {s + "_wpaper" for s in wanted}
-    return [r for r in all_runs if r.dataset == check["dataset"] and r.method == "steffle" and r.setting in wanted]

@@ -26,18 +26,19 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
 from fedrepro.atomic import atomic_write, remove_stray_temporaries
-from fedrepro.fl import seeding
 from fedrepro.options import EVERY_ENV, MINUTES_ENV
 
 log = logging.getLogger(__name__)
@@ -172,14 +173,31 @@ class Checkpoint:
             self.path.unlink()
             return 0, []
         algorithm.load_state_dict(state["algorithm"])
-        seeding.set_rng_state(state["rng"])
+        set_rng_state(state["rng"])
         log.info("resumed %s after round %d", self.path, state["rounds_done"])
         return state["rounds_done"], state["rows"]
 
 
+def rng_state() -> dict:
+    """Every global generator state, for a checkpoint."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what `rng_state` saved."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
 def _state(algorithm: FederatedAlgorithm, rounds_done: int, rows: list[dict]) -> dict:
     """What a checkpoint holds: rounds done, the metric rows so far, every global RNG state, the algorithm."""
-    return {"rounds_done": rounds_done, "rows": rows, "rng": seeding.rng_state(), "algorithm": algorithm.state_dict()}
+    return {"rounds_done": rounds_done, "rows": rows, "rng": rng_state(), "algorithm": algorithm.state_dict()}
 
 
 def start_from(path: Path, state: dict) -> bool:

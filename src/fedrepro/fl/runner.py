@@ -58,8 +58,8 @@ def seed_store(job: Job) -> Store:
     `<setting folder>/.seeds/seed<s>/<key>/` for pipeline jobs (a `{seeds}` wildcard), else
     under the job's own scratch."""
     if "seeds" not in job.wildcards:
-        return Store(job.scratch / ".seeds")
-    return Store(Path(job.output["metrics"]).parent.parent / ".seeds")
+        return Store(job.scratch / ".seeds", job)
+    return Store(Path(job.output["metrics"]).parent.parent / ".seeds", job)
 
 
 def seed_slot(job: Job, seed: int) -> tuple[Store, str, str]:

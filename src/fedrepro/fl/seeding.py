@@ -1,4 +1,8 @@
-"""Seeds and random-number-generator states, saved and restored as one unit."""
+"""Seeds: the global generators of a seed, and the generators components own.
+
+The global generator states a checkpoint saves and restores are `fedrepro.fl.loop`'s (`rng_state`,
+`set_rng_state`), beside the checkpoint: a job that checkpoints but seeds nothing here (SteFFLe) does not
+run this module."""
 
 from __future__ import annotations
 
@@ -13,23 +17,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def rng_state() -> dict:
-    """Every global generator state, for a checkpoint."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    """Restore what `rng_state` saved."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:

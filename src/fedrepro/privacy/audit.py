@@ -162,11 +162,6 @@ def epsilon_lower_bound(out_scores, in_scores, delta: float, confidence: float =
 SCALINGS = tuple(round(0.95 - 0.05 * i, 2) for i in range(19))  # noise sigma * k tried, k = 0.95 ... 0.05
 
 
-def gaussian_canary_mu(mean_gap: float, std: float) -> float:
-    """GDP mu of a canary from its scores' mean gap between the worlds and their std (mu = gap / std)."""
-    return float(mean_gap / std) if std > 0 else math.inf
-
-
 def detection_rate(
     mu: float, eps_target: float, delta: float, runs: int, confidence: float, trials: int = 200, seed: int = 0
 ) -> float:

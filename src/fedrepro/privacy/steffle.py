@@ -179,6 +179,21 @@ def check_preconditions(eps: float, delta: float, iterations: int, local_size: i
 STEFFLE_ADJACENCIES = ("replace_one", "add_remove")
 
 
+def steffle_sensitivities(clip: float, rho: float, batch: int) -> tuple[float, float]:
+    """Replace-one sensitivities of one silo's batch-mean releases (h_theta, h_w), Algorithm 1 line 9.
+
+    h_theta: m clipped per-sample theta-gradients averaged, one of them replaced: 2C/m.
+    h_w: d psi_i/dW[r,u] = -2 W[r,u] F_u + 2 [r = s_i] F_u / sqrt(p_S(s_i)); changing s_i only
+    moves the second term between two rows, so the per-sample change has Frobenius norm
+    2 sqrt(sum_u F_u^2 (1/p_s + 1/p_s')) <= 2 sqrt(2/rho) (sum_u F_u^2 <= 1, p_S >= rho, P_S
+    treated as public as in the paper); averaged over m: 2 sqrt(2/rho)/m.
+    Every accountant, mechanism and audit of SteFFLe's releases reads these two numbers here.
+    """
+    if not rho > 0:
+        raise ValueError(f"rho must be > 0, got {rho}")
+    return 2.0 * float(clip) / float(batch), 2.0 * math.sqrt(2.0 / rho) / float(batch)
+
+
 def steffle_theta_mechanism(
     sigma_theta: float, clip: float, batch_size: int, local_size: int, iterations: int, adjacency: str = "replace_one"
 ) -> accountant.GaussianComposition:
@@ -207,16 +222,8 @@ def steffle_theta_mechanism(
 def steffle_w_mechanism(
     sigma_w: float, batch_size: int, local_size: int, iterations: int, rho: float
 ) -> accountant.GaussianComposition:
-    """SteFFLe W-gradient of one silo: sensitivity 2 sqrt(2/rho)/m, T steps, q = m/n~.
-
-    d psi_i/dW[r,u] = -2 W[r,u] F_u + 2 [r = s_i] F_u / sqrt(p_S(s_i)); changing
-    s_i only moves the second term between two rows, so the per-sample change
-    has Frobenius norm 2 sqrt(sum_u F_u^2 (1/p_s + 1/p_s')) <= 2 sqrt(2/rho)
-    (sum_u F_u^2 <= 1, p_S >= rho, P_S treated as public as in the paper).
-    """
-    if not rho > 0:
-        raise ValueError(f"rho must be > 0, got {rho}")
-    sens = 2.0 * math.sqrt(2.0 / rho) / float(batch_size)
+    """SteFFLe W-gradient of one silo: sensitivity 2 sqrt(2/rho)/m (`steffle_sensitivities`), T steps, q = m/n~."""
+    sens = steffle_sensitivities(0.0, rho, batch_size)[1]
     rate = float(batch_size) / float(local_size)
     return accountant.GaussianComposition(
         accountant.multiplier(sigma_w, sens),
@@ -260,13 +267,12 @@ def steffle_composition(
 
     Paper mode: h_theta = (sum of grad psi_i clipped to C)/m + N(0, sigma_theta^2), sensitivity
     2C/m (replace-one of the sensitive attribute); h_w = (sum of grad_W psi_i)/m + N(0, sigma_w^2),
-    sensitivity 2 sqrt(2/rho)/m (`steffle_w_mechanism`); lambda is applied by the server
+    sensitivity 2 sqrt(2/rho)/m (`steffle_sensitivities`); lambda is applied by the server
     (post-processing). compat_refcode (the authors' code): the clipped lambda * grad psi_i are SUMMED
     (sensitivity 2C, 0 at lambda = 0) and h_w carries lambda * mean (sensitivity lambda * 2 sqrt(2/rho)/m),
     with the same sigmas: the noise is not scaled with the signal.
     """
-    sens_theta = 2.0 * clip / batch
-    sens_w = 2.0 * math.sqrt(2.0 / rho) / batch
+    sens_theta, sens_w = steffle_sensitivities(clip, rho, batch)
     if compat_refcode:
         sens_theta = 2.0 * clip if lam != 0 else 0.0
         sens_w = abs(lam) * sens_w
@@ -443,6 +449,65 @@ def sound_note(loss_batch: str) -> str:
     )
 
 
+def _noiseless_record(silos: int) -> dict:
+    """`steffle_noise`'s record at eps = inf: no noise, no finite bound."""
+    return {
+        "eps": "inf",
+        "sigma_theta": [0.0] * silos,
+        "sigma_w": [0.0] * silos,
+        "preconditions_hold": True,
+        "precondition_messages": [],
+        **dict.fromkeys(
+            (
+                "library_epsilon",
+                "realised_epsilon",
+                "realised_epsilon_rdp",
+                "known_membership_epsilon",
+                "sound_epsilon",
+            ),
+            math.inf,
+        ),
+    }
+
+
+def _worst_silo(silo_sizes, sig_t, sig_w, compositions, delta: float) -> dict:
+    """The largest PLD, RDP and known-batch epsilon over the silos; `compositions(st, sw, n_j)` is one
+    silo's mechanism. Silos of equal size have equal noise and rate, so each size is accounted once."""
+    worst = {"pld": 0.0, "rdp": 0.0, "known": 0.0}
+    for n_j in sorted(set(silo_sizes)):
+        comp = compositions(sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)], n_j)
+        got = {**realised_epsilon(comp, delta), "known": known_membership_epsilon(comp, delta)}
+        worst = {k: max(worst[k], got[k]) for k in worst}
+    return worst
+
+
+def _epsilon_fields(by_lambda: dict, loss_batch: str, compat_refcode: bool) -> dict:
+    """`steffle_noise`'s epsilons from the worst silo per lambda (`_worst_silo`).
+
+    `realised_epsilon` is the accountant's (PLD, tight; RDP beside it) epsilon for the
+    mechanism the trainer runs: theta and W released together from one Poisson batch
+    per round (`steffle_composition`), per silo (ISRL-DP); the worst silo is reported.
+    Under compat_refcode it depends on lambda (`realised_by_lambda`), and the headline
+    `realised_epsilon` is the worst over the lambdas with a fairness term.
+    `sound_epsilon` is the bound for what the code sends (section 4): with loss_batch="same"
+    (Algorithm 1) the batches are revealed by g (`known_membership_epsilon`); with "independent"
+    g's batch says nothing about the sensitive batch and the paper's accounting holds.
+    """
+    worst = {k: max(v[k] for v in by_lambda.values()) for k in ("pld", "rdp", "known")}
+    fields = {
+        "library_epsilon": worst["rdp"],
+        "realised_epsilon": worst["pld"],
+        "realised_epsilon_rdp": worst["rdp"],
+        "known_membership_epsilon": worst["known"],
+        "sound_epsilon": worst["known"] if loss_batch == "same" else worst["pld"],
+    }
+    if compat_refcode:
+        pick = "known" if loss_batch == "same" else "pld"
+        fields["realised_by_lambda"] = {str(k): v["pld"] for k, v in by_lambda.items()}
+        fields["sound_by_lambda"] = {str(k): v[pick] for k, v in by_lambda.items()}
+    return fields
+
+
 def steffle_noise(
     eps,
     delta: float,
@@ -467,16 +532,8 @@ def steffle_noise(
 
     rho_w (default rho) is the smallest p the W-gradient divides by: the marginal p_S for demographic
     parity, min over (s, y) of P(S = s | Y = y) for equalized odds (eq. 6); it sets h_w's
-    sensitivity, while Theorem 3.3's sigmas keep the paper's marginal rho. `sound_epsilon` is the
-    bound for what the code sends (section 4): with loss_batch="same" (Algorithm 1) the batches are
-    revealed by g (`known_membership_epsilon`); with "independent" g's batch says nothing about
-    the sensitive batch and the paper's accounting holds.
-
-    `realised_epsilon` is the accountant's (PLD, tight; RDP beside it) epsilon for the
-    mechanism the trainer runs: theta and W released together from one Poisson batch
-    per round (`steffle_composition`), per silo (ISRL-DP); the worst silo is reported.
-    Under compat_refcode it depends on lambda (`realised_by_lambda`), and the headline
-    `realised_epsilon` is the worst over the lambdas with a fairness term.
+    sensitivity, while Theorem 3.3's sigmas keep the paper's marginal rho. The epsilons:
+    `_epsilon_fields`.
 
     noise="calibrated" scales Theorem 3.3's sigma_theta and sigma_w by one common factor k,
     the smallest for which the accountant (RDP, as for the baselines' calibration) confirms
@@ -490,28 +547,10 @@ def steffle_noise(
         raise ValueError(f"loss_batch must be one of {LOSS_BATCHES}, got {loss_batch!r}")
     rho_w = rho if rho_w is None else rho_w
     n = len(silo_sizes)
-    base = {
-        "sampling": sampling,
-        "sampling_note": SAMPLING_NOTES[sampling],
-        "delta": delta,
-        "loss_batch": loss_batch,
-        "rho_w": rho_w,
-        "sound_note": sound_note(loss_batch),
-    }
+    base = {"sampling": sampling, "sampling_note": SAMPLING_NOTES[sampling], "delta": delta}
+    base |= {"loss_batch": loss_batch, "rho_w": rho_w, "sound_note": sound_note(loss_batch)}
     if not is_private(eps):
-        return {
-            **base,
-            "eps": "inf",
-            "sigma_theta": [0.0] * n,
-            "sigma_w": [0.0] * n,
-            "preconditions_hold": True,
-            "precondition_messages": [],
-            "library_epsilon": math.inf,
-            "realised_epsilon": math.inf,
-            "realised_epsilon_rdp": math.inf,
-            "known_membership_epsilon": math.inf,
-            "sound_epsilon": math.inf,
-        }
+        return {**base, **_noiseless_record(n)}
     eps = float(eps)
     sig_w = [sigma_w(eps, delta, rounds, n_j, rho) for n_j in silo_sizes]
     sig_t = [sigma_theta(eps, delta, rounds, n_j, rho, clip, radius) for n_j in silo_sizes]
@@ -524,30 +563,21 @@ def steffle_noise(
         return [steffle_composition(st, sw, clip, rho_w, b, n_j, r, compat_refcode, lam) for b, r in pairs]
 
     if noise == "calibrated":  # one factor for every silo: the largest any silo needs
-
-        def needed(n_j):
-            st0, sw0 = sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)]
-            return calibrate_multiplier(
-                eps,
-                delta,
-                lambda k: silo_compositions(k * st0, k * sw0, n_j, lams[-1]),
-                z0=1.0,
+        scale = max(
+            calibrate_multiplier(
+                eps, delta, lambda k, j=j, n_j=n_j: silo_compositions(k * sig_t[j], k * sig_w[j], n_j, lams[-1])
             )[0]
-
-        scale = max(needed(n_j) for n_j in sorted(set(silo_sizes)))
+            for j, n_j in enumerate(silo_sizes)
+            if silo_sizes.index(n_j) == j
+        )
         sig_t, sig_w = [scale * v for v in sig_t], [scale * v for v in sig_w]
-    by_lambda = {}
-    for lam in lams:
-        worst = {"pld": 0.0, "rdp": 0.0, "known": 0.0}
-        for n_j in sorted(set(silo_sizes)):  # silos of equal size have equal noise and rate
-            st, sw = sig_t[silo_sizes.index(n_j)], sig_w[silo_sizes.index(n_j)]
-            comp = silo_compositions(st, sw, n_j, lam)
-            got = {**realised_epsilon(comp, delta), "known": known_membership_epsilon(comp, delta)}
-            worst = {k: max(worst[k], got[k]) for k in worst}
-        by_lambda[lam] = worst
-    headline = max(v["pld"] for v in by_lambda.values())
-    known = max(v["known"] for v in by_lambda.values())
-    record = {
+    by_lambda = {
+        lam: _worst_silo(
+            silo_sizes, sig_t, sig_w, lambda st, sw, n_j, lam=lam: silo_compositions(st, sw, n_j, lam), delta
+        )
+        for lam in lams
+    }
+    return {
         **base,
         "eps": eps,
         "sigma_theta": sig_t,
@@ -556,17 +586,8 @@ def steffle_noise(
         "theorem_scale": scale,
         "preconditions_hold": all(c.all_hold for c in checks),
         "precondition_messages": sorted({m for c in checks for m in c.messages}),
-        "library_epsilon": max(v["rdp"] for v in by_lambda.values()),
-        "realised_epsilon": headline,
-        "realised_epsilon_rdp": max(v["rdp"] for v in by_lambda.values()),
-        "known_membership_epsilon": known,
-        "sound_epsilon": known if loss_batch == "same" else headline,
+        **_epsilon_fields(by_lambda, loss_batch, compat_refcode),
     }
-    if compat_refcode:
-        record["realised_by_lambda"] = {str(k): v["pld"] for k, v in by_lambda.items()}
-        pick = "known" if loss_batch == "same" else "pld"
-        record["sound_by_lambda"] = {str(k): v[pick] for k, v in by_lambda.items()}
-    return record
 
 
 # -- 3. the baselines' calibrated multiplier ------------------------------------------------------

@@ -76,7 +76,7 @@ PROTECTS = THREAT_NOTE
 
 def threat_footnote(fig) -> None:
     """Under a figure that shows an epsilon: what it protects and against whom (privacy.dpzv.THREAT_SHORT)."""
-    fig.text(0.5, 0.022, THREAT_SHORT, ha="center", va="bottom", fontsize=6)
+    figures.note(fig, THREAT_SHORT)
 
 
 def server_note(spec: dict) -> str:
@@ -131,14 +131,6 @@ def known_pooled(best: pd.DataFrame) -> dict:
         return {}
     rows = best[(best["method"] == "dpzv") & np.isfinite(best["eps"])]
     return {key: float(group["eps_known_pooled"].max()) for key, group in rows.groupby(["dataset", "eps"])}
-
-
-def eps_with_known(eps: float, pld: float | None, known: float | None, sep: str = " ") -> str:
-    """ "1 (PLD 1.02; known batch 6.3)": the paper's accounting beside DPZV's known-batch epsilon."""
-    text = eps_with_pld(eps, pld)
-    if known is None or math.isinf(eps) or not np.isfinite(known):
-        return text.replace(" (", f"{sep}(")
-    return f"{text.removesuffix(')')};{sep}known batch {known:.3g})".replace(" (", f"{sep}(")
 
 
 def _cell_health(frame: pd.DataFrame) -> Health:
@@ -206,11 +198,9 @@ def _metrics(paths) -> pd.DataFrame:
     return _labelled(load_metrics(paths)).dropna(subset=["test_acc"])
 
 
-def _legend(ax) -> None:
-    """The legend's entries name each method's adversary and unit (`LEGEND`)."""
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, [LEGEND.get(lb, lb) for lb in labels], fontsize=6)
+def _legend(axes) -> None:
+    """One legend for the panels, whose entries name each method's adversary and unit (`LEGEND`)."""
+    figures.shared_legend(axes, LEGEND)
 
 
 def figure2(job) -> None:
@@ -220,19 +210,23 @@ def figure2(job) -> None:
     frame = _metrics(job.input["metrics"])
     best = load_best(job.input["summaries"]) if "summaries" in job.input else None
     fig, axes = figures.new_figure(len(panels))
+    bounds = []
     for ax, (dataset, eps) in zip(axes, panels.items()):
         data = _select(frame, dataset, eps, spec["clip"]).assign(acc=lambda d: 100 * d["test_acc"])
         figures.lines_with_band(data, "epoch", "acc", "label", ax, palette=PALETTE)
-        _legend(ax)
         pld = realised_pld(best).get((dataset, float(eps))) if best is not None else None
         known = known_pooled(best).get((dataset, float(eps))) if best is not None else None
+        if known is not None and math.isfinite(known):
+            bounds.append(f"{dataset} at ε = {eps_label(float(eps))}: {known:.3g}")
         ax.set(
-            title=f"{dataset}, ε = {eps_with_known(float(eps), pld, known)}, δ = {spec['delta']:g}\n"
-            f"{server_tag(spec, dataset)}",
+            title=f"{dataset}, ε = {eps_with_pld(float(eps), pld)}, δ = {spec['delta']:g}\n{server_tag(spec, dataset)}",
             xlabel="epoch",
             ylabel="test accuracy (%)",
         )
+    _legend(axes)
     threat_footnote(fig)
+    if bounds:
+        figures.note(fig, f"DPZV's known-batch ε (labels vs the pooled clients): {'; '.join(bounds)}.")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 
@@ -241,7 +235,7 @@ def figure3(job) -> None:
     spec = job.spec
     best = load_best(job.input["summaries"])
     datasets = spec["figures"]["fig3"]
-    fig, axes = figures.new_figure(len(datasets))
+    fig, axes = figures.new_figure(len(datasets), width=5.0, height=3.8)
     for ax, dataset in zip(axes, datasets):
         data = _select(best, dataset, clip=spec["clip"], calibration=None)  # the sound row beside the paper's
         diverged = data["status"] == "diverged"  # never drawn as a number; chance-level runs are (at chance)
@@ -251,24 +245,29 @@ def figure3(job) -> None:
             position=data["eps"].map({e: i for i, e in enumerate(order)}), acc=100 * data["best_test_acc"]
         )
         figures.lines_with_band(data, "position", "acc", "label", ax, marker="o", palette=PALETTE)
-        _legend(ax)
         paper_rows = data[calibration_of(data) == "paper"]
         pld, known = realised_pld(paper_rows), known_pooled(paper_rows)
-        ax.set_xticks(
-            range(len(order)),
-            [eps_with_known(e, pld.get((dataset, e)), known.get((dataset, e)), "\n") for e in order],
-            fontsize=5.5,
-        )
+        ax.set_xticks(range(len(order)), [eps_with_pld(e, pld.get((dataset, e))).replace(" (", "\n(") for e in order])
+        _known_batch_axis(ax, [known.get((dataset, e)) for e in order])
         dropped = f"; {int(diverged.sum())} diverged seed runs omitted" if diverged.any() else ""
         ax.set(
             title=f"{dataset}, δ = {spec['delta']:g}{dropped}\n{server_tag(spec, dataset)}",
-            xlabel="nominal ε, each method's own adversary (legend; common: privacy table)\n"
-            "PLD: paper's accounting (Poisson B/D); known batch: DPZV vs clients",
+            xlabel="nominal ε (PLD: the paper's accounting, Poisson B/D)",
             ylabel="test accuracy (%)",
         )
-        ax.xaxis.label.set_fontsize(7)
+    _legend(axes)
     threat_footnote(fig)
+    figures.note(
+        fig, "Each ε is against its method's own adversary (legend); against common adversaries: privacy table."
+    )
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
+
+
+def _known_batch_axis(ax, known: list) -> None:
+    """DPZV's known-batch epsilon at each tick of `ax` on a secondary axis above it ("-" where none)."""
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(range(len(known)), [f"{k:.3g}" if k is not None and math.isfinite(k) else "-" for k in known])
+    top.set_xlabel("DPZV's known-batch ε (labels vs the pooled clients)")
 
 
 def table3(job) -> None:
@@ -413,12 +412,12 @@ def figure5(job) -> None:
     for ax, dataset in zip(axes, fig5["datasets"]):
         figures.lines_with_band(frame[frame["dataset"] == dataset], "epoch", "acc", "C", ax)
         ax.set(
-            title=f"{dataset}: DPZV, ε = {eps_label(float(fig5['eps']))} (paper's accounting; known batch: privacy "
-            f"table)\n{server_tag(spec, dataset)}",
+            title=f"{dataset}: DPZV, ε = {eps_label(float(fig5['eps']))} (paper's accounting)\n{server_tag(spec, dataset)}",
             xlabel="epoch",
             ylabel="test accuracy (%)",
         )
     threat_footnote(fig)
+    figures.note(fig, "DPZV's known-batch ε at these runs: privacy table.")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 

@@ -8,7 +8,6 @@ carries the scale note (quick numbers are not the paper's setting).
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -335,8 +334,6 @@ def curve_figure(job) -> None:
     frame["accuracy"] = frame["acc"]
     finals = load_summaries(job.input["summaries"])
     panels = sorted(frame["setting"].unique(), key=lambda s: -(parse_setting(s)["alpha"] or 0))
-    width = 60 * len(panels)
-    title += "".join(f"\n{line}" for note in figure_notes(finals) for line in textwrap.wrap(note, width))
     disc = _disc_by_iteration(job.input["metrics"]) if x == "iteration" else pd.DataFrame()
     fig, axes = figures.new_figure(len(panels))
     for ax, setting in zip(axes, panels):
@@ -347,7 +344,9 @@ def curve_figure(job) -> None:
             _discriminator_axis(ax, disc[disc["setting"] == setting], finals)
         if x_kind == "uplink":
             ax.set_xscale("log")
-    fig.suptitle(title, fontsize=8)
+    figures.title(fig, title)
+    for note in figure_notes(finals):
+        figures.note(fig, note)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 
@@ -393,7 +392,12 @@ def _discriminator_axis(ax, disc: pd.DataFrame, finals: pd.DataFrame) -> None:
     right.set_ylim(min(values) - 0.05, max(values) + 0.05)
     right.set_ylabel("discriminator loss")
     right.grid(False)
-    right.legend(loc="upper left", fontsize=6)
+    # one legend, on the twin drawn over the panel, so that no curve runs over it
+    handles = [*ax.get_legend().legend_handles, *right.get_legend_handles_labels()[0]]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()] + right.get_legend_handles_labels()[1]
+    title = ax.get_legend().get_title().get_text()
+    ax.get_legend().remove()
+    right.legend(handles, labels, title=title)
 
 
 def variance_figure(job) -> None:
@@ -412,7 +416,7 @@ def variance_figure(job) -> None:
             va="center",
             transform=ax.transAxes,
         )
-    fig.suptitle(TITLES["fig6"] + _describe(frame), fontsize=8)
+    figures.title(fig, TITLES["fig6"] + _describe(frame))
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
 
 
@@ -485,5 +489,5 @@ def partition_figure(job) -> None:
         ax.set_xticks(range(len(part.clients)))
         ax.set_yticks(range(k))
         ax.set_title(f"alpha={alpha:g}")
-    fig.suptitle(f"Fig. 4: Dirichlet partitions [ours: {spec['dataset']}]", fontsize=8)
+    figures.title(fig, f"Fig. 4: Dirichlet partitions [ours: {spec['dataset']}]")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])

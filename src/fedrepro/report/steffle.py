@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import textwrap
 from importlib import resources
 from pathlib import Path
 
@@ -46,7 +45,6 @@ TITLE_NAMES = {
 }
 VIOLATION = {"dp": "dp_violation", "eo": "eo_violation"}
 GRID = 50
-TITLE_WIDTH = 90  # characters of a panel title line at its font size (the panel is 3.6 inches wide)
 EPS_TOLERANCE = 1.1  # realised epsilons within 10 % count as equal privacy
 FLAT = 0.01  # a baseline curve whose violation spans less than this is flat
 TINY = 0.02  # violations below this make the envelope ratio noise
@@ -122,7 +120,21 @@ def epsilon_title(eps, rows: pd.DataFrame) -> str:
     worse = {m: v for m, v in sound.items() if v > 1.001 * paper.get(m, math.inf)}
     if worse:
         text += "\nbatch revealed: " + ", ".join(f"{TITLE_NAMES.get(m, m)} {v:.3g}" for m, v in sorted(worse.items()))
-    return "\n".join(textwrap.fill(line, TITLE_WIDTH) for line in text.split("\n"))
+    return text
+
+
+def epsilon_notes(titles: dict[tuple, str]) -> list[str]:
+    """The caption's epsilon paragraphs from each panel's `epsilon_title` ({(eps, h): title}): one per
+    distinct title, naming the panels (h) it holds for."""
+    panels: dict[str, list] = {}
+    for (_eps, h), title in titles.items():
+        panels.setdefault(title, []).append(h)
+    out = []
+    for title, hs in panels.items():
+        first, *rest = title.split("\n")
+        if rest:
+            out.append(f"{first}, h={' and '.join(map(str, hs))}: " + "; ".join(rest) + ".")
+    return out
 
 
 def units_note(methods) -> str:
@@ -262,6 +274,7 @@ def comparison_figure(job, points: pd.DataFrame) -> None:
     eps_list, h_list = fig_cfg["epsilons"], fig_cfg["h"]
     fig, axes = figures.new_figure(len(eps_list) * len(h_list), 3.6, 3.0, rows=len(eps_list))
     notion = "Demographic parity" if fig_cfg["fairness"] == "dp" else "Equalized odds"
+    epsilons = {}
     for ax, (eps, h) in zip(axes, [(e, h) for e in eps_list for h in h_list]):
         rows = panel_points(
             points,
@@ -274,18 +287,22 @@ def comparison_figure(job, points: pd.DataFrame) -> None:
         )
         curve = curves(rows)
         for method in [m for m in METHODS if m in set(curve["method"])]:  # legend in the table's order
-            _draw(ax, curve[curve["method"] == method], METHODS[method].label)
-        ax.set_title(f"h={h}, {epsilon_title(eps, rows)}", fontsize=5)
+            # one colour per method in every figure, whichever methods a figure hides
+            _draw(ax, curve[curve["method"] == method], METHODS[method].label, color=f"C{list(METHODS).index(method)}")
+        ax.set_title(f"h={h}, eps={eps}")
+        epsilons[(eps, h)] = epsilon_title(eps, rows)
         ax.set_xlabel(f"{notion} violation")
         ax.set_ylabel("Misclassification error")
-    axes[0].legend(fontsize=5, loc="best")
-    fig.suptitle(
+    figures.shared_legend(axes)
+    figures.title(
+        fig,
         f"{notion} vs error: {fig_cfg['dataset']}, N={fig_cfg['num_silos']} ({spec['scale']} scale)"
         + (f" (hidden: {', '.join(sorted(hide))})" if hide else "")
         + (f"\nSGDA methods: {eta_w_note(spec['eta_w'])}" if "eta_w" in spec else ""),
-        fontsize=9,
     )
-    fig.text(0.5, 0.022, units_note(set(points["method"]) - hide), ha="center", va="bottom", fontsize=5)
+    figures.note(fig, units_note(set(points["method"]) - hide))
+    for text in epsilon_notes(epsilons):
+        figures.note(fig, text)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
 
 
@@ -294,6 +311,7 @@ def ablation_figure(job, points: pd.DataFrame) -> None:
     layout = job.spec["layout"]
     panels = layout["panels"]
     fig, axes = figures.new_figure(len(panels), 3.6, 3.0, rows=math.ceil(len(panels) / 2))
+    bounds = []
     for ax, panel in zip(axes, panels):
         varying = "h" if len(panel["h"]) > 1 or len(panel["num_silos"]) == 1 else "N"
         worst = sound = float("nan")
@@ -305,21 +323,18 @@ def ablation_figure(job, points: pd.DataFrame) -> None:
                     worst = np.nanmax([worst, rows["realised_eps"].max()])
                     sound = np.nanmax([sound, rows["sound_eps"].max()])
         fixed = f"N={panel['num_silos'][0]}" if varying == "h" else f"h={panel['h'][0]}"
-        ax.set_title(
-            f"eps={panel['eps']}, {fixed}, varying {varying}\npaper's accounting up to {worst:.3g}, "
-            f"batch revealed up to {sound:.3g}",
-            fontsize=7,
-        )
+        ax.set_title(f"eps={panel['eps']}, {fixed}, varying {varying}")
+        bounds.append(f"{ax.get_title()}: up to {worst:.3g} / {sound:.3g}")
         ax.set_xlabel("Demographic parity violation" if layout["fairness"] == "dp" else "Equalized odds violation")
         ax.set_ylabel("Misclassification error")
-        ax.legend(fontsize=6)
+        ax.legend()
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     eta_w = f"; {eta_w_note(job.spec['eta_w'])}" if "eta_w" in job.spec else ""
-    fig.suptitle(f"SteFFLe ablation on {layout['dataset']} ({job.spec['scale']} scale{eta_w})", fontsize=9)
+    figures.title(fig, f"SteFFLe ablation on {layout['dataset']} ({job.spec['scale']} scale{eta_w})")
     threat = THREAT_MODELS["steffle"]
-    note = f"SteFFLe ε ({threat.short}): {STEFFLE_UNIT}; P_S treated as public (privacy table)"
-    fig.text(0.5, 0.022, note, ha="center", va="bottom", fontsize=5)
+    figures.note(fig, f"SteFFLe ε ({threat.short}): {STEFFLE_UNIT}; P_S treated as public (privacy table).")
+    figures.note(fig, "SteFFLe's ε per panel, paper's accounting / batch revealed: " + "; ".join(bounds) + ".")
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), job.spec["scale"])
 
 

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from fedrepro.fl.optim import SGD
 from fedrepro.fl.transport import Wire
 from fedrepro.models import build_model
+from fedrepro.privacy import dpzv as privacy
 
 SCHEDULES = ("random", "permutation")
 VAL_MODES = ("holdout", "test")
@@ -376,6 +377,22 @@ class VFLAlgorithm:
             self.stacks = Stacks(self.clients, per_client, requires_grad)
 
     # ---- construction helpers
+    def embedding_noise(self, per_round: int, pair_release: str) -> dict:
+        """The baselines' noise on `per_round` clipped embeddings a round (`privacy.dpzv.embedding_noise`),
+        for this run's epsilon, clip (`self.embed_clip`), rounds and batch."""
+        cfg = self.cfg
+        return privacy.embedding_noise(
+            cfg.eps,
+            cfg.delta,
+            self.embed_clip,
+            self.total_rounds,
+            self.data.num_train,
+            cfg.batch_size,
+            per_round,
+            pair_release,
+            cfg.library_accountant,
+        )
+
     def _client_model(self, m: int) -> torch.nn.Module:
         kwargs = dict(self.cfg.client_kwargs)
         if self.data.train[m].dtype != torch.long:

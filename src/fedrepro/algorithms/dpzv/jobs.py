@@ -115,7 +115,7 @@ def cell_store(job: Job) -> Store:
     runs/<dataset>/<method>/_cells/ beside the jobs' own runs/.../<setting>/<seeds>/. Quick scale
     batches variants into jobs, so adding one eps renames the job; the store lets the new job reuse
     every variant already finished under the same settings, seeds, inputs and code."""
-    return Store(Path(job.output["summary"]).parents[2] / "_cells")
+    return Store(Path(job.output["summary"]).parents[2] / "_cells", job)
 
 
 def cell_slot(job: Job, tag: str) -> str:
@@ -181,6 +181,9 @@ def run_vfl_job(job: Job, algorithm_class) -> None:
             seeds=job.seeds,
             threads=job.threads,
             scratch=job.scratch / tag,
+            script=job.script,
+            results=job.results,
+            code=job.code,
             output={
                 "metrics": str(job.scratch / tag / "metrics.parquet"),
                 "summary": str(job.scratch / tag / "summary.json"),

@@ -33,17 +33,7 @@ class EmbeddingBaseline(VFLAlgorithm):
         for client in self.clients:
             client.optimizer = sgd(client.params, settings.lr_client, settings.momentum)
         self.server.optimizer = sgd(self.server.params, settings.lr_server, settings.momentum)
-        self.noise = privacy.embedding_noise(
-            settings.eps,
-            settings.delta,
-            self.embed_clip,
-            self.total_rounds,
-            data.num_train,
-            settings.batch_size,
-            self.embeddings_per_round,
-            x.get("zoo_pair_release", "joint"),
-            settings.library_accountant,
-        )
+        self.noise = self.embedding_noise(self.embeddings_per_round, x.get("zoo_pair_release", "joint"))
         self.server.input_scale = embedding_input_scale(self.embed_clip, self.noise["sigma"], settings.embed_dim)
         self.use_stacks(per_client=1, requires_grad=True)
 

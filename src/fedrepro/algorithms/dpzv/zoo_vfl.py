@@ -85,31 +85,11 @@ class ZOOVFL(VFLAlgorithm):
             self.server.optimizer = sgd(self.server.params, settings.lr_server, settings.momentum)
         self.noise_mode = choice("zoo_noise", x.get("zoo_noise", "shared"), NOISE_MODES)
         if self.noise_mode == "shared":  # one release of h; h' - h is not covered (module docstring)
-            self.noise = privacy.embedding_noise(
-                settings.eps,
-                settings.delta,
-                self.embed_clip,
-                self.total_rounds,
-                data.num_train,
-                settings.batch_size,
-                1,
-                "joint",
-                settings.library_accountant,
-            )
+            self.noise = self.embedding_noise(1, "joint")
             if self.noise["sigma"] > 0:
                 self.noise["note"] = "shared noise on (h, h'): eps covers h; h' - h crosses without noise"
         else:
-            self.noise = privacy.embedding_noise(
-                settings.eps,
-                settings.delta,
-                self.embed_clip,
-                self.total_rounds,
-                data.num_train,
-                settings.batch_size,
-                2,
-                x.get("zoo_pair_release", "joint"),
-                settings.library_accountant,
-            )
+            self.noise = self.embedding_noise(2, x.get("zoo_pair_release", "joint"))
         self.server.input_scale = embedding_input_scale(self.embed_clip, self.noise["sigma"], settings.embed_dim)
         self.use_stacks(per_client=2)
 

@@ -190,7 +190,7 @@ GRID_KEYS = ("epsilons", "lambdas")  # keys a cell's numbers do not depend on
 def cell_store(job) -> Store:
     """Finished (eps, lambda) cells (`fedrepro.store`) beside the job's outputs (not outputs: a re-run
     of the job keeps them)."""
-    return Store(Path(job.scratch).parent / ".cells")
+    return Store(Path(job.scratch).parent / ".cells", job)
 
 
 def cell_slot(setting) -> str:
@@ -304,6 +304,9 @@ def run_job_of(job, i: int) -> Job:
         threads=job.threads,
         wildcards=job.wildcards,
         scratch=scratch_for(output["metrics"]),
+        script=job.script,
+        results=job.results,
+        code=job.code,
     )
 
 

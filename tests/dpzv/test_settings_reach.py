@@ -18,8 +18,8 @@ from fedrepro.algorithms.dpzv.zoo_vfl import ZOOVFL
 from fedrepro.data.partition import vertical_partition
 from fedrepro.store import Store
 from tests.dpzv.conftest import tiny_images, tiny_settings
+from tests.dpzv.test_job_entry import job_for
 from tests.dpzv.test_jobs import prepared  # noqa: F401  (fixture: tiny prepared arrays and partition)
-from tests.dpzv.test_kill_jobs import job_for
 
 
 def test_a_tiny_holdout_keeps_one_validation_sample():

@@ -12,7 +12,7 @@ from fedrepro.algorithms.dpzv.vafl import VAFL
 from fedrepro.algorithms.dpzv.vfl_czofo import VFLCZOFO
 from fedrepro.algorithms.dpzv.zo import Direction
 from tests.dpzv.conftest import tiny_settings
-from tests.dpzv.test_kill_noise_exact import copy_of, per_sample_loss, to_double
+from tests.dpzv.test_noise_exact import copy_of, per_sample_loss, to_double
 
 
 def flat(tensors):
