@@ -287,12 +287,40 @@ def test_ablations_change_one_setting_of_the_run_they_name_on_every_standin():
     assert rows[("textures 10/10", "FedSC ε=∞, alpha_fixed")] == "FedSC ε=∞"
     assert rows[("shapes 10/10", "FedSC ε=6, share_round1")] == "FedSC ε=6"
     assert ("shapes 10/10", "FedAvg+SC") in rows and ("textures 10/10", "FedSC ε=∞") in rows
+    tags = ("s0", "s1", "s2", "s3_4_5_6")  # the stand-in's seeds and ablations_more_seeds' batch
     assert {c["path"] for c in cells} <= {
-        f"results/fedsc/runs/{d}/{m}/{s}/{t}/probe.json" for d, m, s in runs for t in ("s0", "s1", "s2")
+        f"results/fedsc/runs/{d}/{m}/{s}/{t}/probe.json" for d, m, s in runs for t in tags
     }
     bad = copy.deepcopy(config)
     bad["fedsc"]["standin"]["ablations"]["passes1"]["eps"] = 5
     assert any("fedsc.standin.ablations.passes1" in e and "eps=5" in e for e in plan.check(bad))
+
+
+def test_ablations_more_seeds_go_to_the_variant_its_run_and_fedavg_sc_on_that_stand_in():
+    """`standin.ablations_more_seeds` adds its seed batch to the named variant, the run it changes and
+    FedAvg+SC on that stand-in only; a variant that is not an ablation there, or a seed the stand-in already
+    runs, is an error naming the key."""
+    config = _config()
+    config["fedsc"]["standin"]["ablations_more_seeds"] = {
+        "seeds": [7, 8],
+        "variants": [{"variant": "mu1", "dataset": "textures"}],
+    }
+    assert plan.check(config) == []
+    extra = sorted(c["path"] for c in plan.ablation_cells(config) if "/s7_8/" in c["path"])
+    assert extra == [
+        f"results/fedsc/runs/textures/{run}/s7_8/probe.json"
+        for run in ("fedavg_sc/full", "fedsc/full_epsinf", "fedsc/full_epsinf_mu1")
+    ]
+    plain = {c["path"] for c in plan.ablation_cells(config) if "/s7_8/" not in c["path"]}
+    config["fedsc"]["standin"]["ablations_more_seeds"] = None
+    assert plain == {c["path"] for c in plan.ablation_cells(config)}
+    config["fedsc"]["standin"]["ablations_more_seeds"] = {
+        "seeds": [2, 9],
+        "variants": [{"variant": "mu2", "dataset": "shapes"}],
+    }
+    errors = plan.check(config)
+    assert any("fedsc.standin.ablations_more_seeds.variants: no ablation 'mu2' on 'shapes'" in e for e in errors)
+    assert any("fedsc.standin.ablations_more_seeds.seeds: [2]" in e for e in errors)
 
 
 def test_more_seeds_go_to_both_sides_of_the_claims_they_name():

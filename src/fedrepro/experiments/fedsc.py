@@ -697,7 +697,40 @@ def ablation_cells(config: dict) -> list[dict]:
                 {**c, "against": label, "variant": name, "change": variant["change"]}
                 for c in _cells(stand, dataset, PROPOSED, f"{setting}_{name}", f"{label}, {name}", col)
             ]
-    return cells
+    return _ablation_more_seeds(config, cells)
+
+
+def _ablation_more_seeds(config: dict, cells: list[dict]) -> list[dict]:
+    """The variants `standin.ablations_more_seeds` names get its seed batch, and so do the rows they are paired
+    with (the run they change and FedAvg+SC on that stand-in); the other rows keep the stand-in's seeds."""
+    more = (config[PAPER].get("standin") or {}).get("ablations_more_seeds") or {}
+    wanted = {(v["dataset"], v["variant"]) for v in more.get("variants", [])}
+    if not wanted:
+        return cells
+    tag = seed_tag(list(more["seeds"]))
+    rows = set()
+    for c in cells:
+        if (c["dataset"], c.get("variant")) in wanted:
+            rows |= {(c["dataset"], c["row"]), (c["dataset"], c["against"]), (c["dataset"], short_name(NO_SHARING))}
+    extra = [_reseeded(c, tag) for c in _one_per_run(cells) if (c["dataset"], c["row"]) in rows]
+    return cells + extra
+
+
+def ablations_more_seeds_errors(config: dict) -> list[str]:
+    """Every variant `standin.ablations_more_seeds` names is an ablation on a stand-in, at seeds not the stand-in's."""
+    standin = config[PAPER]["standin"]
+    more = standin.get("ablations_more_seeds") or {}
+    where = f"{PAPER}.standin.ablations_more_seeds"
+    allowed = [f"{d}/{v}" for d in standin["datasets"] for v in standin.get("ablations") or {}]
+    errors = [
+        f"{where}.variants: no ablation {v['variant']!r} on {v['dataset']!r}; allowed: {', '.join(allowed)}"
+        for v in more.get("variants", [])
+        if f"{v['dataset']}/{v['variant']}" not in allowed
+    ]
+    shared = sorted(set(more.get("seeds", [])) & set(standin["seeds"]))
+    if shared:
+        errors.append(f"{where}.seeds: {shared} already in fedsc.standin.seeds; list only extra seeds")
+    return errors
 
 
 def standin_errors(config: dict) -> list[str]:
@@ -735,7 +768,7 @@ def standin_errors(config: dict) -> list[str]:
         e.replace(f"{PAPER}.more_seeds", f"{where}.more_seeds")
         for e in more_seeds_errors(standin_config(config), private_vs_untrained=True)
     ]
-    return errors or ablation_errors(config)
+    return errors or ablation_errors(config) or ablations_more_seeds_errors(config)
 
 
 def ablation_errors(config: dict) -> list[str]:
