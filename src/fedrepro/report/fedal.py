@@ -333,6 +333,7 @@ def curve_figure(job) -> None:
         x = "iteration"
     frame["accuracy"] = frame["acc"]
     finals = load_summaries(job.input["summaries"])
+    frame["method"] = frame["method"].replace(unhealthy_labels(finals))
     panels = sorted(frame["setting"].unique(), key=lambda s: -(parse_setting(s)["alpha"] or 0))
     disc = _disc_by_iteration(job.input["metrics"]) if x == "iteration" else pd.DataFrame()
     fig, axes = figures.new_figure(len(panels))
@@ -348,6 +349,19 @@ def curve_figure(job) -> None:
     for note in figure_notes(finals):
         figures.note(fig, note)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
+
+
+def unhealthy_labels(finals: pd.DataFrame) -> dict[str, str]:
+    """Row label -> the label a curve gets when some of its runs diverged or sit at chance: the figure
+    still draws it (the paper's figure has the row), and the legend says it is not a result."""
+    if finals.empty or "status" not in finals:
+        return {}
+    finals, out = with_setting(finals), {}
+    for row, part in finals.groupby("row"):
+        bad = part[part["status"].fillna("ok") != "ok"]
+        if len(bad):
+            out[row] = f"{row} ({bad['status'].iloc[0]} in {len(bad)}/{len(part)} runs: not a result)"
+    return out
 
 
 def figure_notes(finals: pd.DataFrame) -> list[str]:
