@@ -14,7 +14,7 @@ rule audit:
     input:
         code=code_for(AUDIT_ENTRY),
     output:
-        csv=f"{RESULTS}/privacy/audit.csv",
+        csv=report(f"{RESULTS}/privacy/audit.csv", caption="../report/audit.rst", category="Privacy audit"),
         md=f"{RESULTS}/privacy/audit.md",
     log:
         f"{RESULTS}/logs/privacy/audit.log",
@@ -33,7 +33,7 @@ rule audit_full:
     input:
         code=code_for(AUDIT_ENTRY),
     output:
-        csv=f"{RESULTS}/privacy/audit_full.csv",
+        csv=report(f"{RESULTS}/privacy/audit_full.csv", caption="../report/audit.rst", category="Privacy audit"),
         md=f"{RESULTS}/privacy/audit_full.md",
     log:
         f"{RESULTS}/logs/privacy/audit_full.log",
