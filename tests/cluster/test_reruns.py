@@ -137,7 +137,9 @@ def test_editing_the_entry_script_reruns_every_job(local_slice):
     """workflow/scripts/entry.py runs in every job's process (a default dtype set there changes every
     number) and profiles/default drops Snakemake's own code trigger: its fingerprint line plans them all."""
     work, config = local_slice
-    every = planned_jobs(snakemake("-n", "-F", "--configfile", config, cwd=work, snakefile=work / "workflow" / "Snakefile").stdout)
+    every = planned_jobs(
+        snakemake("-n", "-F", "--configfile", config, cwd=work, snakefile=work / "workflow" / "Snakefile").stdout
+    )
     with edited(work / "workflow/scripts/entry.py", "\nimport torch\ntorch.set_default_dtype(torch.float64)\n"):
         jobs, _ = dry_run(work, config)
     assert jobs == every and TRAIN_A03 in jobs and any(job.startswith("prepare:") for job in jobs)
