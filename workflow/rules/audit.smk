@@ -1,4 +1,4 @@
-# Empirical privacy audit (fedrepro.experiments.audit): canary runs of the classes of every private mechanism
+# Empirical privacy audit (fedrepro.audit): canary runs of the classes of every private mechanism
 # (FedSC, DPZV paper / frozen head / dp_head and its baselines VAFL, ZOO-VFL, VFL-CZOFO, SteFFLe, DP-FERMI, Tran,
 # Ling), a Clopper-Pearson lower bound on epsilon against the epsilon of the attacker's adversary, and power.
 # `audit` (config audit.runs.quick) is part of the default run; `audit_full` (make audit) uses audit.runs.full.
