@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install reproduce test lint bench
+.PHONY: install reproduce test lint bench catalog-test
 
 # Byte code: every Python process below reads and writes its compiled modules under the venv, also where
 # PYTHONDONTWRITEBYTECODE is set (CI images): a job's imports take half the CPU time uncompiled
@@ -34,12 +34,18 @@ reproduce: install
 test: install
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=30 -m "not paperscale"
 
+# The workflow catalog's test configuration (.test/config.yaml: the FedAvg chain, one seed) built whole, and
+# its HTML report, as the catalog runs them; results and report.html land in .test/ (15 s on 2 cores).
+catalog-test: install
+	$(BIN)/snakemake -c2 -d .test
+	$(BIN)/snakemake -d .test --report report.html
+
 # ruff and snakefmt settings: pyproject.toml. `snakemake --lint` only parses the workflow; its
 # results folder is a name under .snakemake/ so that linting never touches results/.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/snakefmt --check Snakefile workflow
+	$(BIN)/snakefmt --check workflow
 	$(BIN)/snakemake --lint --config results=.snakemake/lint-results
 
 # The paper-scale smoke test: every paper-scale rule through Snakemake on tiny generated real-format

@@ -133,7 +133,7 @@ def paper_dry_run(tmp_path_factory) -> dict:
     def run() -> dict:
         work = shared_folder(tmp_path_factory) / "paper_dry_run"
         work.mkdir(exist_ok=True)
-        command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-n"]
+        command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "workflow" / "Snakefile"), "-n"]
         command += ["--configfile", *PAPER_CONFIG, *SLURM_PROFILES]
         result = limits.run(command, cwd=work, capture_output=True, text=True, timeout=900)
         return {"rc": result.returncode, "stdout": result.stdout, "stderr": result.stderr}

@@ -22,7 +22,7 @@ with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
     workflow = api.workflow(
         ResourceSettings(),
         ConfigSettings(config=config, configfiles=[Path(root, f) for f in configfiles]),
-        snakefile=Path(root, "Snakefile"),
+        snakefile=Path(root, "workflow", "Snakefile"),
         workdir=Path(root),
     )
     rules = {rule.name: sorted(rule.params.keys()) for rule in workflow._workflow.rules}

@@ -70,7 +70,7 @@ MODULES = {
     "algorithms/fedsc": ["tests/fedsc"],
 }
 # What the scratch copy needs besides src/ and tests/: tests read configs relative to the repo root.
-ALSO_COPY = ["config.yaml", "configs", "workflow", "Snakefile", "profiles"]
+ALSO_COPY = ["config.yaml", "configs", "workflow", "profiles"]
 # Tests that run Snakemake in a subprocess import the installed package, never the mutant: skip them
 # (markers "pipeline" and "paperscale").
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not pipeline and not paperscale", "-q"]

@@ -162,10 +162,10 @@ def planner_errors(config: dict, papers: list[str]) -> list[str]:
 
 
 def audit_errors(config: dict) -> list[str]:
-    """The audit block's cross-field errors (fedrepro.experiments.audit.check), where the config has one."""
+    """The audit block's cross-field errors (fedrepro.audit.dpzv.check), where the config has one."""
     if "audit" not in config:
         return []
-    from fedrepro.experiments.audit import check
+    from fedrepro.audit.dpzv import check
 
     return check(config)
 

@@ -164,7 +164,7 @@ PROBE_FEATURES = 512  # the linear probe's input: the encoder's features (Fixup 
 
 
 def _n_train(config: dict, dataset: str) -> int:
-    from fedrepro.experiments.fit import train_size
+    from fedrepro.data.sizes import train_size
 
     return train_size(config, dataset)
 

@@ -16,7 +16,7 @@ from tests.conftest import once_per_session, shared_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-PIPELINE_FILES = ["Snakefile", "config.yaml", "configs", "profiles", "workflow", "src"]
+PIPELINE_FILES = ["config.yaml", "configs", "profiles", "workflow", "src"]
 TIMED_OUT = 124  # the exit status of a run stopped at its time limit, as coreutils' timeout reports it
 
 
@@ -94,7 +94,7 @@ def local_slice(tmp_path_factory):
     def run() -> list[str]:
         work = copy_pipeline(shared_folder(tmp_path_factory) / "local_slice")
         config = write_config(tiny_config(), work / "tiny.yaml")
-        snakemake("-c2", "--configfile", config, cwd=work, snakefile=work / "Snakefile")
+        snakemake("-c2", "--configfile", config, cwd=work, snakefile=work / "workflow" / "Snakefile")
         return [str(work), str(config)]
 
     work, config = once_per_session(tmp_path_factory, "local_slice", run)

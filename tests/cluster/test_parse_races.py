@@ -84,7 +84,7 @@ def race(a: Path, b: Path, config: dict, target: str, claimed: Path) -> tuple[in
     log = a / "a.log"
     with open(log, "w") as stream:
         run = subprocess.Popen(
-            [*SNAKEMAKE, "-s", str(a / "Snakefile"), target, "-c1", "--configfile", str(config_a)],
+            [*SNAKEMAKE, "-s", str(a / "workflow" / "Snakefile"), target, "-c1", "--configfile", str(config_a)],
             cwd=a,
             env=env_of(a),
             stdout=stream,
@@ -95,7 +95,9 @@ def race(a: Path, b: Path, config: dict, target: str, claimed: Path) -> tuple[in
         job = job_process(run.pid)
         os.kill(job, signal.SIGSTOP)
         try:
-            parse = snakemake(target, "-n", "--configfile", config_b, cwd=b, snakefile=b / "Snakefile", env=env_of(b))
+            parse = snakemake(
+                target, "-n", "--configfile", config_b, cwd=b, snakefile=b / "workflow" / "Snakefile", env=env_of(b)
+            )
         finally:
             os.kill(job, signal.SIGCONT)
         wait_for(lambda: run.poll() is not None, run, "A's run ended")
@@ -109,9 +111,13 @@ def race(a: Path, b: Path, config: dict, target: str, claimed: Path) -> tuple[in
 def b_replans_and_reuses_nothing(b: Path, config: dict, target: str) -> str:
     """B's dry run plans the job again; B's forced run trains it; returns B's job log."""
     config_b = b / "race.yaml"
-    dry = snakemake(target, "-n", "--configfile", config_b, cwd=b, snakefile=b / "Snakefile", env=env_of(b))
+    dry = snakemake(
+        target, "-n", "--configfile", config_b, cwd=b, snakefile=b / "workflow" / "Snakefile", env=env_of(b)
+    )
     assert any(job.endswith(target) for job in planned_jobs(dry.stdout)), dry.stdout[-2000:]
-    snakemake(target, "-f", "-c1", "--configfile", config_b, cwd=b, snakefile=b / "Snakefile", env=env_of(b))
+    snakemake(
+        target, "-f", "-c1", "--configfile", config_b, cwd=b, snakefile=b / "workflow" / "Snakefile", env=env_of(b)
+    )
     return dry.stdout
 
 

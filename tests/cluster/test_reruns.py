@@ -31,7 +31,7 @@ REPORTS = [
 
 
 def dry_run(work, config):
-    result = snakemake("-n", "--configfile", config, cwd=work, snakefile=work / "Snakefile")
+    result = snakemake("-n", "--configfile", config, cwd=work, snakefile=work / "workflow" / "Snakefile")
     jobs = planned_jobs(result.stdout)
     print("planned:", jobs)  # shown with -s / -rA: the job lists of the closing note
     return jobs, result.stdout + result.stderr
@@ -137,7 +137,9 @@ def test_editing_the_entry_script_reruns_every_job(local_slice):
     """workflow/scripts/entry.py runs in every job's process (a default dtype set there changes every
     number) and profiles/default drops Snakemake's own code trigger: its fingerprint line plans them all."""
     work, config = local_slice
-    every = planned_jobs(snakemake("-n", "-F", "--configfile", config, cwd=work, snakefile=work / "Snakefile").stdout)
+    every = planned_jobs(
+        snakemake("-n", "-F", "--configfile", config, cwd=work, snakefile=work / "workflow" / "Snakefile").stdout
+    )
     with edited(work / "workflow/scripts/entry.py", "\nimport torch\ntorch.set_default_dtype(torch.float64)\n"):
         jobs, _ = dry_run(work, config)
     assert jobs == every and TRAIN_A03 in jobs and any(job.startswith("prepare:") for job in jobs)
@@ -240,7 +242,7 @@ def test_adding_a_seed_runs_only_the_new_seed(local_slice, tmp_path, monkeypatch
     assert jobs == sorted(
         [f"fedavg_train: {RUNS}/a0.3/s0_1/metrics.parquet", f"fedavg_train: {RUNS}/a100/s0_1/metrics.parquet", *REPORTS]
     )
-    snakemake("-c1", "--configfile", path, cwd=work, snakefile=work / "Snakefile")
+    snakemake("-c1", "--configfile", path, cwd=work, snakefile=work / "workflow" / "Snakefile")
     log = (work / "results/logs/fedavg/digits/fedavg/a0.3/s0_1.log").read_text()
     assert "seed 0 already finished" in log and "seed 1 already finished" not in log
     import pandas as pd

@@ -113,7 +113,13 @@ def slurm_jobs(run_id: str) -> list[dict]:
 def run_on_slurm(work: Path, config: Path, limit: int):
     start = time.monotonic()
     result = snakemake(
-        "--configfile", config, *PROFILES, cwd=work, snakefile=ROOT / "Snakefile", check=False, timeout=limit
+        "--configfile",
+        config,
+        *PROFILES,
+        cwd=work,
+        snakefile=ROOT / "workflow" / "Snakefile",
+        check=False,
+        timeout=limit,
     )
     output = result.stdout + result.stderr
     run_id = re.search(r"SLURM run ID: (\S+)", output)

@@ -38,6 +38,13 @@ def test_default_figure_is_readable(paper, stem, tmp_path, monkeypatch, kept):
     assert checks.problems(kept[0], pngs[0]) == []
 
 
+def test_a_curve_whose_runs_sit_at_chance_is_labelled_not_a_result(tmp_path, monkeypatch, kept):
+    DRAWERS[("fedal", "fig8")](tmp_path, monkeypatch)
+    labels = [t.get_text() for ax in kept[0].axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert any(label.startswith("FCCL+ (chance in ") and label.endswith("runs: not a result)") for label in labels)
+    assert "FedAL" in labels  # the healthy rows keep their names
+
+
 # ---------------------------------------------------------------------------------- the checks, broken on purpose
 def _saved(tmp_path, kept, draw, scale="quick"):
     fig, axes = figures.new_figure(2)

@@ -323,7 +323,7 @@ TOYS = {
 
 def add_methods_in_a_copy(copy: Path) -> dict[str, list[str]]:
     """The four steps of every paper in TOYS as file edits in `copy`; returns each paper's four files."""
-    for name in ("Snakefile", "config.yaml"):
+    for name in ("config.yaml",):
         shutil.copy(ROOT / name, copy / name)
     for name in ("src", "workflow"):
         shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))

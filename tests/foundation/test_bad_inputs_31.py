@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fedrepro.config import ConfigError, check_config, data_count_errors, duplicate_run_errors
-from fedrepro.experiments.fit import train_size
+from fedrepro.data.sizes import train_size
 from fedrepro.plan import print_duration_warnings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -108,7 +108,7 @@ def test_the_limits_are_the_jobs_own():
     import numpy as np
 
     from fedrepro.algorithms.dpzv.base import build_vfl_data
-    from fedrepro.experiments.audit import tiny_vfl_data
+    from fedrepro.audit.dpzv import tiny_vfl_data
 
     assert tiny_vfl_data(16, clients=8).num_clients == 8
     with pytest.raises(ValueError):

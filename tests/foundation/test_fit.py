@@ -129,4 +129,4 @@ def test_the_snakefile_s_cache_lies_beside_the_byte_code(monkeypatch, tmp_path):
     """One cache for every working folder of the installation (each test's Snakemake runs elsewhere)."""
     monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path))
     assert fit.shared_cache() == tmp_path / "fedrepro" / "fit.json"
-    assert "fit_cache=shared_cache()" in (ROOT / "Snakefile").read_text()
+    assert "fit_cache=shared_cache()" in (ROOT / "workflow" / "Snakefile").read_text()

@@ -21,7 +21,11 @@ pytestmark = pytest.mark.pipeline
 
 def snakemake(*args, cwd=ROOT, check=True):
     result = limits.run(
-        [*SNAKEMAKE, "-s", str(ROOT / "Snakefile"), *args], cwd=cwd, capture_output=True, text=True, timeout=600
+        [*SNAKEMAKE, "-s", str(ROOT / "workflow" / "Snakefile"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if check and result.returncode != 0:
         pytest.fail(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")

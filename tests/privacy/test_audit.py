@@ -139,7 +139,7 @@ def test_verdict_compares_the_bound_with_the_attackers_epsilon_only():
 
 
 def test_audit_table_names_each_rows_adversary_and_never_tests_another(tmp_path):
-    from fedrepro.experiments.audit import Audited
+    from fedrepro.audit.common import Audited
     from fedrepro.report import audit as report
 
     rng = np.random.default_rng(2)
@@ -211,7 +211,7 @@ def fedsc_audit():
     import torch
 
     torch.set_num_threads(1)
-    from fedrepro.experiments.audit import fedsc_scores
+    from fedrepro.audit.fedsc import fedsc_scores
 
     # eps = 1e4: little noise, so a replay that misses the real run's augmentations shows at once (2x the noise)
     return {eps: fedsc_scores({**FEDSC_WORLD, "eps": eps}, 2, seed=0) for eps in (1e4, 2.0)}
@@ -248,7 +248,7 @@ def test_fedsc_audit_replays_the_class_and_is_compared_at_its_realised_shares(fe
 def dpzv_audit():
     import torch
 
-    from fedrepro.experiments.audit import dpzv_label_scores, dpzv_settings, tiny_vfl_data
+    from fedrepro.audit.dpzv import dpzv_label_scores, dpzv_settings, tiny_vfl_data
 
     torch.set_num_threads(1)
     data = tiny_vfl_data(32)
@@ -365,7 +365,7 @@ def _canary_rounds(silo_sizes=(20, 20), batch=8, epochs=2) -> int:
 def test_steffle_audit_replays_the_trainer_and_is_compared_with_the_known_membership_epsilon():
     import torch
 
-    from fedrepro.experiments.audit import steffle_scores
+    from fedrepro.audit.steffle import steffle_scores
 
     torch.set_num_threads(1)
     runs = 300
@@ -391,12 +391,12 @@ def test_tran_audit_replays_the_primal_steps_and_counts_the_dual_releases():
     import torch
 
     from fedrepro.algorithms.steffle.base import BatchSchedule, seed_generator
-    from fedrepro.experiments import audit as job
+    from fedrepro.audit import steffle as audit_steffle
 
     torch.set_num_threads(1)
     cfg = {k: STEFFLE_WORLD[k] for k in ("eps", "lam", "num_train", "batch", "epochs", "eta_theta", "canary_scale")}
     cfg["clip"] = 1.0
-    result = job.tran_scores(cfg, 60, seed=0)
+    result = audit_steffle.tran_scores(cfg, 60, seed=0)
     # the canary's primal steps, from the shared Poisson schedule of the one (central) silo
     schedule, gen = BatchSchedule([40], 8, "poisson"), seed_generator(0, "batches")
     hits = 0
@@ -409,9 +409,9 @@ def test_tran_audit_replays_the_primal_steps_and_counts_the_dual_releases():
     assert result.eps_adversary == pytest.approx(_gdp_epsilon(mu, result.delta), rel=1e-2)
     assert 0 < result.mu_attained <= mu * (1 + 1e-6)
     # the primal replay is exact: observed step minus the replica's noiseless step is the noise, std 2 z C_p / m
-    data = {w: d.centralised() for w, d in job.steffle_world({**cfg, "silos": 1}, 0).items()}
-    real, shadow, _ = job._tran_runs(data, cfg, 60, 0)
-    primal, dual = job._run_tran_world(real["out"], shadow, (1.0, 1.0))
+    data = {w: d.centralised() for w, d in audit_steffle.steffle_world({**cfg, "silos": 1}, 0).items()}
+    real, shadow, _ = audit_steffle._tran_runs(data, cfg, 60, 0)
+    primal, dual = audit_steffle._run_tran_world(real["out"], shadow, (1.0, 1.0))
     residual = torch.cat([(obs - clean).flatten() for step in primal for obs, clean, _, _ in step])
     assert float(residual.std()) == pytest.approx(2 * result.extra["noise_multiplier"] / 8, rel=0.05)
     assert len(dual) == 2 and len(primal) == real["out"].rounds
@@ -428,7 +428,7 @@ LING_WORLD = {
 def test_ling_audit_removes_the_record_and_is_compared_with_the_known_batch_epsilon():
     import torch
 
-    from fedrepro.experiments.audit import ling_scores
+    from fedrepro.audit.steffle import ling_scores
 
     torch.set_num_threads(1)
     runs = 300
@@ -458,7 +458,7 @@ def test_largest_detected_scaling_bisects_to_the_linear_scans_answer(mu):
 
 
 def test_audit_row_gives_the_full_canarys_power_and_the_unit():
-    from fedrepro.experiments.audit import Audited
+    from fedrepro.audit.common import Audited
     from fedrepro.report.audit import audit_row
 
     rng = np.random.default_rng(3)
@@ -493,14 +493,14 @@ def test_the_canaries_attain_nearly_the_full_sensitivity_where_the_audit_sizes_f
     # primal fairness gradient on its clip; the settings of config.yaml's audit block, q = 1.
     import torch
 
-    from fedrepro.experiments import audit as job
+    from fedrepro.audit import steffle as audit_steffle
 
     torch.set_num_threads(1)
-    steffle = job.steffle_scores({**STEFFLE_WORLD, "lam": 10.0, "batch": 20}, 40, seed=0)
+    steffle = audit_steffle.steffle_scores({**STEFFLE_WORLD, "lam": 10.0, "batch": 20}, 40, seed=0)
     mu = math.sqrt(steffle.extra["canary_rounds"]) / steffle.extra["joint_multiplier"]
     assert 0.9 * mu < steffle.mu_attained <= mu * (1 + 1e-6)
     cfg = {"eps": 3.0, "lam": 200.0, "num_train": 40, "batch": 40, "epochs": 3, "eta_theta": 0.25, "clip": 1.0}
-    tran = job.tran_scores({**cfg, "canary_scale": 10.0}, 40, seed=0)
+    tran = audit_steffle.tran_scores({**cfg, "canary_scale": 10.0}, 40, seed=0)
     mu = math.sqrt(tran.extra["canary_rounds"] + 3) / tran.extra["noise_multiplier"]
     assert 0.9 * mu < tran.mu_attained <= mu * (1 + 1e-6)
 
@@ -517,7 +517,7 @@ def test_power_limit_names_the_size_or_the_canary():
 def test_dp_fermi_audit_runs_steffles_trainer_on_the_centralised_rows():
     import torch
 
-    from fedrepro.experiments.audit import steffle_scores
+    from fedrepro.audit.steffle import steffle_scores
     from fedrepro.privacy import steffle
 
     torch.set_num_threads(1)
@@ -544,7 +544,7 @@ def baseline_audits():
 
     import torch
 
-    from fedrepro.experiments.audit import dpzv_baseline_audits
+    from fedrepro.audit.dpzv import dpzv_baseline_audits
 
     torch.set_num_threads(1)
     logging.getLogger("absl").setLevel(logging.ERROR)
@@ -598,7 +598,7 @@ def test_baseline_audits_replay_the_embeddings_and_name_the_servers_epsilons(bas
 
 def test_a_row_with_a_leak_free_bound_gives_the_power_for_it():
     # VAFL's row: a finite bound for its leak (6.87) and the fixed-model bound (0.8) its canary is built to test
-    from fedrepro.experiments.audit import Audited
+    from fedrepro.audit.common import Audited
     from fedrepro.report.audit import audit_row
 
     rng = np.random.default_rng(4)
@@ -632,13 +632,17 @@ def test_a_release_in_clear_reaches_the_most_the_runs_can_show(tmp_path):
     each side), above the leak-free 0, and the power columns say any under-scaling is caught."""
     import torch
 
+    from fedrepro.audit import dpzv as audit_dpzv
+    from fedrepro.audit import fedsc as audit_fedsc
     from fedrepro.config import load_yaml
-    from fedrepro.experiments import audit as job
     from fedrepro.report.audit import audit_row
 
     torch.set_num_threads(1)
     cfg = load_yaml(ROOT / "config.yaml")["audit"]
-    rows = [job.vfl_table_init_audit(cfg["dpzv"], 24, seed=0), job.fedsc_weights_audit(cfg["fedsc"], 24, seed=0)]
+    rows = [
+        audit_dpzv.vfl_table_init_audit(cfg["dpzv"], 24, seed=0),
+        audit_fedsc.fedsc_weights_audit(cfg["fedsc"], 24, seed=0),
+    ]
     ceiling = audit.clopper_pearson_upper(0, 12, 0.025)
     for result in rows:
         assert (result.inn > 0).all() and (result.out < 0).all()  # every run separated
@@ -664,13 +668,13 @@ def test_make_audit_detects_sigma_over_two_on_dpzvs_label_rows():
     full mu)."""
     import torch
 
+    from fedrepro.audit import dpzv as audit_dpzv
     from fedrepro.config import load_yaml
-    from fedrepro.experiments import audit as job
 
     torch.set_num_threads(1)
     cfg = load_yaml(ROOT / "config.yaml")["audit"]
     runs, power = int(cfg["runs"]["full"]["dpzv"]), cfg["power"]
-    for result in job.dpzv_audits({**cfg["dpzv"], "variants": ["paper", "frozen_head", "dp_head"]}, 4, seed=0):
+    for result in audit_dpzv.dpzv_audits({**cfg["dpzv"], "variants": ["paper", "frozen_head", "dp_head"]}, 4, seed=0):
         target = result.eps_reference if math.isfinite(result.eps_reference) else result.eps_adversary
         k = audit.largest_detected_scaling(
             result.mu_attained, target, result.delta, runs, 0.95, power["probability"], power["trials"]

@@ -176,9 +176,9 @@ def test_fedsc_release_scores_reject_zero_runs_and_accept_one_share():
 
 
 def test_tiny_vfl_data_draws_fresh_pixel_noise_for_every_sample_and_pixel():
-    from fedrepro.experiments import audit as audit_job
+    from fedrepro.audit import dpzv as audit_dpzv
 
-    data = audit_job.tiny_vfl_data(num_train=64, num_test=16, num_classes=3, clients=2, seed=0)
+    data = audit_dpzv.tiny_vfl_data(num_train=64, num_test=16, num_classes=3, clients=2, seed=0)
     train = torch.cat([x.reshape(len(x), -1) for x in data.train], dim=1)
     labels = data.y_train
     same_class = train[labels == labels[0]]
@@ -195,10 +195,10 @@ def test_tiny_vfl_data_draws_fresh_pixel_noise_for_every_sample_and_pixel():
 def test_scalar_tap_passes_other_wire_attributes_through():
     from types import SimpleNamespace
 
-    from fedrepro.experiments import audit as audit_job
+    from fedrepro.audit import dpzv as audit_dpzv
 
     wire = SimpleNamespace(bytes_sent=123, send=lambda *args: 0.5)
-    tap = audit_job._ScalarTap(wire)
+    tap = audit_dpzv._ScalarTap(wire)
     assert tap.bytes_sent == 123
     assert tap.send("server", "client0", "answer", None) == 0.5 and tap.received == [0.5]
 

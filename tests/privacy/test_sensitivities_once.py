@@ -36,7 +36,7 @@ def test_changing_the_w_sensitivity_in_one_place_moves_the_accountant_and_the_w_
 def test_the_audit_reads_the_same_sensitivities(monkeypatch):
     import torch
 
-    from fedrepro.experiments.audit import steffle_scores
+    from fedrepro.audit.steffle import steffle_scores
 
     from .test_audit import STEFFLE_WORLD
 

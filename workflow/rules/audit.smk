@@ -1,4 +1,4 @@
-# Empirical privacy audit (fedrepro.experiments.audit): canary runs of the classes of every private mechanism
+# Empirical privacy audit (fedrepro.audit): canary runs of the classes of every private mechanism
 # (FedSC, DPZV paper / frozen head / dp_head and its baselines VAFL, ZOO-VFL, VFL-CZOFO, SteFFLe, DP-FERMI, Tran,
 # Ling), a Clopper-Pearson lower bound on epsilon against the epsilon of the attacker's adversary, and power.
 # `audit` (config audit.runs.quick) is part of the default run; `audit_full` (make audit) uses audit.runs.full.
@@ -14,7 +14,7 @@ rule audit:
     input:
         code=code_for(AUDIT_ENTRY),
     output:
-        csv=f"{RESULTS}/privacy/audit.csv",
+        csv=report(f"{RESULTS}/privacy/audit.csv", caption="../report/audit.rst", category="Privacy audit"),
         md=f"{RESULTS}/privacy/audit.md",
     log:
         f"{RESULTS}/logs/privacy/audit.log",
@@ -33,7 +33,7 @@ rule audit_full:
     input:
         code=code_for(AUDIT_ENTRY),
     output:
-        csv=f"{RESULTS}/privacy/audit_full.csv",
+        csv=report(f"{RESULTS}/privacy/audit_full.csv", caption="../report/audit.rst", category="Privacy audit"),
         md=f"{RESULTS}/privacy/audit_full.md",
     log:
         f"{RESULTS}/logs/privacy/audit_full.log",

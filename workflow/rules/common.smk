@@ -10,7 +10,7 @@ RESULTS = config["results"]
 DATA_ROOT = config["data_root"]
 ENTRY = "../scripts/entry.py"
 CONDA_ENV = "../envs/fedrepro.yaml"
-SRC = Path(workflow.basedir) / "src" / "fedrepro"
+SRC = REPO / "src" / "fedrepro"
 # One fingerprint file per entry point (fedrepro.codedeps): the hash of every module it may run and of
 # workflow/scripts/entry.py, rewritten only when one of them changes, not after comment, docstring or
 # layout edits. They are the record of the code that made the results, so they live with the results:

@@ -437,7 +437,7 @@ def count_errors(config: dict) -> list[str]:
     """Each data set's training samples (after the validation holdout) against what its jobs draw: a training
     run's batch (the trainer refuses a larger one), Figure 6's samples (its memory job would measure fewer
     than the figure says)."""
-    from fedrepro.experiments.fit import train_size
+    from fedrepro.data.sizes import train_size
 
     section, errors = config[PAPER], []
     need = {

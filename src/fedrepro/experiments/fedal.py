@@ -343,7 +343,7 @@ def report_spec(config: dict, name: str) -> dict:
 def count_errors(config: dict) -> list[str]:
     """The counts the data must hold: clients + public samples against the training set, a natural split's
     clients against its groups, Figure 2's class against the classes (fedrepro.config.data_count_errors)."""
-    from fedrepro.experiments.fit import dataset_options, num_classes, train_size
+    from fedrepro.data.sizes import dataset_options, num_classes, train_size
 
     section, errors = config[PAPER], []
     for name, exp in section["experiments"].items():

@@ -378,7 +378,7 @@ def _run_names(hit: list[Run], shown: int = 3) -> str:
 def count_errors(config: dict) -> list[str]:
     """Every figure's silos against the training set (Algorithm 3 gives each silo at least one sample;
     fedrepro.config.data_count_errors)."""
-    from fedrepro.experiments.fit import train_size
+    from fedrepro.data.sizes import train_size
 
     section, errors = config["steffle"], []
     blocks = {f"steffle.figures.{name}": fig for name, fig in section["figures"].items() if fig.get("enabled", True)}

@@ -26,7 +26,7 @@ this size detects; a lower bound that stays below a claim says little without it
 ``fedsc_release_scores`` is DP-CalR alone (Algorithm 2 on an identity encoder),
 the one mechanism whose scores have a closed form, which the tests use to check
 the statistics end to end. The papers' mechanisms run through their classes in
-``fedrepro.experiments.audit``; nothing here imports an algorithm.
+``fedrepro.audit``; nothing here imports an algorithm.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """results/privacy/audit.{csv,md}: empirical lower bounds on epsilon, each against the epsilon of its adversary.
 
-One row per audited mechanism (`fedrepro.experiments.audit` runs them): runs per world (and how many
+One row per audited mechanism (`fedrepro.audit` runs them): runs per world (and how many
 the bound uses), the label the run carries and the adversary that label assumes, the epsilon against
 the audit's own adversary, the lower bound with its confidence, the audit's power and the verdict.
 
@@ -198,7 +198,7 @@ def write_markdown(table: pd.DataFrame, path: Path, level: str, power: dict) -> 
 
 
 def write(results: list, spec: dict, csv: str, md: str) -> pd.DataFrame:
-    """The audit table of `results` (`experiments.audit.Audited`) as csv and markdown."""
+    """The audit table of `results` (`audit.common.Audited`) as csv and markdown."""
     table = pd.DataFrame([audit_row(r, spec["confidence"], spec["power"]) for r in results], columns=COLUMNS)
     Path(csv).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv, index=False)
@@ -207,13 +207,13 @@ def write(results: list, spec: dict, csv: str, md: str) -> pd.DataFrame:
 
 
 def write_audit(job) -> None:
-    """Pipeline entry (rules `audit` and `audit_full`): run the audit (fedrepro.experiments.audit) and
+    """Pipeline entry (rules `audit` and `audit_full`): run the audit (fedrepro.audit.job.audits) and
     write its table as csv and md."""
     import logging
 
     import torch
 
-    from fedrepro.experiments.audit import audits
+    from fedrepro.audit.job import audits
 
     torch.set_num_threads(1)
     # the RDP accountant warns for every order it drops while DPZV builds its privacy record

@@ -13,13 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrepro.algorithms import method_table
-from fedrepro.eval.health import Health, cell_status
-from fedrepro.experiments.fedal import PAPER, panel_setting, parse_setting
+from fedrepro.experiments.fedal import parse_setting
 from fedrepro.report import figures, tables
+from fedrepro.report.fedal_runs import AXIS_LABEL, NAMES, with_setting
 from fedrepro.report.runs import identity, load_metrics, load_summaries
 
-NAMES = {name: row.label for name, row in method_table(PAPER).items()}
 CAPTIONS = {
     "table4": "Table IV: accuracy on CelebA (LEAF split) for N clients",
     "table5": "Table V: accuracy on CINIC-10 under Dirichlet(alpha)",
@@ -36,27 +34,6 @@ TITLES = {
     "fig10": "Fig. 10: shareable models, FedDF vs FedDF-AL (paper: SVHN)",
     "fig11": "Fig. 11: accuracy vs uplink volume (paper: SVHN, WRN-10-1)",
 }
-AXIS_LABEL = {
-    "alpha": lambda s: f"alpha={s['alpha']:g}",
-    "clients": lambda s: f"N={s['clients']}",
-    "public": lambda s: f"|P|={s['public']}",
-}
-
-
-def row_label(method: str, local_steps) -> str:
-    """A method's row: its name, and its local steps per round when the run is a local-budget variant."""
-    steps = "" if local_steps is None or local_steps != local_steps else f" ({int(local_steps)} local steps)"
-    return NAMES[method] + steps
-
-
-def with_setting(frame: pd.DataFrame) -> pd.DataFrame:
-    """The setting's fields as columns, its `panel_setting` (the variant's suffix dropped) and each
-    run's `row` label."""
-    parsed = pd.DataFrame([parse_setting(s) for s in frame["setting"]], index=frame.index)
-    frame = pd.concat([frame.drop(columns=[c for c in parsed if c in frame]), parsed], axis=1)
-    frame["panel_setting"] = frame["setting"].map(panel_setting)
-    frame["row"] = [row_label(m, n) for m, n in zip(frame["method"], frame["local_steps"])]
-    return frame
 
 
 def _describe(frame: pd.DataFrame) -> str:
@@ -162,14 +139,6 @@ def discriminator_note(finals: pd.DataFrame, metrics: pd.DataFrame | None = None
     if at_log_n:
         text += f" Within {AT_LOG_N} of log N in every run: at the end it cannot tell the players apart."
     return text
-
-
-def health_of(part: pd.DataFrame) -> Health:
-    """One side of a comparison: the worst health of its runs' seeds."""
-    if "status" not in part:
-        return Health()
-    reasons = part.get("status_reason", pd.Series("", index=part.index)).fillna("")
-    return cell_status([Health(s, r) for s, r in zip(part["status"].fillna("ok"), reasons)])
 
 
 def notes(finals: pd.DataFrame, metrics: pd.DataFrame | None = None, where: str = "") -> list[str]:
@@ -333,6 +302,7 @@ def curve_figure(job) -> None:
         x = "iteration"
     frame["accuracy"] = frame["acc"]
     finals = load_summaries(job.input["summaries"])
+    frame["method"] = frame["method"].replace(unhealthy_labels(finals))
     panels = sorted(frame["setting"].unique(), key=lambda s: -(parse_setting(s)["alpha"] or 0))
     disc = _disc_by_iteration(job.input["metrics"]) if x == "iteration" else pd.DataFrame()
     fig, axes = figures.new_figure(len(panels))
@@ -348,6 +318,19 @@ def curve_figure(job) -> None:
     for note in figure_notes(finals):
         figures.note(fig, note)
     figures.save_figure(fig, job.output["png"].removesuffix(".png"), spec["scale"])
+
+
+def unhealthy_labels(finals: pd.DataFrame) -> dict[str, str]:
+    """Row label -> the label a curve gets when some of its runs diverged or sit at chance: the figure
+    still draws it (the paper's figure has the row), and the legend says it is not a result."""
+    if finals.empty or "status" not in finals:
+        return {}
+    finals, out = with_setting(finals), {}
+    for row, part in finals.groupby("row"):
+        bad = part[part["status"].fillna("ok") != "ok"]
+        if len(bad):
+            out[row] = f"{row} ({bad['status'].iloc[0]} in {len(bad)}/{len(part)} runs: not a result)"
+    return out
 
 
 def figure_notes(finals: pd.DataFrame) -> list[str]:

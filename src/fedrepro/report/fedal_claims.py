@@ -21,7 +21,7 @@ import pandas as pd
 from fedrepro.eval.verdict import TEST_NAME, Verdict, differences, needed_text, paired
 from fedrepro.experiments.fedal import parse_setting
 from fedrepro.report import claims, tables
-from fedrepro.report.fedal import AXIS_LABEL, NAMES, health_of, with_setting
+from fedrepro.report.fedal_runs import AXIS_LABEL, NAMES, health_of, with_setting
 from fedrepro.report.runs import load_summaries
 
 #: (ours, baseline) of each claim, in the claims table's order
