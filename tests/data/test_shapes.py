@@ -120,3 +120,29 @@ def test_prepared_like_any_data_set(tmp_path):
     assert meta["options"]["size"] == 10 and meta["provenance"]["source"].endswith("fedrepro.data.shapes")
     with pytest.raises(ValueError, match="unknown option"):
         prepare_dataset("shapes", tmp_path / "bad", tmp_path, {"n_train": 4})
+
+
+def test_every_shape_lies_inside_the_image_over_many_draws():
+    """Placement: over many seeded draws (every class, every size up to the largest allowed), the shape's box
+    [centre - half, centre + half] lies inside the image, and the drawn shape loses no ink to the border:
+    its coverage on the image equals its coverage drawn whole on a canvas three times the side (the same
+    shape and sub-pixel position, shifted by a whole image side)."""
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        size = int(rng.integers(8, 25))
+        size_range = (0.22, 0.5) if seed % 2 else (0.05, 0.3)
+        labels = np.arange(300) % len(gen.CLASS_NAMES)
+        half, centres = gen.placement(rng, len(labels), size, size_range)
+        assert np.all(centres - half[:, None] >= 0.0) and np.all(centres + half[:, None] <= size)
+        on_image = gen._coverage(labels, centres, half, size, 4).sum(axis=(1, 2))
+        whole = gen._coverage(labels, centres + size, half, 3 * size, 4).sum(axis=(1, 2))
+        np.testing.assert_allclose(on_image, whole, rtol=0, atol=1e-9)
+
+
+def test_every_shape_stays_within_its_half_extent():
+    """The masks stay inside the unit box of the shape frame (half-extent 1), which placement keeps inside
+    the image."""
+    u, v = grid(241)
+    outside = np.maximum(np.abs(u), np.abs(v)) > 1.0
+    for label in range(len(gen.CLASS_NAMES)):
+        assert not gen.shape_mask(label, u, v)[outside].any(), gen.CLASS_NAMES[label]

@@ -70,9 +70,10 @@ def test_planner_cells_and_checks():
     assert ("FedSC (ε=3, δ=0.01) > FedAvg+SC (Table 3)", "digits 2/10") in names
     assert ("FedX > untrained encoder (Table 2)", "digits 2/10") in names
     assert len(names) == len(claims)
-    for c in claims:  # each side is one run (its seeds once), never two runs or one file twice
+    for c in claims:  # each side is one run (each seed batch once), never two runs or one file twice
         for side in ("a", "b"):
-            assert len(c[side]) == len({x["path"] for x in c[side]}) == 1
+            assert len({x["path"].rsplit("/", 2)[0] for x in c[side]}) == 1
+            assert len(c[side]) == len({x["path"] for x in c[side]}) == (2 if c.get("more_seeds") else 1)
     assert all(c["path"].endswith("probe.json") for c in t5)
     assert plan.check(config) == []
     bad = copy.deepcopy(config)
@@ -186,39 +187,169 @@ def test_resume_from_checkpoint_gives_same_numbers(tmp_path, monkeypatch):
 
 
 def test_standin_plans_its_own_runs_and_the_claims_of_tables_2_and_3():
-    """Target fedsc_standin: the stand-in's runs (its seeds, rounds, local epochs, augmentation) beside the
+    """Target fedsc_standin: each stand-in's runs (its seeds, rounds, local epochs, augmentation) beside the
     default run's, and the claims FedSC (eps = inf and each private level) against FedAvg+SC and against
-    the untrained encoder in both participations."""
+    the untrained encoder in both participations, on every stand-in."""
     config = _config()
     standin = config["fedsc"]["standin"]
-    runs = plan.standin_runs(config)
+    assert standin["datasets"] == ["shapes", "textures"]
+    runs = [r for r in plan.standin_runs(config) if r.key not in {a.key for a in plan.ablation_runs(config)}]
     assert not {r.key for r in runs} & {r.key for r in plan.runs(config)}
-    assert {(r.method, r.setting) for r in runs} == {
+    per_dataset = {
         ("fedsc", "full_epsinf"),
         ("fedsc", "partial_epsinf"),
         ("fedsc", "full_eps6_d0.01"),
         ("fedsc", "partial_eps6_d0.01"),
         ("fedavg_sc", "full"),
         ("fedavg_sc", "partial"),
+        ("centralized_sc", "central"),
+    }
+    assert {(r.dataset, r.method, r.setting) for r in runs} == {
+        (d, *k) for d in standin["datasets"] for k in per_dataset
     }
     for run in runs:
-        assert run.dataset == standin["dataset"] == "shapes"
         assert run.spec["rounds"] == standin["rounds"] and run.spec["train"]["local_epochs"] == standin["local_epochs"]
-        assert run.spec["augment"] == config["fedsc"]["datasets"]["shapes"]["augment"]
+        assert run.spec["augment"] == config["fedsc"]["datasets"][run.dataset]["augment"]
         assert run.spec["knn"]["every"] == standin["rounds"]  # no Figure 2: the monitor at the last round only
+        assert run.spec.get("dpcalr", {"passes": 5})["passes"] == 5  # the authors' compCOV(epoch_cov=5)
     claims = plan.standin_claims(config)
     names = {(c["claim"], c["column"]) for c in claims}
-    for column in ("shapes 10/10", "shapes 2/10"):
+    for column in ("shapes 10/10", "shapes 2/10", "textures 10/10", "textures 2/10"):
         assert ("FedSC (ε=∞) > FedAvg+SC (Table 2)", column) in names
         assert ("FedSC (Proposed) > untrained encoder (Table 2)", column) in names
         assert ("FedAvg + SC > untrained encoder (Table 2)", column) in names
         assert ("FedSC (ε=6, δ=0.01) > FedAvg+SC (Table 3)", column) in names
         assert ("FedSC (ε=6, δ=0.01) > untrained encoder (Table 3)", column) in names
-    assert len(claims) == len(names) == 10
+    assert ("Centralized SC > untrained encoder (Table 2)", "textures 10/10") in names
+    assert len(claims) == len(names) == 22
     seeds = {f"s{s}" for s in standin["seeds"]}
+    more = "s" + "_".join(str(s) for s in standin["more_seeds"]["seeds"])
     for c in claims:
-        assert {x["path"].split("/")[-2] for x in c["a"]} == seeds  # every seed of the stand-in, paired
+        for side in "ab":  # every seed of the stand-in, paired, and the extra seeds on both sides if named
+            assert {x["path"].split("/")[-2] for x in c[side]} == seeds | ({more} if c.get("more_seeds") else set())
+        assert c["dataset"] == c["column"].split(" ")[0] and c["kind"] in plan_kinds()
     assert plan.check(config) == []
+
+
+def test_standin_more_seeds_name_stand_in_claims_and_leave_the_default_run_alone():
+    """`standin.more_seeds` gives its seeds to the stand-in claims it names (Table 3's private-vs-untrained
+    rows included), on both sides; the default run's claims keep `fedsc.more_seeds`; a claim the stand-ins
+    do not make is an error naming `fedsc.standin.more_seeds`."""
+    config = _config()
+    config["fedsc"]["standin"]["more_seeds"] = {
+        "seeds": [7, 8],
+        "claims": [
+            {
+                "claim": "FedSC (ε=6, δ=0.01) > untrained encoder (Table 3)",
+                "dataset": "textures",
+                "participation": "full",
+            }
+        ],
+    }
+    assert plan.check(config) == []
+    named = [c for c in plan.standin_claims(config) if c.get("more_seeds")]
+    assert [(c["claim"], c["column"]) for c in named] == [
+        ("FedSC (ε=6, δ=0.01) > untrained encoder (Table 3)", "textures 10/10")
+    ]
+    assert [c["path"].split("/")[-2] for c in named[0]["b"]] == ["s0", "s1", "s2", "s7_8"]
+    assert {tuple(c.get("more_seeds", [])) for c in plan.claims(config) if c.get("more_seeds")} == {
+        tuple(config["fedsc"]["more_seeds"]["seeds"])
+    }
+    config["fedsc"]["standin"]["more_seeds"]["claims"][0]["dataset"] = "digits"
+    assert any(e.startswith("fedsc.standin.more_seeds.claims: no claim") for e in plan.check(config))
+
+
+def plan_kinds():
+    return {plan.PROPOSED_VS_NO_SHARING, plan.PRIVATE_VS_NO_SHARING, plan.VS_UNTRAINED}
+
+
+def test_ablations_change_one_setting_of_the_run_they_name_on_every_standin():
+    """Target fedsc_ablations: each variant is its base run's spec with only its change (dpcalr merged one
+    level deep); sharing from round 1 recalibrates sigma for its shares (sigma null), and the table pairs
+    each variant with its base run and with FedAvg+SC."""
+    config = _config()
+    runs = index(plan.standin_runs(config))
+    variants = config["fedsc"]["standin"]["ablations"]
+    for dataset in ("shapes", "textures"):
+        for name, variant in variants.items():
+            base = runs[(dataset, "fedsc", "full_epsinf" if variant["eps"] == "inf" else "full_eps6_d0.01")]
+            run = runs[(dataset, "fedsc", f"{base.setting}_{name}")]
+            changed = {k for k in run.spec.keys() | base.spec.keys() if run.spec.get(k) != base.spec.get(k)}
+            assert changed == set(variant["change"]), name
+    assert runs[("shapes", "fedsc", "full_epsinf_passes1")].spec["dpcalr"] == {
+        **runs[("shapes", "fedsc", "full_epsinf")].spec["dpcalr"],
+        "passes": 1,
+    }
+    shared = runs[("shapes", "fedsc", "full_eps6_d0.01_share_round1")].spec
+    assert shared["sharing"] == {"after": 0.0, "every": 1} and shared["privacy"]["sigma"] is None
+    cells = plan.ablation_cells(config)
+    rows = {(c["column"], c["row"]): c.get("against") for c in cells}
+    assert rows[("textures 10/10", "FedSC ε=∞, alpha_fixed")] == "FedSC ε=∞"
+    assert rows[("shapes 10/10", "FedSC ε=6, share_round1")] == "FedSC ε=6"
+    assert ("shapes 10/10", "FedAvg+SC") in rows and ("textures 10/10", "FedSC ε=∞") in rows
+    tags = ("s0", "s1", "s2", "s3_4_5_6")  # the stand-in's seeds and ablations_more_seeds' batch
+    assert {c["path"] for c in cells} <= {
+        f"results/fedsc/runs/{d}/{m}/{s}/{t}/probe.json" for d, m, s in runs for t in tags
+    }
+    bad = copy.deepcopy(config)
+    bad["fedsc"]["standin"]["ablations"]["passes1"]["eps"] = 5
+    assert any("fedsc.standin.ablations.passes1" in e and "eps=5" in e for e in plan.check(bad))
+
+
+def test_ablations_more_seeds_go_to_the_variant_its_run_and_fedavg_sc_on_that_stand_in():
+    """`standin.ablations_more_seeds` adds its seed batch to the named variant, the run it changes and
+    FedAvg+SC on that stand-in only; a variant that is not an ablation there, or a seed the stand-in already
+    runs, is an error naming the key."""
+    config = _config()
+    config["fedsc"]["standin"]["ablations_more_seeds"] = {
+        "seeds": [7, 8],
+        "variants": [{"variant": "mu1", "dataset": "textures"}],
+    }
+    assert plan.check(config) == []
+    extra = sorted(c["path"] for c in plan.ablation_cells(config) if "/s7_8/" in c["path"])
+    assert extra == [
+        f"results/fedsc/runs/textures/{run}/s7_8/probe.json"
+        for run in ("fedavg_sc/full", "fedsc/full_epsinf", "fedsc/full_epsinf_mu1")
+    ]
+    plain = {c["path"] for c in plan.ablation_cells(config) if "/s7_8/" not in c["path"]}
+    config["fedsc"]["standin"]["ablations_more_seeds"] = None
+    assert plain == {c["path"] for c in plan.ablation_cells(config)}
+    config["fedsc"]["standin"]["ablations_more_seeds"] = {
+        "seeds": [2, 9],
+        "variants": [{"variant": "mu2", "dataset": "shapes"}],
+    }
+    errors = plan.check(config)
+    assert any("fedsc.standin.ablations_more_seeds.variants: no ablation 'mu2' on 'shapes'" in e for e in errors)
+    assert any("fedsc.standin.ablations_more_seeds.seeds: [2]" in e for e in errors)
+
+
+def test_more_seeds_go_to_both_sides_of_the_claims_they_name():
+    """Issue 44: `more_seeds` adds its seed batch on both sides (paired) of the named claims only, and a claim
+    that is not in the table is an error naming the key."""
+    config = _config()
+    config["fedsc"]["more_seeds"] = {
+        "seeds": [3, 4],
+        "claims": [
+            {"claim": "FedSC (ε=12, δ=0.01) > FedAvg+SC (Table 4)", "dataset": "digits", "participation": "partial"}
+        ],
+    }
+    assert plan.check(config) == []
+    claims = plan.claims(config)
+    named = [c for c in claims if c.get("more_seeds")]
+    assert [(c["claim"], c["column"]) for c in named] == [("FedSC (ε=12, δ=0.01) > FedAvg+SC (Table 4)", "digits 2/10")]
+    for side, setting in (("a", "fedsc/partial_eps12_d0.01"), ("b", "fedavg_sc/partial")):
+        assert [c["path"] for c in named[0][side]] == [
+            f"results/fedsc/runs/digits/{setting}/{tag}/probe.json" for tag in ("s0_1_2", "s3_4")
+        ]
+    assert all(len(c["a"]) == 1 for c in claims if not c.get("more_seeds"))
+    config["fedsc"]["more_seeds"]["claims"][0]["claim"] = "FedSC (ε=12, δ=0.01) > FedX (Table 4)"
+    assert any(
+        "fedsc.more_seeds.claims: no claim 'FedSC (ε=12, δ=0.01) > FedX (Table 4)' on digits at partial" in e
+        and "'FedSC (ε=12, δ=0.01) > FedAvg+SC (Table 4)'" in e
+        for e in plan.check(config)
+    )
+    config["fedsc"]["more_seeds"] = {"seeds": [2], "claims": []}
+    assert any("fedsc.more_seeds.seeds: [2]" in e for e in plan.check(config))
 
 
 @pytest.mark.parametrize(
@@ -226,8 +357,8 @@ def test_standin_plans_its_own_runs_and_the_claims_of_tables_2_and_3():
     [
         (lambda s: s["standin"].update(eps=[5]), "no privacy level eps=5"),
         (lambda s: s["standin"].update(methods=["fedsc", "fedavg_sc", "nope"]), "'nope' has no block"),
-        (lambda s: s["standin"].update(dataset="cifar10"), "'cifar10' has no entry"),
-        (lambda s: s["run_datasets"].append("shapes"), "also in fedsc.run_datasets"),
+        (lambda s: s["standin"].update(datasets=["shapes", "cifar10"]), "'cifar10' has no entry"),
+        (lambda s: s["run_datasets"].append("textures"), "also in fedsc.run_datasets"),
     ],
 )
 def test_standin_errors_name_the_key(change, message):

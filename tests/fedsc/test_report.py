@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from fedrepro.experiments.fedsc import PRIVATE_VS_NO_SHARING, PROPOSED_VS_NO_SHARING, VS_UNTRAINED
 from fedrepro.pipeline import make_job
 from fedrepro.report import fedsc as report
+from fedrepro.report import fedsc_claims as claims_report
+from fedrepro.report.claims import counts_text
 from tests.fedsc.helpers import tiny_spec, write_prepared_digits
 
 torch.set_num_threads(1)
@@ -127,30 +130,29 @@ def test_table_prints_status_not_number_and_realised_epsilon_beside_the_label(tm
     assert f"ε=3 [realised PLD ε: digits 2/10 {eps:.2f}]" in text
 
 
+def _claim(text: str, a: str, b: str, kind: str = VS_UNTRAINED, column: str = "digits 10/10") -> dict:
+    return {
+        "claim": text,
+        "column": column,
+        "dataset": column.split(" ")[0],
+        "kind": kind,
+        "a_name": text.split(" > ")[0],
+        "b_name": text.split(" > ")[1],
+        "a": [{"path": a, "row": "A", "column": column}],
+        "b": [{"path": b, "row": "B", "column": column}],
+    }
+
+
 def test_claims_are_paired_verdicts_with_intervals(tmp_path):
     """Each claim is judged on the per-seed differences A - B (points): the t interval is recomputed here
     by hand; a side with a chance-level seed makes the claim 'not tested'; a spread-out difference is
-    'inconclusive'."""
+    'inconclusive' and says how many seeds it would need."""
     a = _write_run(tmp_path / "a", {0: 0.90, 1: 0.88, 2: 0.86})
     b = _write_run(tmp_path / "b", {0: 0.80, 1: 0.79, 2: 0.78})  # A - B = 10, 9, 8 points
     c = _write_run(tmp_path / "c", {0: 0.95, 1: 0.95, 2: 0.95}, {1: ("chance", "at chance")})
     d = _write_run(tmp_path / "d", {0: 0.80, 1: 0.89, 2: 0.84})  # A - D = 10, -1, 2 points
-    claim = {
-        "claim": "A > B",
-        "column": "digits 10/10",
-        "a_name": "A",
-        "b_name": "B",
-        "a": [{"path": a, "row": "A", "column": "digits 10/10"}],
-        "b": [{"path": b, "row": "B", "column": "digits 10/10"}],
-    }
-    frame = report.claims_frame(
-        [
-            claim,
-            {**claim, "claim": "B > A", "a": claim["b"], "b": claim["a"]},
-            {**claim, "claim": "C > A", "a_name": "C", "a": [{"path": c, "row": "C", "column": "x"}], "b": claim["a"]},
-            {**claim, "claim": "A > D", "b": [{"path": d, "row": "D", "column": "x"}]},
-        ]
-    )
+    claims = [_claim("A > B", a, b), _claim("B > A", b, a), _claim("C > A", c, a), _claim("A > D", a, d)]
+    frame, _ = claims_report.claims_frame(claims, {"digits": 100 / 450})
     assert list(frame["verdict"]) == ["holds", "does not hold", "not tested (C: at chance (1/3 seeds chance))"] + [
         "inconclusive (3 seeds)"
     ]
@@ -160,7 +162,83 @@ def test_claims_are_paired_verdicts_with_intervals(tmp_path):
     assert frame.loc[0, "ci_high"] == pytest.approx(9.0 + half, abs=1e-4)
     assert frame.loc[1, "ci_high"] == pytest.approx(-9.0 + half, abs=1e-4)
     assert list(frame["wins"][:2]) == [3, 0] and list(frame["seeds"][:2]) == [3, 3]
-    assert frame.loc[0, "verdict (effect [95 % interval], wins/seeds)"].startswith("holds: +9.00 [+6.52, +11.48], 3/3")
+    assert frame.loc[0, claims_report.VERDICT_TEXT].startswith("holds: +9.00 [+6.52, +11.48], 3/3")
+    assert frame.loc[0, "A per seed (%)"] == "90.0 / 88.0 / 86.0"
+    assert "needs about" in frame.loc[3, claims_report.VERDICT_TEXT]
+
+
+def test_one_test_image_apart_in_float32_is_inconclusive_not_holds(tmp_path):
+    """Issue 44's FedSC row: each seed one test image of 450 above FedAvg+SC, the float32 accuracies making
+    the differences differ in the sixth digit, read 'holds' with a zero-width interval; at the data's
+    resolution they are identical differences, which the sign test cannot decide at 3 seeds (6 needed)."""
+    k = (360, 362, 365)
+    a = _write_run(tmp_path / "a", {s: float(np.float32(n / 450)) for s, n in enumerate(k)})
+    b = _write_run(tmp_path / "b", {s: float(np.float32((n - 1) / 450)) for s, n in enumerate(k)})
+    claim = _claim("FedSC (ε=12, δ=0.01) > FedAvg+SC (Table 4)", a, b, PRIVATE_VS_NO_SHARING)
+    frame, _ = claims_report.claims_frame([claim], claims_report.resolutions([_meta(tmp_path, 450)]))
+    assert frame.loc[0, "verdict"] == "inconclusive (3 seeds, identical differences)"
+    assert frame.loc[0, "seeds_needed"] == 6
+    assert "needs about 6 seeds" in frame.loc[0, claims_report.VERDICT_TEXT]
+    # differences within half a test image of each other are the same difference (the resolution is passed)
+    near = _write_run(
+        tmp_path / "near", {s: float(np.float32((n - 1) / 450 + (s - 1) * 1e-4)) for s, n in enumerate(k)}
+    )
+    frame, _ = claims_report.claims_frame([{**claim, "b": [{**claim["b"][0], "path": near}]}], {"digits": 100 / 450})
+    assert frame.loc[0, "verdict"] == "inconclusive (3 seeds, identical differences)"
+
+
+def _meta(folder: Path, n_test: int) -> str:
+    path = folder / "meta.json"
+    path.write_text(json.dumps({"name": "digits", "n_test": n_test}))
+    return str(path)
+
+
+def test_claims_with_the_same_per_seed_values_are_one_comparison(tmp_path):
+    """FedSC's partial-participation eps 3 / 6 / 8 runs came out with the same accuracies seed by seed: one
+    row, the restatements in 'also', one verdict in the caption's count; a different run stays its own row."""
+    same = {0: 0.84, 1: 0.81, 2: 0.76}
+    runs = {name: _write_run(tmp_path / name, same) for name in ("eps3", "eps6", "eps8")}
+    other = _write_run(tmp_path / "eps12", {0: 0.85, 1: 0.80, 2: 0.77})
+    base = _write_run(tmp_path / "avg", {0: 0.843, 1: 0.812, 2: 0.757})
+    claims = [_claim(f"FedSC ({n}) > FedAvg+SC", p, base, PRIVATE_VS_NO_SHARING) for n, p in runs.items()]
+    claims.append(_claim("FedSC (eps12) > FedAvg+SC", other, base, PRIVATE_VS_NO_SHARING))
+    frame, rows = claims_report.claims_frame(claims, {"digits": 100 / 450})
+    assert list(frame["claim"]) == ["FedSC (eps3) > FedAvg+SC", "FedSC (eps12) > FedAvg+SC"]
+    assert frame.loc[0, "also"] == "FedSC (eps6) > FedAvg+SC; FedSC (eps8) > FedAvg+SC"
+    assert len(rows) == 4 and counts_text(frame["verdict"]).startswith("2 distinct comparisons")
+
+
+def test_smallest_effects_are_the_papers_smallest_reported_gaps():
+    """FedSC (eps = inf) vs FedAvg+SC: Table 2's smallest gap, SVHN 2/5 (91.03 - 89.89); a private level vs
+    FedAvg+SC: Table 5's SVHN 2/5 at eps = 3 (89.95 - 89.89); against the untrained encoder the paper
+    reports nothing."""
+    effect, source = claims_report.smallest_effect(PROPOSED_VS_NO_SHARING)
+    assert effect == pytest.approx(1.14) and "SVHN 2/5" in source
+    effect, source = claims_report.smallest_effect(PRIVATE_VS_NO_SHARING)
+    assert effect == pytest.approx(0.06) and "Table 5" in source
+    assert math.isnan(claims_report.smallest_effect(VS_UNTRAINED)[0])
+
+
+def test_a_claim_holds_for_the_project_only_where_it_holds_on_every_standin():
+    rows = [
+        {"claim": "X > Y", "column": f"{d} {c}", "verdict": v}
+        for d, c, v in [
+            ("shapes", "10/10", "holds"),
+            ("textures", "10/10", "holds"),
+            ("shapes", "2/10", "holds"),
+            ("textures", "2/10", "does not hold"),
+            ("shapes", "1/10", "inconclusive (3 seeds)"),
+            ("textures", "1/10", "does not hold"),
+        ]
+    ]
+    joint = claims_report.across(rows, ["shapes", "textures"])
+    assert list(joint["column"]) == ["shapes + textures 10/10", "shapes + textures 2/10", "shapes + textures 1/10"]
+    assert list(joint["verdict"]) == [
+        "holds on every stand-in",
+        "holds on shapes only (textures: does not hold)",
+        "holds on none (shapes: inconclusive; textures: does not hold)",
+    ]
+    assert claims_report.across(rows[:2], ["shapes"]).empty
 
 
 def test_uncentered_effective_rank_sees_embeddings_that_are_one_vector_plus_noise():
@@ -207,4 +285,43 @@ def test_the_privacy_table_names_what_fedsc_epsilon_covers_and_whom_it_holds_aga
     )
     report.privacy_table(job)
     text = (tmp_path / "p.md").read_text()
-    assert "correlation matrices only" in text and "model weights are sent in the clear" in text
+    assert "correlation matrices only" in text and "model weights in the clear" in text
+    assert "against the server (and the other clients) ε = ∞" in text
+
+
+def test_ablation_table_pairs_each_variant_with_its_run_and_with_fedavg_sc(tmp_path):
+    """The ablation table: per stand-in, each variant against the run it changes and against FedAvg+SC,
+    paired by seed (A - B in points); the base run against FedAvg+SC only."""
+    col = "shapes 10/10"
+    avg = _write_run(tmp_path / "avg", {0: 0.30, 1: 0.31, 2: 0.29})
+    base = _write_run(tmp_path / "base", {0: 0.33, 1: 0.35, 2: 0.31})
+    variant = _write_run(tmp_path / "variant", {0: 0.28, 1: 0.30, 2: 0.26})  # base - 5 points each seed
+    cells = [
+        {"path": avg, "row": "FedAvg+SC", "column": col, "dataset": "shapes"},
+        {"path": base, "row": "FedSC ε=∞", "column": col, "dataset": "shapes"},
+        {
+            "path": variant,
+            "row": "FedSC ε=∞, mu1",
+            "column": col,
+            "dataset": "shapes",
+            "against": "FedSC ε=∞",
+            "change": {"mu": 1.0},
+        },
+    ]
+    frame = claims_report.ablation_frame(cells, {"shapes": 0.1}).set_index("run")
+    assert frame.loc["FedSC ε=∞, mu1", "per seed (%)"] == "28.0 / 30.0 / 26.0"
+    assert frame.loc["FedSC ε=∞, mu1", "change"] == '{"mu": 1.0}'
+    assert frame.loc["FedSC ε=∞, mu1", "vs the run it changes"].startswith(
+        "FedSC ε=∞: inconclusive (3 seeds, identical differences): -5.00"
+    )  # the same 5 points on every seed: the sign test needs 6
+    assert frame.loc["FedSC ε=∞", "vs the run it changes"] == ""
+    assert frame.loc["FedSC ε=∞", "vs FedAvg+SC"] == "FedAvg+SC: holds: +3.00 [+0.52, +5.48], 3/3 seeds"
+    assert frame.loc["FedAvg+SC", "vs FedAvg+SC"] == ""
+    assert set(frame["health"]) == {"ok"}
+    collapsed = _write_run(
+        tmp_path / "collapsed", {0: 0.2, 1: 0.2, 2: 0.2}, {s: ("collapsed", "rank 1") for s in range(3)}
+    )
+    cells[2] = {**cells[2], "path": collapsed}
+    frame = claims_report.ablation_frame(cells, {"shapes": 0.1}).set_index("run")
+    assert frame.loc["FedSC ε=∞, mu1", "health"].startswith("collapsed: ")
+    assert frame.loc["FedSC ε=∞, mu1", "vs FedAvg+SC"].startswith("FedAvg+SC: not tested")

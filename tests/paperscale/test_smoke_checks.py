@@ -109,11 +109,12 @@ NOT_IN_SMOKE = {
     "stage_pretrained": "the smoke run's Amazon uses the hash tokenizer and a small random encoder; "
     "tests/dpzv/test_bert.py stages a tiny BERT (pinned and custom) and runs the BERT text path",
     **dict.fromkeys(
-        ("fedsc_standin_table", "fedsc_standin_claims", "fedsc_standin_samples"),
-        "target fedsc_standin: FedSC's claims on the generated data set `shapes`, a quick-scale target with no "
-        "paper-scale setting; its runs are fedsc_pretrain/fedsc_probe/fedsc_random_probe jobs (scheduled), its "
-        "tables the probe_table and claims_table code of fedsc_table3 and fedsc_claims (scheduled), and "
-        "tests/fedsc/test_report.py runs samples_figure",
+        ("fedsc_standin_table", "fedsc_standin_claims", "fedsc_standin_samples", "fedsc_ablations_table"),
+        "targets fedsc_standin and fedsc_ablations: FedSC's claims and ablations on the generated data sets "
+        "`shapes` and `textures`, quick-scale targets with no paper-scale setting; their runs are "
+        "fedsc_pretrain/fedsc_probe/fedsc_random_probe jobs (scheduled), their tables the probe_table and "
+        "claims_table code of fedsc_table3 and fedsc_claims (scheduled), and tests/fedsc/test_report.py runs "
+        "samples_figure and the ablation table",
     ),
 }
 

@@ -55,12 +55,19 @@ def captured(monkeypatch):
 
 def test_fedsc_table6_and_claims_name_what_their_epsilon_covers(captured, monkeypatch):
     from fedrepro.report import fedsc as report
+    from fedrepro.report import fedsc_claims
 
     row = {"dataset": "cifar10", "eps": 3, "delta": 1e-5, "shares": 10, "mu": 1.0, "sigma": 0.05, "n": 5000}
     report.table6(SimpleNamespace(spec={"rows": [row], "decimals": 2}, output={"md": "x.md"}))
-    claims = pd.DataFrame({"claim": ["FedSC (ε=3, δ=0.01) > FedAvg+SC (Table 3)"], "column": ["digits"]})
-    monkeypatch.setattr(report, "claims_frame", lambda claims_spec: claims)
-    report.claims_table(SimpleNamespace(spec={"claims": [], "scale": "quick", "decimals": 2}, output={"md": "x.md"}))
+    claims = pd.DataFrame(
+        {"claim": ["FedSC (ε=3, δ=0.01) > FedAvg+SC (Table 3)"], "column": ["digits"], "verdict": ["holds"]}
+    )
+    monkeypatch.setattr(fedsc_claims, "claims_frame", lambda claims_spec, resolution: (claims, []))
+    monkeypatch.setattr(fedsc_claims, "resolutions", lambda paths: {})
+    job = SimpleNamespace(
+        spec={"claims": [], "scale": "quick", "decimals": 2}, input={"meta": []}, output={"md": "x.md"}
+    )
+    fedsc_claims.claims_table(job)
     assert len(captured) == 2 and all(threat.shows_epsilon(" ".join(t)) and not threat.missing(t) for t in captured)
 
 

@@ -5,7 +5,9 @@ from fedrepro.experiments import index
 
 FEDSC_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:probe_job"
 FEDSC_RANDOM_PROBE_ENTRY = "fedrepro.algorithms.fedsc.probing:random_probe_job"  # untrained encoder (reference row)
-FEDSC_RUNS = fedsc_plan.runs(config) + fedsc_plan.standin_runs(config)  # stand-in runs: target fedsc_standin
+FEDSC_RUNS = fedsc_plan.runs(config) + fedsc_plan.standin_runs(
+    config
+)  # stand-in runs: targets fedsc_standin, fedsc_ablations
 FEDSC = index(FEDSC_RUNS)
 FEDSC_PREFIX_ENTRY = "fedrepro.algorithms.fedsc.fedsc:run_prefix"
 FEDSC_PREFIXES, FEDSC_STARTS = fedsc_plan.prefixes(FEDSC_RUNS)  # the rounds before sharing, run once
@@ -26,7 +28,10 @@ FEDSC_CELLS = {
 FEDSC_CLAIMS = fedsc_plan.claims(config)
 FEDSC_STANDIN = fedsc_plan.standin_config(config)
 FEDSC_STANDIN_CLAIMS = fedsc_plan.standin_claims(config)
-FEDSC_STANDIN_CELLS = fedsc_plan.dp_table_cells(FEDSC_STANDIN, fedsc_plan.STANDIN_TABLE) if FEDSC_STANDIN else []
+FEDSC_STANDIN_CELLS = fedsc_plan.standin_table_cells(config)
+FEDSC_STANDIN_DATASETS = fedsc_plan.standin_datasets(config)
+FEDSC_ABLATION_CELLS = fedsc_plan.ablation_cells(config)
+FEDSC_CLAIMS_ENTRY = "fedrepro.report.fedsc_claims:claims_table"
 FEDSC_METHODS = "|".join(methods("fedsc"))
 
 
@@ -131,9 +136,10 @@ rule fedsc_random_probe:
 
 rule fedsc_claims:
     input:
-        probes=sorted({c["path"] for claim in FEDSC_CLAIMS for side in ("a", "b") for c in claim[side]}),
-        summaries=fedsc_plan.summary_inputs([c for claim in FEDSC_CLAIMS for side in ("a", "b") for c in claim[side]]),
-        code=code_for("fedrepro.report.fedsc:claims_table"),
+        probes=sorted({c["path"] for c in fedsc_plan.claim_cells(FEDSC_CLAIMS)}),
+        summaries=fedsc_plan.summary_inputs(fedsc_plan.claim_cells(FEDSC_CLAIMS)),
+        meta=fedsc_plan.meta_files(RESULTS, fedsc_plan.enabled_datasets(config["fedsc"])),
+        code=code_for(FEDSC_CLAIMS_ENTRY),
     output:
         md=f"{FEDSC_OUT}/tables/claims.md",
         csv=report(f"{FEDSC_OUT}/tables/claims.csv", caption="../report/fedsc_claims.rst", category="FedSC"),
@@ -145,7 +151,7 @@ rule fedsc_claims:
     resources:
         **cpu_resources(),
     params:
-        entry="fedrepro.report.fedsc:claims_table",
+        entry=FEDSC_CLAIMS_ENTRY,
         spec={**FEDSC_REPORT, "claims": FEDSC_CLAIMS},
     script:
         ENTRY
@@ -276,11 +282,10 @@ if FEDSC_STANDIN:
 
     rule fedsc_standin_claims:
         input:
-            probes=sorted({c["path"] for claim in FEDSC_STANDIN_CLAIMS for side in ("a", "b") for c in claim[side]}),
-            summaries=fedsc_plan.summary_inputs(
-                [c for claim in FEDSC_STANDIN_CLAIMS for side in ("a", "b") for c in claim[side]]
-            ),
-            code=code_for("fedrepro.report.fedsc:claims_table"),
+            probes=sorted({c["path"] for c in fedsc_plan.claim_cells(FEDSC_STANDIN_CLAIMS)}),
+            summaries=fedsc_plan.summary_inputs(fedsc_plan.claim_cells(FEDSC_STANDIN_CLAIMS)),
+            meta=fedsc_plan.meta_files(RESULTS, FEDSC_STANDIN_DATASETS),
+            code=code_for(FEDSC_CLAIMS_ENTRY),
         output:
             md=f"{FEDSC_OUT}/tables/standin_claims.md",
             csv=f"{FEDSC_OUT}/tables/standin_claims.csv",
@@ -292,11 +297,11 @@ if FEDSC_STANDIN:
         resources:
             **cpu_resources(),
         params:
-            entry="fedrepro.report.fedsc:claims_table",
+            entry=FEDSC_CLAIMS_ENTRY,
             spec={
                 **FEDSC_REPORT,
                 "note": "",
-                "title": f"FedSC claims on the generated stand-in {config['fedsc']['standin']['dataset']!r}",
+                "title": f"FedSC claims on the generated stand-ins {', '.join(FEDSC_STANDIN_DATASETS)}",
                 "claims": FEDSC_STANDIN_CLAIMS,
             },
         script:
@@ -304,13 +309,17 @@ if FEDSC_STANDIN:
 
     rule fedsc_standin_samples:
         input:
-            data=prepared(config["fedsc"]["standin"]["dataset"]),
+            data=lambda w: prepared(w.dataset),
             code=code_for("fedrepro.report.fedsc:samples_figure"),
         output:
-            png=report(f"{FEDSC_OUT}/figures/standin_samples.png", caption="../report/fedsc.rst", category="FedSC"),
-            pdf=f"{FEDSC_OUT}/figures/standin_samples.pdf",
+            png=report(
+                f"{FEDSC_OUT}/figures/standin_samples_{{dataset}}.png", caption="../report/fedsc.rst", category="FedSC"
+            ),
+            pdf=f"{FEDSC_OUT}/figures/standin_samples_{{dataset}}.pdf",
         log:
-            f"{RESULTS}/logs/fedsc/standin_samples.log",
+            f"{RESULTS}/logs/fedsc/standin_samples_{{dataset}}.log",
+        wildcard_constraints:
+            dataset="|".join(FEDSC_STANDIN_DATASETS),
         conda:
             CONDA_ENV
         resources:
@@ -325,7 +334,35 @@ if FEDSC_STANDIN:
         input:
             rules.fedsc_standin_table.output,
             rules.fedsc_standin_claims.output,
-            rules.fedsc_standin_samples.output,
+            expand(rules.fedsc_standin_samples.output, dataset=FEDSC_STANDIN_DATASETS),
+        localrule: True
+
+    # The ablations of fedsc.standin.ablations on every stand-in (not in the default run).
+    rule fedsc_ablations_table:
+        input:
+            probes=[cell["path"] for cell in FEDSC_ABLATION_CELLS],
+            summaries=fedsc_plan.summary_inputs(FEDSC_ABLATION_CELLS),
+            meta=fedsc_plan.meta_files(RESULTS, FEDSC_STANDIN_DATASETS),
+            code=code_for("fedrepro.report.fedsc_claims:ablation_table"),
+        output:
+            md=f"{FEDSC_OUT}/tables/ablations.md",
+            csv=f"{FEDSC_OUT}/tables/ablations.csv",
+            tex=f"{FEDSC_OUT}/tables/ablations.tex",
+        log:
+            f"{RESULTS}/logs/fedsc/ablations.log",
+        conda:
+            CONDA_ENV
+        resources:
+            **cpu_resources(),
+        params:
+            entry="fedrepro.report.fedsc_claims:ablation_table",
+            spec={**FEDSC_REPORT, "note": "", "cells": FEDSC_ABLATION_CELLS},
+        script:
+            ENTRY
+
+    rule fedsc_ablations:
+        input:
+            rules.fedsc_ablations_table.output,
         localrule: True
 
 

@@ -79,6 +79,11 @@ _ALL = [
                 "FedSC stand-in: 10 mirror-symmetric shapes at random position and size, random grey levels "
                 "with a small tint, gradient background, pixel noise (fedrepro.data.shapes); options set the "
                 "per-class counts, image size and nuisances"),
+    DatasetInfo("textures", "image", 10, 2000, 1000, (3, 16, 16), True,
+                "FedSC second stand-in: 10 mirror-symmetric textures (stripes, checkerboard, dots, grid, "
+                "cross-hatch, blobs, speckle, waves, bricks) filling the image, random period, phase, small "
+                "rotation, grey levels with a tint and pixel noise (fedrepro.data.textures); options set the "
+                "per-class counts, image size and nuisances"),
     DatasetInfo("synthetic_tabular", "tabular", 2, 3000, 1000, (17,), True,
                 "fair-tabular stand-in: binary sensitive s with minority fraction, age column, "
                 "label correlated with s, one-hot columns"),

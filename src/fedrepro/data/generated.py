@@ -1,4 +1,4 @@
-"""Builders of the generated stand-in data sets (fedrepro.data.synthetic)."""
+"""Builders of the generated stand-in data sets (fedrepro.data.synthetic, shapes, textures)."""
 
 from __future__ import annotations
 
@@ -56,3 +56,14 @@ def shapes(data_root, opts) -> Built:
 
 def shapes_shape(opts) -> tuple[int, ...]:
     return (3, opts["size"], opts["size"])
+
+
+def textures(data_root, opts) -> Built:
+    from fedrepro.data import textures as generator
+
+    kwargs = _generator_kwargs(opts)
+    kwargs["period_range"] = tuple(kwargs["period_range"])
+    return Built(xy(*generator.textures(**kwargs)), {"class_names": list(generator.CLASS_NAMES)})
+
+
+textures_shape = shapes_shape

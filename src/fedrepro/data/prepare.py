@@ -49,6 +49,7 @@ BUILDERS: dict[str, str] = {
     "synthetic_text": "fedrepro.data.generated:synthetic_text",
     "synthetic_tabular": "fedrepro.data.generated:synthetic_tabular",
     "shapes": "fedrepro.data.generated:shapes",
+    "textures": "fedrepro.data.generated:textures",
 }
 
 # The shape of one prepared sample where the data set's options change it: a function of the
@@ -59,6 +60,7 @@ SAMPLE_SHAPES: dict[str, str] = {
     "synthetic_multiview": "fedrepro.data.generated:synthetic_multiview_shape",
     "synthetic_text": "fedrepro.data.generated:synthetic_text_shape",
     "shapes": "fedrepro.data.generated:shapes_shape",
+    "textures": "fedrepro.data.generated:textures_shape",
 }
 
 

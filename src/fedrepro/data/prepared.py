@@ -43,6 +43,8 @@ DEFAULT_OPTIONS: dict[str, dict] = {
                        "n_polar": 50, "signal": 0.15, "confusion": 0.3, "label_noise": 0.05, "seed": 0},
     "shapes": {"train_per_class": 200, "test_per_class": 100, "size": 16, "size_range": [0.22, 0.45], "min_contrast": 0.25,
                "tint": 0.05, "gradient": 0.3, "noise": 0.08, "supersample": 4, "seed": 0},
+    "textures": {"train_per_class": 200, "test_per_class": 100, "size": 16, "period_range": [4.0, 8.0],
+                 "max_angle": 10.0, "min_contrast": 0.25, "colour": 0.05, "noise": 0.05, "supersample": 4, "seed": 0},
     "synthetic_tabular": {"n": 4000, "minority_fraction": 0.3, "s_effect": 1.0, "seed": 0,
                           "train_fraction": 0.75},
 }

@@ -80,7 +80,7 @@ def _coverage(labels, centres, half, size, supersample) -> np.ndarray:
     return out
 
 
-def _grey_levels(rng, n: int, min_contrast: float) -> tuple[np.ndarray, np.ndarray]:
+def grey_levels(rng, n: int, min_contrast: float) -> tuple[np.ndarray, np.ndarray]:
     """Shape and background levels in [0.1, 0.9], |shape - background| >= min_contrast."""
     if not 0.0 <= min_contrast <= 0.8:
         raise ValueError(f"min_contrast must lie in [0, 0.8], got {min_contrast}")
@@ -91,6 +91,18 @@ def _grey_levels(rng, n: int, min_contrast: float) -> tuple[np.ndarray, np.ndarr
     pick = rng.uniform(0.0, 1.0, n) * (below + above)
     shape = np.where(pick < below, 0.1 + pick, background + min_contrast + (pick - below))
     return shape, background
+
+
+def placement(rng: np.random.Generator, n: int, size: int, size_range: tuple[float, float]):
+    """Half-extents (N,) and centres (N x 2, pixels) of `n` shapes: the half-extent a fraction `size_range`
+    of the side, the centre anywhere that keeps the shape's box [centre - half, centre + half] inside the
+    image."""
+    lo, hi = size_range
+    if not 0.0 < lo <= hi <= 0.5:
+        raise ValueError(f"size_range must satisfy 0 < low <= high <= 0.5 (fractions of the side), got {size_range}")
+    half = rng.uniform(lo, hi, n) * size
+    centres = half[:, None] + rng.uniform(0.0, 1.0, (n, 2)) * (size - 2 * half)[:, None]
+    return half, centres
 
 
 def draw(
@@ -106,13 +118,9 @@ def draw(
 ) -> np.ndarray:
     """uint8 images (N x 3 x size x size) of the shapes `labels`, nuisances drawn from `rng`."""
     n = len(labels)
-    lo, hi = size_range
-    if not 0.0 < lo <= hi <= 0.5:
-        raise ValueError(f"size_range must satisfy 0 < low <= high <= 0.5 (fractions of the side), got {size_range}")
-    half = rng.uniform(lo, hi, n) * size
-    centres = half[:, None] + rng.uniform(0.0, 1.0, (n, 2)) * (size - 2 * half)[:, None]
+    half, centres = placement(rng, n, size, size_range)
     cover = _coverage(labels, centres, half, size, supersample)[:, None]  # N x 1 x H x W
-    shape_level, background_level = _grey_levels(rng, n, min_contrast)
+    shape_level, background_level = grey_levels(rng, n, min_contrast)
     shape_rgb = shape_level[:, None] + tint * rng.standard_normal((n, 3))
     background_rgb = background_level[:, None] + tint * rng.standard_normal((n, 3))
     angle = rng.uniform(0.0, 2 * np.pi, n)

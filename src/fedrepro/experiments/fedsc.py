@@ -27,8 +27,8 @@ from fedrepro.algorithms.fedsc import METHODS
 from fedrepro.algorithms.fedsc import prefix as shared_prefix
 from fedrepro.algorithms.fedsc.participation import clients_per_round
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, seed_tags, training_options
-from fedrepro.pipeline import number_tag
+from fedrepro.experiments import Run, index, seed_tags, training_options
+from fedrepro.pipeline import number_tag, seed_tag
 
 PAPER = "fedsc"
 DATASET_NAMES = {"svhn": "SVHN", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
@@ -324,10 +324,23 @@ def _folders(config: dict, dataset: str, method: str, setting: str) -> list[str]
     return [f"{config['results']}/{PAPER}/runs/{dataset}/{method}/{setting}/{tag}" for tag in seed_tags(config[PAPER])]
 
 
+def _where(config: dict, dataset: str, col: str) -> dict:
+    """The data set and participation of a cell in column `col`."""
+    full = column(dataset, config[PAPER]["datasets"][dataset], "full")
+    return {"dataset": dataset, "participation": "full" if col == full else "partial"}
+
+
 def _cells(config, dataset, method, setting, row, col, filename="probe.json") -> list[dict]:
     return [
-        {"path": f"{folder}/{filename}", "row": row, "column": col}
+        {"path": f"{folder}/{filename}", "row": row, "column": col, **_where(config, dataset, col)}
         for folder in _folders(config, dataset, method, setting)
+    ]
+
+
+def _random_cells(config: dict, dataset: str, col: str) -> list[dict]:
+    return [
+        {"path": path, "row": RANDOM_ROW, "column": col, **_where(config, dataset, col)}
+        for path in random_probe_paths(config, dataset)
     ]
 
 
@@ -355,7 +368,7 @@ def table2_cells(config: dict) -> list[dict]:
                     continue
                 setting = fedsc_settings(ds)[(participation, "inf", None)] if "private" in traits else participation
                 cells += _cells(config, dataset, method, setting, row_name(method), col)
-            cells += [{"path": path, "row": RANDOM_ROW, "column": col} for path in random_probe_paths(config, dataset)]
+            cells += _random_cells(config, dataset, col)
     return cells
 
 
@@ -383,8 +396,18 @@ def dp_table_cells(config: dict, name: str) -> list[dict]:
                 cells += [
                     {**c, "private": eps != "inf"} for c in _cells(config, dataset, PROPOSED, settings[key], row, col)
                 ]
-            cells += [{"path": path, "row": RANDOM_ROW, "column": col} for path in random_probe_paths(config, dataset)]
+            cells += _random_cells(config, dataset, col)
     return cells
+
+
+def claim_cells(claims_list: list[dict]) -> list[dict]:
+    """Every cell of both sides of every claim."""
+    return [c for claim in claims_list for side in ("a", "b") for c in claim[side]]
+
+
+def meta_files(results: str, datasets: list[str]) -> list[str]:
+    """The prepared data sets' meta.json: their test-set sizes (one test image is a claim's resolution)."""
+    return [f"{results}/data/{d}/meta.json" for d in datasets]
 
 
 def summary_inputs(cells: list[dict]) -> list[str]:
@@ -394,70 +417,133 @@ def summary_inputs(cells: list[dict]) -> list[str]:
     )
 
 
+# The kinds of claim; each has its smallest effect that matters, the paper's smallest reported difference of
+# that kind (fedrepro.report.fedsc.smallest_effect reads it from the published tables).
+PROPOSED_VS_NO_SHARING, PRIVATE_VS_NO_SHARING, VS_UNTRAINED = (
+    "proposed_vs_fedavg_sc",
+    "private_vs_fedavg_sc",
+    "vs_untrained",
+)
+
+
 def claims(config: dict, private_vs_untrained: bool = False) -> list[dict]:
     """The paper's orderings, per table and column: FedSC (eps = inf) beats FedAvg+SC and every trained
     method beats the untrained encoder (Table 2); FedSC at each private level beats FedAvg+SC (Tables 3-5)
-    and, with `private_vs_untrained`, the untrained encoder. A comparison that two tables share (same runs
-    on both sides) is listed once."""
+    and, with `private_vs_untrained`, the untrained encoder. Each claim carries its `kind`, the `dataset`
+    and `comparison` (the run sets on both sides): a comparison two tables share is listed by each, and the
+    claims table prints it once (`fedrepro.report.claims.distinct`). The claims `more_seeds` names get its
+    extra seeds on both sides."""
     section = config[PAPER]
-    out, seen = [], set()
+    out = []
     for name in [t for t in ("table2", "table3", "table4", "table5") if t in section["tables"]]:
         by_key: dict = {}
         for cell in table2_cells(config) if name == "table2" else dp_table_cells(config, name):
             paths = by_key.setdefault((cell["row"], cell["column"]), {})
             paths.setdefault(cell["path"], cell)
-        columns = list(dict.fromkeys(c for _, c in by_key))
-        for column in columns:
-            if name == "table2":
-                _add_claim(
-                    out,
-                    seen,
-                    by_key,
-                    row_name(PROPOSED),
-                    row_name(NO_SHARING),
-                    column,
-                    f"{short_name(PROPOSED)} (ε=∞) > {short_name(NO_SHARING)} (Table 2)",
-                )
-                for method in METHODS:
-                    if method in section["methods"]:
-                        _add_claim(
-                            out,
-                            seen,
-                            by_key,
-                            row_name(method),
-                            RANDOM_ROW,
-                            column,
-                            f"{row_name(method)} > untrained encoder (Table 2)",
-                        )
-                continue
-            delta = section["tables"][name]["delta"]
-            for row, col in by_key:
-                if col == column and row.startswith("ε=") and row != "ε=∞":
-                    _add_claim(
-                        out,
-                        seen,
-                        by_key,
-                        row,
-                        short_name(NO_SHARING),
-                        column,
-                        f"{short_name(PROPOSED)} ({row}, δ={delta:g}) > {short_name(NO_SHARING)} (Table {name[-1]})",
-                    )
-                    if private_vs_untrained:
-                        claim = f"{short_name(PROPOSED)} ({row}, δ={delta:g}) > untrained encoder (Table {name[-1]})"
-                        _add_claim(out, seen, by_key, row, RANDOM_ROW, column, claim)
+        for column in dict.fromkeys(c for _, c in by_key):
+            out += _table_claims(section, name, by_key, column, private_vs_untrained)
+    return _with_more_seeds(config, out)
+
+
+def _table_claims(section: dict, name: str, by_key: dict, column: str, private_vs_untrained: bool) -> list[dict]:
+    """The claims of table `name` in one column."""
+    fedsc, fedavg_sc = short_name(PROPOSED), short_name(NO_SHARING)
+    if name == "table2":
+        wanted = [
+            (row_name(PROPOSED), row_name(NO_SHARING), f"{fedsc} (ε=∞) > {fedavg_sc} (Table 2)", PROPOSED_VS_NO_SHARING)
+        ]
+        wanted += [
+            (row_name(m), RANDOM_ROW, f"{row_name(m)} > untrained encoder (Table 2)", VS_UNTRAINED)
+            for m in METHODS
+            if m in section["methods"]
+        ]
+    else:
+        delta, number = section["tables"][name]["delta"], name[-1]
+        wanted = []
+        for row in [r for r, c in by_key if c == column and r.startswith("ε=") and r != "ε=∞"]:
+            level = f"{fedsc} ({row}, δ={delta:g})"
+            wanted.append((row, fedavg_sc, f"{level} > {fedavg_sc} (Table {number})", PRIVATE_VS_NO_SHARING))
+            if private_vs_untrained:
+                wanted.append((row, RANDOM_ROW, f"{level} > untrained encoder (Table {number})", VS_UNTRAINED))
+    return [c for c in (_claim(by_key, a, b, column, text, kind) for a, b, text, kind in wanted) if c is not None]
+
+
+def _claim(by_key: dict, a_row: str, b_row: str, column: str, claim: str, kind: str) -> dict | None:
+    """'a_row beats b_row in column' when both rows have cells there."""
+    if (a_row, column) not in by_key or (b_row, column) not in by_key:
+        return None
+    a, b = list(by_key[(a_row, column)].values()), list(by_key[(b_row, column)].values())
+    return {
+        "claim": claim,
+        "column": column,
+        "dataset": a[0]["dataset"],
+        "participation": a[0]["participation"],
+        "kind": kind,
+        "a_name": a_row,
+        "b_name": b_row,
+        "a": a,
+        "b": b,
+        "comparison": [sorted(c["path"] for c in a), sorted(c["path"] for c in b)],
+    }
+
+
+def _with_more_seeds(config: dict, claims_list: list[dict]) -> list[dict]:
+    """Claims named by `more_seeds.claims` get the cells of `more_seeds.seeds` on both sides (paired), and
+    `more_seeds` lists those seeds; the probe tables keep the section's seeds."""
+    more = config[PAPER].get("more_seeds") or {}
+    wanted = {_selector(c) for c in more.get("claims", [])}
+    if not wanted:
+        return claims_list
+    tag = seed_tag(list(more["seeds"]))  # one job per run for all of them (a job's start costs more than a seed)
+    out = []
+    for claim in claims_list:
+        if _selector(claim) in wanted:
+            extra = {side: [_reseeded(c, tag) for c in _one_per_run(claim[side])] for side in "ab"}
+            claim = {
+                **claim,
+                "a": claim["a"] + extra["a"],
+                "b": claim["b"] + extra["b"],
+                "more_seeds": list(more["seeds"]),
+            }
+        out.append(claim)
     return out
 
 
-def _add_claim(out: list, seen: set, by_key: dict, a_row: str, b_row: str, column: str, claim: str) -> None:
-    """Append 'a_row beats b_row in column' when both rows have cells there and no table listed it yet."""
-    if (a_row, column) not in by_key or (b_row, column) not in by_key:
-        return
-    a, b = list(by_key[(a_row, column)].values()), list(by_key[(b_row, column)].values())
-    key = (tuple(c["path"] for c in a), tuple(c["path"] for c in b))
-    if key in seen:
-        return
-    seen.add(key)
-    out.append({"claim": claim, "column": column, "a_name": a_row, "b_name": b_row, "a": a, "b": b})
+def _one_per_run(cells: list[dict]) -> list[dict]:
+    """One cell per run folder (the section's seed batches of one run give one cell each)."""
+    return list({c["path"].rsplit("/", 2)[0]: c for c in cells}.values())
+
+
+def _reseeded(cell: dict, tag: str) -> dict:
+    """`cell` for the seed batch `tag`: the same run's folder, another `{seeds}`."""
+    folder, _, filename = cell["path"].rsplit("/", 2)
+    return {**cell, "path": f"{folder}/{tag}/{filename}"}
+
+
+def _selector(claim: dict) -> tuple[str, str, str]:
+    """How `more_seeds.claims` names a claim: its text, data set and participation (not the column label,
+    which changes with the number of clients)."""
+    return (claim["claim"], claim["dataset"], claim["participation"])
+
+
+def more_seeds_errors(config: dict, private_vs_untrained: bool = False) -> list[str]:
+    """Every claim `more_seeds.claims` names is one of the claims table's, and its seeds are not the section's."""
+    section = config[PAPER]
+    more = section.get("more_seeds") or {}
+    if not more:
+        return []
+    known = {_selector(c) for c in claims(config, private_vs_untrained)}
+    errors = [
+        f"{PAPER}.more_seeds.claims: no claim {c['claim']!r} on {c['dataset']} at {c['participation']} "
+        "participation; allowed there: "
+        + "; ".join(sorted(repr(k[0]) for k in known if k[1:] == (c["dataset"], c["participation"])))
+        for c in more.get("claims", [])
+        if _selector(c) not in known
+    ]
+    shared = sorted(set(more.get("seeds", [])) & set(section["seeds"]))
+    if shared:
+        errors.append(f"{PAPER}.more_seeds.seeds: {shared} already in fedsc.seeds; list only extra seeds")
+    return errors
 
 
 def figure2_cells(config: dict) -> list[dict]:
@@ -492,46 +578,159 @@ def privacy_cells(config: dict) -> list[dict]:
     return cells
 
 
-# ----------------------------------------------------------------------------- the offline stand-in
+# ----------------------------------------------------------------------------- the offline stand-ins
 
 STANDIN_TABLE = "table3"  # its probe table: FedAvg+SC, FedSC at each eps and at eps = inf, the untrained encoder
 
 
+def standin_datasets(config: dict) -> list[str]:
+    """The generated data sets of target fedsc_standin (none without `standin`)."""
+    standin = config[PAPER].get("standin")
+    return list(standin["datasets"]) if standin else []
+
+
 def standin_config(config: dict) -> dict | None:
-    """The config that plans the stand-in's runs, probe table and claims (target `fedsc_standin`): the
-    fedsc section restricted to `standin`'s data set, seeds, rounds, local epochs and methods, with
-    Table 2 and Table 3 (at `standin.eps`, `standin.delta`) on that data set. None without `standin`."""
+    """The config that plans the stand-ins' runs, probe table and claims (target `fedsc_standin`): the
+    fedsc section restricted to `standin`'s data sets, seeds, rounds, local epochs (Centralized SC's too) and
+    methods, with
+    Table 2 and Table 3 (at `standin.eps`, `standin.delta`) on each data set, and `standin.more_seeds` in
+    place of the default run's `more_seeds`. None without `standin`."""
     section = config[PAPER]
     standin = section.get("standin")
     if not standin:
         return None
-    name = standin["dataset"]
+    names = standin_datasets(config)
     stand = {
         **section,
+        "more_seeds": standin.get("more_seeds"),
         "seeds": standin["seeds"],
         "seeds_per_job": standin["seeds_per_job"],
-        "run_datasets": [name],
+        "run_datasets": names,
         "rounds": standin["rounds"],
         "train": {**section["train"], "local_epochs": standin["local_epochs"]},
+        "centralized": {"rounds": standin["rounds"], "local_epochs": standin["local_epochs"]},  # as the federated runs
         "methods": {m: section["methods"][m] for m in standin["methods"]},
         "tables": {
-            "table2": {"datasets": [name]},
-            STANDIN_TABLE: {"datasets": [name], "delta": standin["delta"], "eps": standin["eps"]},
+            "table2": {"datasets": names},
+            STANDIN_TABLE: {"datasets": names, "delta": standin["delta"], "eps": standin["eps"]},
         },
     }
     return {**config, PAPER: stand}
 
 
+def standin_table_cells(config: dict) -> list[dict]:
+    """The stand-ins' probe table: Table 3's rows (FedAvg+SC, FedSC at each eps and at eps = inf, the untrained
+    encoder) and Table 2's Centralized SC (that self-supervision beats the untrained encoder there)."""
+    stand = standin_config(config)
+    if not stand:
+        return []
+    central = [c for c in table2_cells(stand) if c["row"] == row_name("centralized_sc")]
+    return dp_table_cells(stand, STANDIN_TABLE) + central
+
+
 def standin_runs(config: dict) -> list[Run]:
     stand = standin_config(config)
-    return runs(stand) if stand else []
+    return runs(stand) + ablation_runs(config) if stand else []
 
 
 def standin_claims(config: dict) -> list[dict]:
-    """Tables 2 and 3 on the stand-in: FedSC (eps = inf) and FedSC at each private level against FedAvg+SC
+    """Tables 2 and 3 on each stand-in: FedSC (eps = inf) and FedSC at each private level against FedAvg+SC
     and against the untrained encoder; FedAvg+SC against the untrained encoder."""
     stand = standin_config(config)
     return claims(stand, private_vs_untrained=True) if stand else []
+
+
+# ----------------------------------------------------------------------------- ablations (target fedsc_ablations)
+
+
+def _merged(spec: dict, change: dict) -> dict:
+    """`spec` with `change` merged in, one level deep for dict values (`dpcalr: {passes: 1}` keeps the views)."""
+    out = dict(spec)
+    for key, value in change.items():
+        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _ablation_base(ds: dict, variant: dict) -> str:
+    """The setting of the stand-in's full-participation FedSC run at the variant's eps (and delta)."""
+    eps = variant["eps"]
+    return fedsc_settings(ds)[("full", eps, None if eps == "inf" else variant["delta"])]
+
+
+def _variants(config: dict) -> dict:
+    return (config[PAPER].get("standin") or {}).get("ablations") or {}
+
+
+def ablation_runs(config: dict) -> list[Run]:
+    """One FedSC run per stand-in and `standin.ablations` variant: the full-participation FedSC run at the
+    variant's eps with `change` merged into its spec, setting '<base setting>_<variant>'."""
+    stand = standin_config(config)
+    planned = index(runs(stand)) if _variants(config) else {}
+    out = []
+    for dataset in standin_datasets(config):
+        for name, variant in _variants(config).items():
+            base = planned[(dataset, PROPOSED, _ablation_base(stand[PAPER]["datasets"][dataset], variant))]
+            out.append(
+                Run(dataset, PROPOSED, f"{base.setting}_{name}", _merged(base.spec, variant["change"]), base.partition)
+            )
+    return out
+
+
+def ablation_cells(config: dict) -> list[dict]:
+    """The ablation table's probe files: per stand-in, FedAvg+SC (full participation), every FedSC run an
+    ablation starts from, and each variant (`against`: the row of its base run)."""
+    section, variants = config[PAPER], _variants(config)
+    stand = standin_config(config)
+    cells = []
+    for dataset in standin_datasets(config):
+        ds = section["datasets"][dataset]
+        col = column(dataset, ds, "full")
+        cells += _cells(stand, dataset, NO_SHARING, "full", short_name(NO_SHARING), col)
+        bases = set()
+        for name, variant in variants.items():
+            setting = _ablation_base(ds, variant)
+            label = f"{short_name(PROPOSED)} ε={number_tag(variant['eps']).replace('inf', '∞')}"
+            if setting not in bases:
+                bases.add(setting)
+                cells += _cells(stand, dataset, PROPOSED, setting, label, col)
+            cells += [
+                {**c, "against": label, "variant": name, "change": variant["change"]}
+                for c in _cells(stand, dataset, PROPOSED, f"{setting}_{name}", f"{label}, {name}", col)
+            ]
+    return _ablation_more_seeds(config, cells)
+
+
+def _ablation_more_seeds(config: dict, cells: list[dict]) -> list[dict]:
+    """The variants `standin.ablations_more_seeds` names get its seed batch, and so do the rows they are paired
+    with (the run they change and FedAvg+SC on that stand-in); the other rows keep the stand-in's seeds."""
+    more = (config[PAPER].get("standin") or {}).get("ablations_more_seeds") or {}
+    wanted = {(v["dataset"], v["variant"]) for v in more.get("variants", [])}
+    if not wanted:
+        return cells
+    tag = seed_tag(list(more["seeds"]))
+    rows = set()
+    for c in cells:
+        if (c["dataset"], c.get("variant")) in wanted:
+            rows |= {(c["dataset"], c["row"]), (c["dataset"], c["against"]), (c["dataset"], short_name(NO_SHARING))}
+    extra = [_reseeded(c, tag) for c in _one_per_run(cells) if (c["dataset"], c["row"]) in rows]
+    return cells + extra
+
+
+def ablations_more_seeds_errors(config: dict) -> list[str]:
+    """Every variant `standin.ablations_more_seeds` names is an ablation on a stand-in, at seeds not the stand-in's."""
+    standin = config[PAPER]["standin"]
+    more = standin.get("ablations_more_seeds") or {}
+    where = f"{PAPER}.standin.ablations_more_seeds"
+    allowed = [f"{d}/{v}" for d in standin["datasets"] for v in standin.get("ablations") or {}]
+    errors = [
+        f"{where}.variants: no ablation {v['variant']!r} on {v['dataset']!r}; allowed: {', '.join(allowed)}"
+        for v in more.get("variants", [])
+        if f"{v['dataset']}/{v['variant']}" not in allowed
+    ]
+    shared = sorted(set(more.get("seeds", [])) & set(standin["seeds"]))
+    if shared:
+        errors.append(f"{where}.seeds: {shared} already in fedsc.standin.seeds; list only extra seeds")
+    return errors
 
 
 def standin_errors(config: dict) -> list[str]:
@@ -540,12 +739,14 @@ def standin_errors(config: dict) -> list[str]:
     if not standin:
         return []
     where = f"{PAPER}.standin"
-    if standin["dataset"] not in section["datasets"]:
-        return [f"{where}.dataset: {standin['dataset']!r} has no entry in fedsc.datasets"]
-    if standin["dataset"] in section["run_datasets"]:
-        return [
-            f"{where}.dataset: {standin['dataset']!r} is also in fedsc.run_datasets; its runs would be planned twice"
-        ]
+    errors = []
+    for name in standin["datasets"]:
+        if name not in section["datasets"]:
+            errors.append(f"{where}.datasets: {name!r} has no entry in fedsc.datasets")
+        elif name in section["run_datasets"]:
+            errors.append(f"{where}.datasets: {name!r} is also in fedsc.run_datasets; its runs would be planned twice")
+    if errors:
+        return errors
     from fedrepro.experiments.fit import dataset_size_errors
 
     errors = [
@@ -553,14 +754,38 @@ def standin_errors(config: dict) -> list[str]:
         for m in standin["methods"]
         if m not in section["methods"]
     ]
-    name = standin["dataset"]
-    errors += dataset_size_errors(f"{PAPER}.datasets.{name}.clients", name, section["datasets"][name]["clients"])
+    for name in standin["datasets"]:
+        errors += dataset_size_errors(f"{PAPER}.datasets.{name}.clients", name, section["datasets"][name]["clients"])
     if errors:
         return errors
     try:
         dp_table_cells(standin_config(config), STANDIN_TABLE)
     except ValueError as err:
         errors.append(f"{where}: {err}")
+    if errors:
+        return errors
+    errors = [
+        e.replace(f"{PAPER}.more_seeds", f"{where}.more_seeds")
+        for e in more_seeds_errors(standin_config(config), private_vs_untrained=True)
+    ]
+    return errors or ablation_errors(config) or ablations_more_seeds_errors(config)
+
+
+def ablation_errors(config: dict) -> list[str]:
+    """Each ablation starts from a FedSC run the stand-in plans (full participation, its eps and delta)."""
+    errors = []
+    standin = config[PAPER]["standin"]
+    if standin.get("ablations") and not {PROPOSED, NO_SHARING} <= set(standin["methods"]):
+        return [f"{PAPER}.standin.ablations: needs methods fedsc and fedavg_sc in fedsc.standin.methods"]
+    for name, variant in (standin.get("ablations") or {}).items():
+        for dataset in standin["datasets"]:
+            ds = config[PAPER]["datasets"][dataset]
+            key = ("full", variant["eps"], None if variant["eps"] == "inf" else variant.get("delta"))
+            if key not in fedsc_settings(ds):
+                errors.append(
+                    f"{PAPER}.standin.ablations.{name}: no full-participation privacy level eps={key[1]} "
+                    f"delta={key[2]} on {dataset}; allowed: eps inf or a level of fedsc.datasets.{dataset}.privacy"
+                )
     return errors
 
 
@@ -596,7 +821,8 @@ def check(config: dict) -> list[str]:
             dp_table_cells(config, name)
         except ValueError as err:
             errors.append(str(err))
-    return errors + standin_errors(config)
+    errors += standin_errors(config)
+    return errors or more_seeds_errors(config)  # more_seeds names claims of valid tables
 
 
 def count_errors(config: dict) -> list[str]:
@@ -604,8 +830,7 @@ def count_errors(config: dict) -> list[str]:
     p = 0.2), and its noise and column label follow that count. A `partial` p asking for less than one
     client a round (0.01 of 10) is an error: it would run what p = 2/J runs."""
     section, errors = config[PAPER], []
-    standin = [section["standin"]["dataset"]] if section.get("standin") else []
-    for dataset in dict.fromkeys([*section["run_datasets"], *standin]):
+    for dataset in dict.fromkeys([*section["run_datasets"], *standin_datasets(config)]):
         ds = section["datasets"].get(dataset, {})
         p, clients = ds.get("partial"), int(ds.get("clients", 0))
         if p is not None and p * clients < 1:

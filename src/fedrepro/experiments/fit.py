@@ -277,7 +277,7 @@ def fedavg_errors(config: dict) -> list[str]:
 def fedsc_errors(config: dict) -> list[str]:
     section = config["fedsc"]
     errors = []
-    standin = [section["standin"]["dataset"]] if section.get("standin") else []  # target fedsc_standin
+    standin = list(section["standin"]["datasets"]) if section.get("standin") else []  # target fedsc_standin
     for dataset in [*section["run_datasets"], *standin]:
         key, ds, data = f"fedsc.datasets.{dataset}", section["datasets"][dataset], Data(config, dataset)
         if data.kind != "image":

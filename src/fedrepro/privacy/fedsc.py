@@ -40,12 +40,20 @@ if TYPE_CHECKING:
 
 # Who FedSC's epsilon holds against (Section 6): the unit is one training image of a client
 # (replace-one); the released object is the client's noised correlation matrix (DP-CalR, Algorithm 2).
-# The model weights each client uploads every round are sent in the clear and the paper's DP does not
-# cover them, so against a party that sees the weights (the server) no epsilon of this module holds.
+# The model weights go over the wire in the clear (Algorithm 1, lines 6, 12 and 23): each participant
+# uploads its locally trained weights every round and the server sends their average back to every
+# client, noise-free functions of the training images, so against the server (and the other clients)
+# no finite epsilon holds; the paper's DP covers only the matrices' leakage beyond the weights.
+MATRICES_ONLY = "a party that sees the noised correlation matrices and nothing else (not the model weights)"
+SERVER_EPSILON = math.inf
+SERVER_REASON = (
+    "every participant uploads its model weights in the clear every round and the server sends their average "
+    "to every client: noise-free functions of each training image"
+)
 THREAT_NOTE = (
     "ε: one training image of a client (record level, replace-one), for the noised correlation matrices "
-    "only, against the server and other clients who see them; the model weights are sent in the clear and "
-    "are not covered (the paper's DP, Section 6, protects the matrices alone)"
+    f"only, against {MATRICES_ONLY}; against the server (and the other clients) ε = ∞: {SERVER_REASON} "
+    "(the paper's DP, Section 6, protects the matrices alone)"
 )
 
 PAPER_SENS_FACTOR = 1.0

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrepro.eval import verdict
-from fedrepro.eval.health import Health, cell_status, worst
+from fedrepro.eval.health import Health, worst
 from fedrepro.report import figures, tables
 
 CAPTIONS = {
@@ -26,9 +25,11 @@ CAPTIONS = {
     "table4": "FedSC Table 4: FedSC under DP ({delta}, CIFAR100 budgets), linear-probe accuracy (%)",
     "table5": "FedSC Table 5: FedSC under DP ({delta}), partial participation, linear-probe accuracy (%)",
     "standin": (
-        "FedSC Tables 2-3 on the generated stand-in (fedrepro.data.shapes: 10 mirror-symmetric shapes, 16x16, one "
-        "shape per client): linear-probe accuracy (%) of FedAvg+SC, FedSC at each ε and at ε = ∞ (Table 2's FedSC "
-        "row) and the untrained encoder; the paper has no numbers for this data set"
+        "FedSC Tables 2-3 on the generated stand-ins (shapes: fedrepro.data.shapes, 10 mirror-symmetric grey "
+        "shapes, 16x16; textures: fedrepro.data.textures, 10 textures, 16x16; one class per client over 10 "
+        "clients): linear-probe accuracy (%) of FedAvg+SC, FedSC at each ε and at ε = ∞ (Table 2's FedSC row) and "
+        "the untrained encoder, and Centralized SC (one client holding every image); the paper has no numbers for "
+        "these data sets"
     ),
 }
 PUBLISHED = ("table2", "table3", "table4", "table5")  # tables with a reference in report/published
@@ -147,49 +148,6 @@ def rule_note(cells: list[dict]) -> str:
     )
 
 
-def claims_frame(claims: list[dict]) -> pd.DataFrame:
-    """One line per ordering claim 'A beats B' in one column: both means over seeds and the paired
-    verdict (`fedrepro.eval.verdict.paired`: effect A - B in points, its 95 % t interval, the seeds
-    where A > B; not tested when either side is degenerate)."""
-    out = []
-    for claim in claims:
-        values, healths = {}, {}
-        for side, name in (("a", claim["a_name"]), ("b", claim["b_name"])):
-            frame = probe_frame(claim[side])
-            values[side] = dict(zip(frame["seed"], frame["value"]))
-            seeds = [Health(s, r) for s, r in zip(frame["status"], frame["status_reason"].fillna(""))]
-            healths[name] = cell_status(seeds)
-        judged = verdict.paired(values["a"], values["b"], healths)
-        out.append(
-            {
-                "claim": claim["claim"],
-                "column": claim["column"],
-                "A mean (%)": round(float(np.mean(list(values["a"].values()))), 2),
-                "B mean (%)": round(float(np.mean(list(values["b"].values()))), 2),
-                **judged.as_row(),
-                "verdict (effect [95 % interval], wins/seeds)": judged.text(decimals=2),
-            }
-        )
-    return pd.DataFrame(out)
-
-
-def claims_table(job) -> None:
-    frame = claims_frame(job.spec["claims"])
-    caption = (
-        f"{job.spec.get('title', 'FedSC claims at this scale')}: each ordering of the paper's tables, tested on "
-        f"our runs by the {verdict.TEST_NAME} of A - B (percentage points of linear-probe accuracy): 'holds' / "
-        "'does not hold' when the whole interval lies above / below 0, 'inconclusive' otherwise; a comparison "
-        "with a collapsed, diverged or chance-level side is 'not tested'"
-    )
-    if "claim" in frame and frame["claim"].str.contains("ε=[0-9]").any():
-        from fedrepro.privacy import fedsc as fedsc_privacy
-
-        caption += f". {fedsc_privacy.THREAT_NOTE}"
-    if job.spec.get("note"):
-        caption += ". " + job.spec["note"]
-    tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
-
-
 def _delta_label(delta: float) -> str:
     exponent = math.log10(delta)
     return f"1e{int(round(exponent))}" if abs(exponent - round(exponent)) < 1e-9 else f"{delta:g}"
@@ -218,21 +176,30 @@ def table6_frame(rows: list[dict]) -> pd.DataFrame:
                 "ε numeric min (√2)": priv.epsilon_numeric(t, mu, sigma, n, delta, priv.RIGOROUS_SENS_FACTOR),
                 "ε accountant RDP (√2)": mech.epsilon(delta, "rdp"),
                 "ε accountant PLD (√2)": mech.epsilon(delta, "pld"),
+                **against_server(),
             }
         )
     return pd.DataFrame(out)
+
+
+def against_server() -> dict:
+    """The columns that say what holds against the server: no finite epsilon (the weights cross in clear)."""
+    from fedrepro.privacy import fedsc as fedsc_privacy
+
+    return {"ε against the server": fedsc_privacy.SERVER_EPSILON, "why": fedsc_privacy.SERVER_REASON}
 
 
 def table6(job) -> None:
     from fedrepro.privacy import fedsc as fedsc_privacy
 
     frame = table6_frame(job.spec["rows"])
-    eps_columns = [c for c in frame.columns if c.startswith("ε")]
+    eps_columns = [c for c in frame.columns if c.startswith("ε") and c != "ε against the server"]
     frame[eps_columns] = frame[eps_columns].round(3)
     caption = (
         "FedSC Table 6 re-accounted: epsilon of each published noise configuration (full participation) "
         "under the paper's formula, the sqrt(2) sensitivity and the dp-accounting library "
-        f"(pure computation; independent of the experiment scale). {fedsc_privacy.THREAT_NOTE}"
+        "(pure computation; independent of the experiment scale), each for the matrices alone, and against the "
+        f"server: ∞. {fedsc_privacy.THREAT_NOTE}"
     )
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, "paper", job.spec["decimals"])
 
@@ -253,16 +220,23 @@ def privacy_frame(cells: list[dict]) -> pd.DataFrame:
     tight = (
         {"eps_pld_max": ("eps_pld", "max")} if "eps_pld" in frame else {}
     )  # summaries before PLD was recorded lack it
-    return grouped.agg(
-        sigma=("sigma", "first"),
-        T_j_min=("T_j", "min"),
-        T_j_max=("T_j", "max"),
-        n_j_min=("n_j", "min"),
-        eps_paper_max=("eps_paper", "max"),
-        eps_sqrt2_max=("eps_sqrt2", "max"),
-        eps_accountant_max=("eps_accountant", "max"),
-        **tight,
-    ).reset_index()
+    from fedrepro.privacy.fedsc import MATRICES_ONLY
+
+    server = against_server()
+    return (
+        grouped.agg(
+            sigma=("sigma", "first"),
+            T_j_min=("T_j", "min"),
+            T_j_max=("T_j", "max"),
+            n_j_min=("n_j", "min"),
+            eps_paper_max=("eps_paper", "max"),
+            eps_sqrt2_max=("eps_sqrt2", "max"),
+            eps_accountant_max=("eps_accountant", "max"),
+            **tight,
+        )
+        .reset_index()
+        .assign(adversary=MATRICES_ONLY, eps_vs_server=server["ε against the server"], why=server["why"])
+    )
 
 
 def privacy_table(job) -> None:
@@ -272,7 +246,8 @@ def privacy_table(job) -> None:
     caption = (
         "FedSC realised privacy: per private run, the number of matrix shares T_j per client and the "
         "largest epsilon over clients and seeds (paper formula, sqrt(2) sensitivity, library accountant: "
-        "RDP, and PLD, the tight value of what the run did). "
+        "RDP, and PLD, the tight value of what the run did), each against the adversary of column adversary "
+        "(the matrices alone); eps_vs_server: what holds against the server, ∞ (column why). "
         "Under partial participation sigma is scaled by the participation ratio (the authors' code), so the "
         f"realised epsilon can exceed the label. {fedsc_privacy.THREAT_NOTE}"
     )
