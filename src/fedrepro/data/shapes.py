@@ -151,10 +151,17 @@ def shapes(
     if size < 4 or supersample < 1:
         raise ValueError(f"size must be >= 4 and supersample >= 1, got size={size}, supersample={supersample}")
     rng = np.random.default_rng(seed)
-    classes = len(CLASS_NAMES)
+    nuisances = (tuple(size_range), min_contrast, tint, gradient, noise, supersample)
+    return balanced_draws(
+        rng, (train_per_class, test_per_class), len(CLASS_NAMES), lambda y: draw(rng, y, size, *nuisances)
+    )
+
+
+def balanced_draws(rng, per_class_counts, classes: int, draw_images) -> tuple:
+    """(x, y) for each count of images per class: the labels balanced and shuffled by `rng`, then the
+    images drawn for them (`draw_images(y)`), in that order, so that a seed gives the same set."""
     out = []
-    for per_class in (train_per_class, test_per_class):
+    for per_class in per_class_counts:
         y = rng.permutation(np.arange(per_class * classes) % classes).astype(np.int64)
-        nuisances = (tuple(size_range), min_contrast, tint, gradient, noise, supersample)
-        out += [draw(rng, y, size, *nuisances), y]
+        out += [draw_images(y), y]
     return tuple(out)

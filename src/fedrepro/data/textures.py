@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedrepro.data.shapes import grey_levels
+from fedrepro.data.shapes import balanced_draws, grey_levels
 
 CLASS_NAMES = (
     "horizontal stripes",
@@ -154,10 +154,7 @@ def textures(
     if size < 8 or supersample < 1:
         raise ValueError(f"size must be >= 8 and supersample >= 1, got size={size}, supersample={supersample}")
     rng = np.random.default_rng(seed)
-    classes = len(CLASS_NAMES)
-    out = []
-    for per_class in (train_per_class, test_per_class):
-        y = rng.permutation(np.arange(per_class * classes) % classes).astype(np.int64)
-        nuisances = (tuple(period_range), max_angle, min_contrast, colour, noise, supersample)
-        out += [draw(rng, y, size, *nuisances), y]
-    return tuple(out)
+    nuisances = (tuple(period_range), max_angle, min_contrast, colour, noise, supersample)
+    return balanced_draws(
+        rng, (train_per_class, test_per_class), len(CLASS_NAMES), lambda y: draw(rng, y, size, *nuisances)
+    )
