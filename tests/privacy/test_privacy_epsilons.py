@@ -119,7 +119,12 @@ def test_dpzv_from_summaries_keeps_only_private_cells_with_their_clip(tmp_path):
 def test_fedsc_reads_the_realised_shares():
     rows = tool.fedsc(_fedsc_table())
     assert list(rows["paper_accounting"]) == [2.04, 9.81]
-    assert rows["bound_for_what_is_sent"].iloc[1] == "12.8 (tight PLD of the realised shares)"
+    from fedrepro.privacy.fedsc import SERVER_EPSILON, SERVER_REASON
+
+    # the weights cross in clear: no finite bound against the server; the realised shares' bound beside it
+    sent = rows["bound_for_what_is_sent"].iloc[1]
+    assert sent == f"{SERVER_EPSILON} ({SERVER_REASON}); matrices alone: 12.8 (tight PLD of the realised shares)"
+    assert sent.startswith("inf (")
 
 
 def test_steffle_keeps_the_private_runs_with_their_unit():
