@@ -3,28 +3,20 @@ allowed, where before it failed inside a training, memory or audit job, or passe
 the figure says."""
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
 
-from fedrepro.config import ConfigError, check_config, data_count_errors
+from fedrepro.config import check_config, data_count_errors
 from fedrepro.experiments import dpzv as dpzv_planner
+from tests.foundation.test_config import ROOT, SCHEMAS, error_of
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT / "workflow" / "schemas"
 BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
 @pytest.fixture
 def config() -> dict:
     return copy.deepcopy(BASE)
-
-
-def error_of(config: dict) -> str:
-    with pytest.raises(ConfigError) as info:
-        check_config(config, SCHEMAS)
-    return str(info.value)
 
 
 BAD = {
