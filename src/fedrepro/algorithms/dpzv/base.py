@@ -450,14 +450,16 @@ class VFLAlgorithm:
 
     # ---- FederatedAlgorithm
     def round(self, t: int) -> dict:
-        stats: dict[str, list[float]] = {}
+        """One evaluation block of server rounds. A server round's statistics stay on the device (0-dim
+        tensors: no host sync inside a server round) and are read here, once a block (`block_means`)."""
+        stats: dict[str, list] = {}
         end = self.block_end(t)
         while self.server_round < end:
             rows = self.run_segment(self.segment(end)) if self.stacks else [self.one_round()]
             for row in rows:
                 for key, value in row.items():
-                    stats.setdefault(key, []).append(float(value))
-        row = {key: float(np.mean(values)) for key, values in stats.items()}
+                    stats.setdefault(key, []).append(value)
+        row = block_means(stats)
         row.update(
             server_round=self.server_round,
             epoch=self.server_round / self.rounds_per_epoch,
@@ -636,6 +638,19 @@ class VFLAlgorithm:
     # ---- shared pieces of the methods
     def ids_tensor(self, ids: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(ids, dtype=torch.long, device=self.device)
+
+
+def block_means(stats: dict[str, list]) -> dict[str, float]:
+    """Each statistic's float64 mean over a block's server rounds: numbers, or 0-dim tensors read from the
+    device in one copy per statistic; the same bits as reading each round's value by float()."""
+    means = {}
+    for key, values in stats.items():
+        if all(isinstance(v, torch.Tensor) for v in values):
+            host = torch.stack(values).cpu().to(torch.float64).numpy()
+        else:
+            host = np.asarray([float(v) for v in values], dtype=np.float64)
+        means[key] = float(np.mean(host))
+    return means
 
 
 def noisy_embedding(

@@ -52,6 +52,7 @@ from fedrepro.algorithms.dpzv.zo import (
     Direction,
     ZOUpdater,
     add_launches,
+    as_float64,
     bucket_sizes,
     check_direction,
     fd_divisor,
@@ -67,10 +68,10 @@ LABEL_PRIVACY = ("none", "dp_head")
 
 def client_direction_launches(numels: list[int], buffers: int, kind: str, momentum: float) -> int:
     """Kernel launches of a client's direction in one round besides its two forwards (`fedrepro.plan`):
-    the norm, client_query's three in-place passes and client_apply's step. `buffers` (the model's
-    buffer tensors) plays no part here; it is ZOO-VFL's."""
+    the norm, client_query's three in-place passes, and client_apply's float64 copy of Delta and step.
+    `buffers` (the model's buffer tensors) plays no part here; it is ZOO-VFL's."""
     b = len(bucket_sizes(numels))
-    return norm_launches(b, kind) + 3 * add_launches(b) + step_launches(b, momentum)
+    return norm_launches(b, kind) + 3 * add_launches(b, kind) + 1 + step_launches(b, momentum)
 
 
 class DPZV(VFLAlgorithm):
@@ -108,6 +109,7 @@ class DPZV(VFLAlgorithm):
         if not math.isinf(settings.eps) and math.isinf(self.clip):
             raise ValueError("dpzv: a finite eps needs a finite clip threshold (sensitivity 2C/B)")
         self.noise = self._noise(settings, data.num_train)
+        self.drawn: dict | None = None  # the server's draws of the round under way (`server_draws`)
         self.use_stacks(per_client=2)
         if not self.two_sided and self.noise["sigma"] > 0:
             self.noise["note"] = "one-sided clipping: the 2C/B sensitivity (and so the DP claim) does not hold"
@@ -145,26 +147,65 @@ class DPZV(VFLAlgorithm):
             noise.update(privacy.known_batch_record(z, self.uses, settings.delta))
         return noise
 
+    # ------------------------------------------------------------------ one round as a device program
+    # `exchange` draws the round's randomness on the host (the seeds of the two directions, Delta's noise),
+    # then runs `exchange_drawn`: no host sync (statistics stay 0-dim tensors, Delta reaches the client's
+    # step as a tensor) and no host randomness, so torch.compile(fullgraph=True) traces it whole when the
+    # directions come as their bucket draws (`zo.draw_buckets`) instead of seeds (a seeded torch.Generator
+    # cannot be traced). The numbers are the same either way: the same streams in the same order.
+    def exchange(self, m: int, ids: np.ndarray) -> dict:
+        client = self.clients[m]
+        return self.exchange_drawn(m, self.ids_tensor(ids), client.new_seed(), self.server_draws())
+
+    def exchange_drawn(self, m: int, ids: torch.Tensor, client_u, drawn: dict) -> dict:
+        """One server round with client m on batch `ids`, its direction `client_u` (a seed or its bucket
+        draws) and the server's `drawn` (`server_draws`)."""
+        self.drawn = drawn
+        payload, u = self.query(self.clients[m], ids, client_u)
+        return self.serve(m, payload, u)
+
+    def server_draws(self) -> dict:
+        """The server's randomness of a round, before the round: Delta's noise (public batch; the secret
+        subsample's coins come before it from the same generator, so that variant draws it in the round) and
+        the seed of the ZO server's direction."""
+        drawn = {}
+        if self.batch == "public":
+            head = self.server.params[0]
+            drawn["noise"] = gaussian_noise((), self.noise["sigma"], self.server.noise, head.dtype, head.device)
+        if self.server_update == "zo":
+            drawn["server_u"] = self.server.new_seed()
+        return drawn
+
+    def direction_of(self, params, source) -> Direction:
+        """The direction of a seed, or of its bucket draws (a list of tensors)."""
+        if isinstance(source, int):
+            return Direction(params, source, self.direction)
+        return Direction(params, None, self.direction, draws=source)
+
     # ------------------------------------------------------------------ client side
-    @torch.no_grad()
     def client_query(self, client, ids: np.ndarray):
-        """Two forward passes at w +- lambda u, perturbing in place; returns the message and u's seed."""
-        u = Direction(client.params, client.new_seed(), self.direction)
-        x = client.x[self.ids_tensor(ids)]
+        return self.query(client, self.ids_tensor(ids), client.new_seed())
+
+    @torch.no_grad()
+    def query(self, client, ids: torch.Tensor, source):
+        """Two forward passes at w +- lambda u, perturbing in place; returns the message and u."""
+        u = self.direction_of(client.params, source)
+        x = client.x[ids]
         u.add_(self.zo_lambda)
         h_plus = client.model(x)
         u.add_(-2.0 * self.zo_lambda)
         h_minus = client.model(x)
         u.add_(self.zo_lambda)
-        return {"ids": self.ids_tensor(ids), "h_plus": h_plus, "h_minus": h_minus}, u
+        return {"ids": ids, "h_plus": h_plus, "h_minus": h_minus}, u
 
-    def client_apply(self, client, u: Direction, delta: float) -> None:
+    def client_apply(self, client, u: Direction, delta: float | torch.Tensor) -> None:
         """eq. (9): w_m <- w_m - eta_m Delta u (same u, regenerated from its seed)."""
-        client.updater.step(u, delta)
+        client.updater.step(u, as_float64(delta))
 
     # ------------------------------------------------------------------ server side
     @torch.no_grad()
     def server_answer(self, m: int, msg: dict) -> tuple[torch.Tensor, dict]:
+        drawn, self.drawn = (self.server_draws() if self.drawn is None else self.drawn), None
         ids, h_plus, h_minus = msg["ids"], msg["h_plus"], msg["h_minus"]
         loss_plus = self.server.losses(ids, m, h_plus)
         loss_minus = self.server.losses(ids, m, h_minus)
@@ -173,21 +214,22 @@ class DPZV(VFLAlgorithm):
         self.server.table[ids, m] = 0.5 * (h_plus + h_minus) if self.table_update == "midpoint" else h_plus
         if self.batch == "secret_subsample":
             # the server keeps each sent id with probability p from its own randomness, which no client sees;
-            # dividing by the expected size p B keeps the sensitivity 2C/(pB) data-independent
+            # dividing by the expected size p B keeps the sensitivity 2C/(pB) data-independent. (Selecting
+            # the kept ids sizes a tensor by data: a host sync on a GPU, in this variant only.)
             kept = torch.rand(ids.shape[0], generator=self.server.noise, device=ids.device) < self.secret_rate
             clipped, ids = clipped * kept, ids[kept]
+            drawn["noise"] = gaussian_noise((), self.noise["sigma"], self.server.noise, clipped.dtype, clipped.device)
         divisor = self.secret_rate * self.cfg.batch_size
-        noise = gaussian_noise((), self.noise["sigma"], self.server.noise, clipped.dtype, clipped.device)
-        answer = clipped.sum() / divisor + noise  # eq. (8)
-        self.server_step(ids, divisor)
-        stats = {
-            "train_loss": float(0.5 * (loss_plus + loss_minus).mean()),
-            "clip_fraction": float((delta.abs() > self.clip).float().mean()),
-            "delta_abs": float(answer.abs()),
+        answer = clipped.sum() / divisor + drawn["noise"]  # eq. (8)
+        self.server_step(ids, divisor, drawn.get("server_u"))
+        stats = {  # 0-dim tensors, read once per evaluation block (`VFLAlgorithm.round`)
+            "train_loss": 0.5 * (loss_plus + loss_minus).mean(),
+            "clip_fraction": (delta.abs() > self.clip).float().mean(),
+            "delta_abs": answer.abs(),
         }
         return answer, stats
 
-    def server_step(self, ids: torch.Tensor, divisor: float | None = None) -> None:
+    def server_step(self, ids: torch.Tensor, divisor: float | None = None, source=None) -> None:
         """Server update on the batch with the table's embeddings: ZO (eq. 3, 2 lambda) or SGD."""
         if self.server_update == "sgd":
             if self.label_privacy == "dp_head":
@@ -198,13 +240,13 @@ class DPZV(VFLAlgorithm):
                     self.server.losses(ids).mean().backward()
             self.server.optimizer.step()
             return
-        u0 = Direction(self.server.params, self.server.new_seed(), self.direction)
+        u0 = self.direction_of(self.server.params, self.server.new_seed() if source is None else source)
         u0.add_(self.zo_lambda)
         loss_plus = self.server.losses(ids).mean()
         u0.add_(-2.0 * self.zo_lambda)
         loss_minus = self.server.losses(ids).mean()
         u0.add_(self.zo_lambda)
-        self.server.updater.step(u0, float(loss_plus - loss_minus) / (2.0 * self.zo_lambda))
+        self.server.updater.step(u0, as_float64(loss_plus - loss_minus) / (2.0 * self.zo_lambda))
 
     def dp_head_grad(self, ids: torch.Tensor, divisor: float | None = None) -> None:
         """DP-SGD gradient of the head (label_privacy: dp_head): per-sample gradients clipped to
@@ -236,7 +278,7 @@ class DPZV(VFLAlgorithm):
 
     # ------------------------------------------------------------------ one round
     def client_reply(self, client, u: Direction, delta: torch.Tensor) -> None:
-        self.client_apply(client, u, float(delta))
+        self.client_apply(client, u, delta)
 
     @torch.no_grad()
     def stacked_queries(self, turns) -> list[tuple[dict, Direction]]:

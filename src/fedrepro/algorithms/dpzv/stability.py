@@ -83,7 +83,7 @@ def probe(dataset: str, cfg: dict, rounds: int, every: int, seed: int = 0, sampl
     trace, losses = [], []
     for t in range(1, rounds + 1):
         m = algo.next_client()
-        losses.append(algo.exchange(m, algo.clients[m].next_batch())["train_loss"])
+        losses.append(float(algo.exchange(m, algo.clients[m].next_batch())["train_loss"]))
         if t % every == 0 or t == 1:
             norm = math.sqrt(sum(float(p.detach().pow(2).sum()) for p in algo.server.params))
             trace.append({"round": t, "head_norm": norm, "train_loss": float(np.mean(losses))})

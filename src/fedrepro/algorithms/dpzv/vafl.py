@@ -102,13 +102,14 @@ class EmbeddingBaseline(VFLAlgorithm):
     def server_answer(self, m: int, msg: dict) -> tuple[torch.Tensor, dict]:
         raise NotImplementedError
 
-    def server_sgd(self, ids: torch.Tensor) -> float:
-        """SGD step of the head on the batch-mean loss over the table's embeddings."""
+    def server_sgd(self, ids: torch.Tensor) -> torch.Tensor:
+        """SGD step of the head on the batch-mean loss over the table's embeddings; the loss stays on the
+        device (read once per evaluation block)."""
         self.server.optimizer.zero_grad()
         loss = self.server.losses(ids).mean()
         loss.backward()
         self.server.optimizer.step()
-        return loss.item()
+        return loss.detach()
 
     def privacy(self) -> dict:
         return {
@@ -129,7 +130,7 @@ class VAFL(EmbeddingBaseline):
         loss = self.server.losses(ids, m, h_m).mean()
         loss.backward()
         self.server.optimizer.step()
-        return h_m.grad.detach(), {"train_loss": loss.item()}
+        return h_m.grad.detach(), {"train_loss": loss.detach()}
 
 
 ALGORITHM = VAFL

@@ -16,7 +16,13 @@ grouped into buckets of at most as many elements as the largest parameter tensor
 (`bucket_sizes`), one `torch.randn` per bucket, applied to the bucket's tensors by
 one foreach op over views of it. So a pass over BERT-base's 199 tensors is 5 draws
 and 5 foreach ops instead of 199 of each (kernel launches bound DPZV's rounds on a
-GPU), and the norm costs one host sync per direction.
+GPU).
+No host sync: the sphere's scale sqrt(d)/||z|| and every coefficient that depends on data
+(the server's Delta) stay 0-dim tensors on the device, computed in float64 as Python computed
+them before, and z is added by `addcmul` with the coefficient cast to the parameters' dtype, which
+rounds once as `add(alpha=...)` with a Python alpha does (bit for bit; tests/dpzv/test_graph_ready.py).
+A direction can also be given its bucket draws (`draws`, from `draw_buckets`) instead of a seed: a
+compiled round takes them as inputs, since torch.compile cannot trace a seeded torch.Generator.
 Memory: one bucket is alive at a time (freed before the next is drawn), so the
 only temporary is at most the largest parameter tensor, as when z was drawn tensor
 by tensor; no second copy of the model exists. (A fixed floor on the bucket size,
@@ -105,19 +111,22 @@ def bucket_sizes(numels: Sequence[int]) -> list[int]:
 # Kernel launches of each pass over a direction of `buckets` buckets (fedrepro.plan prices a round from
 # these; tests/dpzv/test_zo_cost.py counts the code below against them).
 def norm_launches(buckets: int, kind: str) -> int:
-    """The sphere's norm at construction: randn and dot per bucket, stack and sum of the dots."""
-    return 0 if kind == "gaussian" else 2 * buckets + 2
+    """The sphere's scale at construction: randn and dot per bucket, stack and sum of the dots, then sqrt(d)
+    (a fill), the square root and the division."""
+    return 0 if kind == "gaussian" else 2 * buckets + 5
 
 
-def add_launches(buckets: int) -> int:
-    """`Direction.add_`: randn and one foreach add per bucket."""
-    return 2 * buckets
+def add_launches(buckets: int, kind: str = "sphere") -> int:
+    """`Direction.add_` with a Python coefficient: times the sphere's scale and the cast (none for a gaussian
+    direction), then randn and one foreach add per bucket."""
+    return (0 if kind == "gaussian" else 2) + 2 * buckets
 
 
 def step_launches(buckets: int, momentum: float) -> int:
-    """`ZOUpdater.step`: `add_`, or the momentum form (foreach mul of the buffers, randn and foreach add per
-    bucket into the buffers, foreach add of the buffers to the parameters)."""
-    return add_launches(buckets) if momentum == 0.0 else 2 * buckets + 2
+    """`ZOUpdater.step` with a float64 0-dim tensor coefficient (the server's answer, `as_float64`): z's
+    multiplier (times -lr without momentum, times the scale, the cast), then randn and one foreach add per
+    bucket; with momentum, the foreach mul of the buffers before and their foreach add to the parameters."""
+    return 2 * buckets + (3 if momentum == 0.0 else 4)
 
 
 class Direction:
@@ -129,22 +138,35 @@ class Direction:
     the same u the client perturbed with).
     """
 
-    def __init__(self, params: Sequence[torch.Tensor], seed: int, kind: str = "sphere"):
+    def __init__(
+        self,
+        params: Sequence[torch.Tensor],
+        seed: int | None,
+        kind: str = "sphere",
+        draws: Sequence[torch.Tensor] | None = None,
+    ):
         self.params = list(params)
         if len({(p.dtype, p.device) for p in self.params}) > 1:
             raise ValueError("Direction: every parameter tensor must have the same dtype and device")
-        self.seed = int(seed)
+        if (seed is None) == (draws is None):
+            raise ValueError("Direction: give either a seed or its bucket draws (draw_buckets)")
+        self.seed = None if seed is None else int(seed)
+        self.draws = None if draws is None else list(draws)
         self.kind = check_direction(kind)
         self.dim = num_params(self.params)
         self.buckets = []  # (first, stop) tensor indices of each bucket
         for size in bucket_sizes([p.numel() for p in self.params]):
             first = self.buckets[-1][1] if self.buckets else 0
             self.buckets.append((first, first + size))
-        self.scale = 1.0 if kind == "gaussian" else math.sqrt(self.dim) / math.sqrt(self._squared_norm())
+        self.scale = 1.0 if kind == "gaussian" else self._sphere_scale()
 
     def _each_bucket(self, fn: Callable[[int, int, torch.Tensor], object]) -> None:
         """fn(first, stop, z) for each bucket in order, z the flat draw of params[first:stop]. The draw is an
         argument of fn only, so it is freed before the next is drawn (one bucket alive at a time)."""
+        if self.draws is not None:
+            for (first, stop), z in zip(self.buckets, self.draws):
+                fn(first, stop, z)
+            return
         p0 = self.params[0]
         gen = torch.Generator(device=p0.device)
         gen.manual_seed(self.seed)
@@ -159,10 +181,20 @@ class Direction:
         group = self.params[first:stop]
         return [v.view(p.shape) for v, p in zip(z.split([p.numel() for p in group]), group)]
 
-    def _squared_norm(self) -> float:
+    def _sphere_scale(self) -> torch.Tensor:
+        """sqrt(d) / ||z|| in float64 on the device: the IEEE operations of math.sqrt(d) / math.sqrt(||z||^2),
+        without reading ||z|| on the host."""
         dots = []
         self._each_bucket(lambda first, stop, z: dots.append(torch.dot(z, z)))
-        return float(torch.stack(dots).sum(dtype=torch.float64))  # the one host sync of a direction
+        squared = torch.stack(dots).sum(dtype=torch.float64)
+        return torch.full_like(squared, math.sqrt(self.dim)).div_(squared.sqrt_())
+
+    def _alpha(self, coeff: float | torch.Tensor) -> float | torch.Tensor:
+        """z's multiplier coeff * scale as the kernels read it: a number when both are numbers, else a 0-dim
+        tensor of the parameters' dtype, the float64 product cast as a kernel casts a Python alpha."""
+        if not isinstance(coeff, torch.Tensor) and not isinstance(self.scale, torch.Tensor):
+            return coeff * self.scale
+        return (as_float64(coeff) * self.scale).to(self.params[0].dtype)
 
     def tensors(self) -> list[torch.Tensor]:
         """u as a list of tensors (allocates a full copy: tests and diagnostics only)."""
@@ -171,27 +203,46 @@ class Direction:
         return out
 
     @torch.no_grad()
-    def add_(self, coeff: float) -> None:
+    def add_(self, coeff: float | torch.Tensor) -> None:
         """In place: theta += coeff * u."""
-        alpha = coeff * self.scale
-
-        def add(first: int, stop: int, z: torch.Tensor) -> None:
-            torch._foreach_add_(self.params[first:stop], self._shaped(first, stop, z), alpha=alpha)
-
-        self._each_bucket(add)
+        alpha = self._alpha(coeff)
+        self._each_bucket(
+            lambda first, stop, z: add_scaled_(self.params[first:stop], self._shaped(first, stop, z), alpha)
+        )
 
     @torch.no_grad()
-    def momentum_step_(self, buffers: Sequence[torch.Tensor], grad_coeff: float, momentum: float, lr: float) -> None:
+    def momentum_step_(
+        self, buffers: Sequence[torch.Tensor], grad_coeff: float | torch.Tensor, momentum: float, lr: float
+    ) -> None:
         """Heavy-ball SGD with gradient grad_coeff * u: b = m b + g; theta -= lr b (torch.optim.SGD form)."""
         buffers = list(buffers)
-        alpha = grad_coeff * self.scale
         torch._foreach_mul_(buffers, momentum)
-
-        def accumulate(first: int, stop: int, z: torch.Tensor) -> None:
-            torch._foreach_add_(buffers[first:stop], self._shaped(first, stop, z), alpha=alpha)
-
-        self._each_bucket(accumulate)
+        alpha = self._alpha(grad_coeff)
+        self._each_bucket(lambda first, stop, z: add_scaled_(buffers[first:stop], self._shaped(first, stop, z), alpha))
         torch._foreach_add_(self.params, buffers, alpha=-lr)
+
+
+def as_float64(x: float | torch.Tensor) -> float | torch.Tensor:
+    """A tensor in float64 (a float32 value exactly, as float() read it before); a number unchanged."""
+    return x.to(torch.float64) if isinstance(x, torch.Tensor) else x
+
+
+def add_scaled_(targets: list[torch.Tensor], z: list[torch.Tensor], alpha: float | torch.Tensor) -> None:
+    """targets += alpha * z. A 0-dim tensor alpha goes through addcmul, whose CPU kernel rounds once, as the
+    add kernel does with a Python alpha: the same bits (tests/dpzv/test_graph_ready.py), with no host sync.
+    On a GPU the foreach op takes its per-tensor route for a 0-dim operand: one launch per tensor."""
+    if isinstance(alpha, torch.Tensor):
+        torch._foreach_addcmul_(targets, z, [alpha] * len(targets))
+    else:
+        torch._foreach_add_(targets, z, alpha=alpha)
+
+
+def draw_buckets(params: Sequence[torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """The bucket draws of the direction of `seed` (a full copy of z): what a compiled round takes as input
+    (`Direction(params, None, kind, draws)`), the same numbers as the seed's regeneration."""
+    out = []
+    Direction(params, seed, "gaussian")._each_bucket(lambda first, stop, z: out.append(z))
+    return out
 
 
 class ZOUpdater:
@@ -212,9 +263,10 @@ class ZOUpdater:
         self.momentum = float(momentum)
         self.buffers = None  # allocated at the first step, like torch.optim.SGD's momentum buffers
 
-    def step(self, direction: Direction, grad_coeff: float) -> None:
+    def step(self, direction: Direction, grad_coeff: float | torch.Tensor) -> None:
+        """A tensor grad_coeff (the server's answer) is never read on the host (`Direction._alpha`)."""
         if self.momentum == 0.0:
-            direction.add_(-self.lr * grad_coeff)
+            direction.add_(-self.lr * as_float64(grad_coeff))
             return
         if self.buffers is None:
             self.buffers = [torch.zeros_like(p) for p in self.params]

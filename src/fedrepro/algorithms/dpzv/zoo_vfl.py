@@ -46,6 +46,7 @@ from fedrepro.algorithms.dpzv.zo import (
     Direction,
     ZOUpdater,
     add_launches,
+    as_float64,
     bucket_sizes,
     check_direction,
     norm_launches,
@@ -60,9 +61,10 @@ NOISE_MODES = ("shared", "independent")
 def client_direction_launches(numels: list[int], buffers: int, kind: str, momentum: float) -> int:
     """Kernel launches of a client's direction in one round besides its two forwards (`fedrepro.plan`):
     the twin's refresh (one foreach copy of the parameters, one of the buffers if the model has any), its
-    direction's norm and perturbation, then client_apply's direction (its norm again) and step."""
+    direction's norm and perturbation, then client_apply's direction (its norm again), the coefficient (a
+    float64 copy of the loss difference, divided by lambda) and step."""
     b = len(bucket_sizes(numels))
-    return 1 + (buffers > 0) + 2 * norm_launches(b, kind) + add_launches(b) + step_launches(b, momentum)
+    return 1 + (buffers > 0) + 2 * norm_launches(b, kind) + add_launches(b, kind) + 2 + step_launches(b, momentum)
 
 
 class ZOOVFL(VFLAlgorithm):
@@ -157,9 +159,9 @@ class ZOOVFL(VFLAlgorithm):
             "h_perturbed": noisy_embedding(h_pert, self.embed_clip, sigma, client.noise, shared),
         }
 
-    def client_apply(self, client, seed: int, loss_diff: float) -> None:
+    def client_apply(self, client, seed: int, loss_diff: float | torch.Tensor) -> None:
         u = Direction(client.params, seed, self.direction)
-        client.updater.step(u, loss_diff / self.zo_lambda)
+        client.updater.step(u, as_float64(loss_diff) / self.zo_lambda)
 
     # server side
     @torch.no_grad()
@@ -173,18 +175,18 @@ class ZOOVFL(VFLAlgorithm):
                 self.server.optimizer.zero_grad()
                 self.server.losses(ids).mean().backward()
             self.server.optimizer.step()
-            return loss_pert - loss, {"train_loss": float(loss)}
+            return loss_pert - loss, {"train_loss": loss}  # read once per evaluation block
         seed = self.server.new_seed()
         twin = self._perturbed_copy(self.server, self.server.head, seed)
         base = self.server.losses(ids).mean()
         head_pert = self.server.losses(ids, head=twin).mean()
         self.server.updater.step(
-            Direction(self.server.params, seed, self.direction), float(head_pert - base) / self.zo_lambda
+            Direction(self.server.params, seed, self.direction), as_float64(head_pert - base) / self.zo_lambda
         )
-        return loss_pert - loss, {"train_loss": float(loss)}
+        return loss_pert - loss, {"train_loss": loss}
 
     def client_reply(self, client, seed: int, diff: torch.Tensor) -> None:
-        self.client_apply(client, seed, float(diff))
+        self.client_apply(client, seed, diff)
 
     def privacy(self) -> dict:
         return {
