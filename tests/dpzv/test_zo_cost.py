@@ -37,19 +37,21 @@ def test_each_pass_launches_what_zo_says(layers, kind):
         u = Direction(params, 3, kind)
 
     assert count(build).launches == norm_launches(b, kind)
-    assert count(lambda: u.add_(1e-3)).launches == add_launches(b)
+    assert count(lambda: u.add_(1e-3)).launches == add_launches(b, kind)
+    answer = torch.tensor(1.0, dtype=torch.float64)  # a server's answer as the round passes it: never read
     for momentum in (0.0, 0.9):
         updater = ZOUpdater(params, lr=0.1, momentum=momentum)
-        updater.step(u, 1.0)  # the first step allocates the momentum buffers (once per run)
-        assert count(lambda updater=updater: updater.step(u, 1.0)).launches == step_launches(b, momentum)
+        updater.step(u, answer)  # the first step allocates the momentum buffers (once per run)
+        assert count(lambda updater=updater: updater.step(u, answer)).launches == step_launches(b, momentum)
 
 
 def client_round(algo, m):
-    """One client's side of a round (query and apply), the server's answer replaced by a constant."""
+    """One client's side of a round (query and apply), the server's answer replaced by a constant (a 0-dim
+    float32 tensor, as the server sends it)."""
     client = algo.clients[m]
     ids = client.next_batch()
     payload, direction = algo.client_query(client, ids)
-    algo.client_apply(client, direction, 0.5)
+    algo.client_apply(client, direction, torch.tensor(0.5))
 
 
 @pytest.mark.parametrize("module", [dpzv, zoo_vfl])
@@ -85,7 +87,10 @@ def test_bert_base_direction_is_five_buckets_and_resnet18_eight():
     (bert_numels, bert_buffers), (resnet_numels, _) = parameter_numels(bert), parameter_numels(resnet)
     assert (len(bert_numels), sum(bert_numels), bert_buffers) == (199, 108_903_952, 2)
     assert len(zo.bucket_sizes(bert_numels)) == 5 and len(zo.bucket_sizes(resnet_numels)) == 8
-    assert dpzv.client_direction_launches(bert_numels, bert_buffers, "sphere", 0.9) == 10 * 5 + 4
+    # per bucket: the norm's randn and dot, three perturbations' and the step's randn and add; besides: the norm's
+    # stack, sum, fill, sqrt and division, two per perturbation's coefficient, Delta's float64 copy, and the
+    # step's coefficient (two), buffer decay and parameter update (the coefficients stay on the device)
+    assert dpzv.client_direction_launches(bert_numels, bert_buffers, "sphere", 0.9) == 10 * 5 + 5 + 3 * 2 + 1 + 4
 
 
 class FixedCounts:

@@ -144,9 +144,13 @@ class Stack:
         )
 
     def step(self, loss: torch.Tensor) -> None:
-        """One Adam step of every client on the sum of their losses."""
+        """One Adam step of every client on the sum of their losses. The gradients come from autograd.grad
+        rather than backward(): the same tensors, and torch.compile(fullgraph=True) traces it inside a loop
+        over stacks (its backward() there fails building a guard on `.grad`, torch 2.14)."""
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        params = list(self.params.values())
+        for p, g in zip(params, torch.autograd.grad(loss, params, allow_unused=True), strict=True):
+            p.grad = g  # None for a parameter the loss does not use (FedProto's head), as backward() leaves it
         self.opt.step()
 
     def reset_optimizer(self) -> None:

@@ -202,24 +202,26 @@ class Direction:
         self._each_bucket(lambda first, stop, z: out.extend(self.scale * v for v in self._shaped(first, stop, z)))
         return out
 
-    @torch.no_grad()
     def add_(self, coeff: float | torch.Tensor) -> None:
         """In place: theta += coeff * u."""
         alpha = self._alpha(coeff)
-        self._each_bucket(
-            lambda first, stop, z: add_scaled_(self.params[first:stop], self._shaped(first, stop, z), alpha)
-        )
+        with torch.no_grad():  # a block, not the decorator: dynamo traces it in a Direction built in the graph
+            self._each_bucket(
+                lambda first, stop, z: add_scaled_(self.params[first:stop], self._shaped(first, stop, z), alpha)
+            )
 
-    @torch.no_grad()
     def momentum_step_(
         self, buffers: Sequence[torch.Tensor], grad_coeff: float | torch.Tensor, momentum: float, lr: float
     ) -> None:
         """Heavy-ball SGD with gradient grad_coeff * u: b = m b + g; theta -= lr b (torch.optim.SGD form)."""
         buffers = list(buffers)
-        torch._foreach_mul_(buffers, momentum)
         alpha = self._alpha(grad_coeff)
-        self._each_bucket(lambda first, stop, z: add_scaled_(buffers[first:stop], self._shaped(first, stop, z), alpha))
-        torch._foreach_add_(self.params, buffers, alpha=-lr)
+        with torch.no_grad():
+            torch._foreach_mul_(buffers, momentum)
+            self._each_bucket(
+                lambda first, stop, z: add_scaled_(buffers[first:stop], self._shaped(first, stop, z), alpha)
+            )
+            torch._foreach_add_(self.params, buffers, alpha=-lr)
 
 
 def as_float64(x: float | torch.Tensor) -> float | torch.Tensor:

@@ -320,5 +320,10 @@ def mean_of(values: Sequence) -> float:
     if not values:
         return float("nan")
     if all(isinstance(v, torch.Tensor) for v in values):
-        return float(torch.cat([v.detach().reshape(-1) for v in values]).mean())
+        return float(device_mean(values))
     return float(sum(values) / len(values))
+
+
+def device_mean(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Mean of every entry of tensors, as a 0-dim tensor on their device (no host sync)."""
+    return torch.cat([v.detach().reshape(-1) for v in values]).mean()

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, device_mean, mean_of
 from fedrepro.algorithms.fedal.client import Client, cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.kd import kl_to_logits, leave_one_out, less_forgetting, surrogate_from_grad
 from fedrepro.algorithms.fedal.server import AdversarialConfig, AdversarialHelper, LogitServer, adversarial_config
@@ -218,16 +218,22 @@ class FedAL(Federation):
             anchor = stack.freeze() if self.use_lf else None
             for i in range(self.cfg.tau):
                 x, y = group.batch(self.clients, self.cfg.batch_size)
-                f = stack.forward(x)
-                anchor_f = None
-                if anchor is not None:
-                    live = i == 0 and self.share_first_anchor
-                    anchor_f = f.detach() if live else frozen_stack_logits(stack, x, anchor, shared_input=False)
-                loss, p = local_terms(f, y, anchor_f, self.cfg)
-                stack.step(loss.sum())
-                for k, v in p.items():
+                for k, v in self.local_step_stacked(stack, x, y, anchor, first=i == 0).items():
                     parts.setdefault(k, []).append(v)
         return {k: mean_of(v) for k, v in parts.items()}
+
+    def local_step_stacked(self, stack: Stack, x: torch.Tensor, y: torch.Tensor, anchor, first: bool) -> dict:
+        """One local step of a group's stacked clients on their batches (x, y), the stage's `first` or not:
+        a device program with no host sync (its loss parts stay on the device, read at the stage's end),
+        which torch.compile(fullgraph=True) traces whole."""
+        f = stack.forward(x)
+        anchor_f = None
+        if anchor is not None:
+            live = first and self.share_first_anchor
+            anchor_f = f.detach() if live else frozen_stack_logits(stack, x, anchor, shared_input=False)
+        loss, parts = local_terms(f, y, anchor_f, self.cfg)
+        stack.step(loss.sum())
+        return parts
 
     def _global_stage_batched(self) -> dict:
         stacks = self._start_stage("glo")
@@ -239,12 +245,18 @@ class FedAL(Federation):
                 parts.setdefault(k, []).append(v)
             if self.use_al:
                 parts.setdefault("disc_loss", []).append(self.server.last_disc_loss)
-        return {k: mean_of(v) for k, v in parts.items()}
+        # each iteration's means read in one copy, then averaged on the host as the per-client loop does
+        return {k: mean_of(v if k == "disc_loss" else torch.stack(v).tolist()) for k, v in parts.items()}
 
     def _global_iteration_batched(self, stacks: list[Stack], anchors: list, live: bool) -> dict:
         """global_iteration with each architecture group's clients stacked: same public batch (every
         client draws it from its own copy of the shared stream), same messages, same losses."""
-        xb = self.shared_public_batch()
+        return self.global_step_stacked(stacks, anchors, live, self.shared_public_batch())
+
+    def global_step_stacked(self, stacks: list[Stack], anchors: list, live: bool, xb: torch.Tensor) -> dict:
+        """One global-transfer iteration of the stacked clients on the public batch `xb`: a device program with
+        no host sync (each part's mean over the clients stays a 0-dim tensor), which torch.compile(fullgraph=True)
+        traces whole."""
         logits, per_client = self.stacked_logits(xb)
         uploads = [
             self.wire.send(c.name, "server", "logits", per_client[n].detach()) for n, c in enumerate(self.clients)
@@ -264,7 +276,7 @@ class FedAL(Federation):
             for k, v in p.items():
                 parts.setdefault(k, []).append(v)
         self.iteration += 1
-        return {k: mean_of(v) for k, v in parts.items()}
+        return {k: device_mean(v) for k, v in parts.items()}
 
     def evaluate(self, t: int) -> dict:
         metrics = super().evaluate(t)

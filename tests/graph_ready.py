@@ -1,0 +1,73 @@
+"""Shared checks of "ready for CUDA graphs": host syncs counted under a dispatch mode, and a fullgraph compile.
+
+A host read of one device value (`.item()`, `float(t)`, `bool(t)`, data-dependent branching on a tensor) goes
+through `aten._local_scalar_dense`, so counting that op counts them, on the CPU as on a GPU. Copies of a whole
+tensor to the host (`.tolist()`, `.numpy()`, `.cpu()`) dispatch nothing on the CPU (the data is already there)
+but wait for the device on a GPU: `SyncCounter` counts calls of those three methods as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+HOST_COPIES = ("tolist", "numpy", "cpu")
+
+
+class SyncCounter(TorchDispatchMode):
+    """Counts host syncs while active: `aten._local_scalar_dense` calls and calls of `HOST_COPIES`."""
+
+    def __init__(self):
+        super().__init__()
+        self.syncs = 0
+        self.saved = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.syncs += 1
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        for name in HOST_COPIES:
+            self.saved[name] = getattr(torch.Tensor, name)
+            setattr(torch.Tensor, name, self._counting(self.saved[name]))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, method in self.saved.items():
+            setattr(torch.Tensor, name, method)
+        return super().__exit__(*exc)
+
+    def _counting(self, method):
+        def counted(tensor, *args, **kwargs):
+            self.syncs += 1
+            return method(tensor, *args, **kwargs)
+
+        return counted
+
+
+def host_syncs(fn, *args, **kwargs) -> int:
+    """How many host syncs `fn(*args, **kwargs)` makes."""
+    with SyncCounter() as counter:
+        fn(*args, **kwargs)
+    return counter.syncs
+
+
+@contextlib.contextmanager
+def aot_eager_fullgraph():
+    """A clean dynamo state whose graph counters read this block's compiles only; `Tensor.backward()` traced
+    into the graph (dynamo's trace_autograd_ops) rather than breaking it."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        yield counters
+    torch._dynamo.reset()
+
+
+def compiled(fn):
+    return torch.compile(fn, backend="aot_eager", fullgraph=True)
