@@ -2,8 +2,9 @@
 
 A host read of one device value (`.item()`, `float(t)`, `bool(t)`, data-dependent branching on a tensor) goes
 through `aten._local_scalar_dense`, so counting that op counts them, on the CPU as on a GPU. Copies of a whole
-tensor to the host (`.tolist()`, `.numpy()`, `.cpu()`) dispatch nothing on the CPU (the data is already there)
-but wait for the device on a GPU: `SyncCounter` counts calls of those three methods as well.
+tensor to the host (`.tolist()`, `.numpy()`, `.cpu()`) and printing one (`repr`, `format`) dispatch no such op
+on the CPU (the data is already there) but wait for the device on a GPU: `SyncCounter` counts calls of those
+methods as well.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import contextlib
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-HOST_COPIES = ("tolist", "numpy", "cpu")
+HOST_COPIES = ("tolist", "numpy", "cpu", "__repr__", "__format__")
 
 
 class SyncCounter(TorchDispatchMode):

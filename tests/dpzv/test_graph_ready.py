@@ -59,6 +59,7 @@ def test_the_counter_counts_every_kind_of_host_read():
     assert host_syncs(lambda: t.tolist()) == 1
     assert host_syncs(lambda: t.cpu()) == 1
     assert host_syncs(lambda: np.asarray(t)) == 1
+    assert host_syncs(lambda: print(t)) >= 1
     assert host_syncs(lambda: t * 2 + t.sum()) == 0
 
 
