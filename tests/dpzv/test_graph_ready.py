@@ -5,11 +5,13 @@
 * The records and parameters are bit for bit those of the round that read its values on the host (the code
   before the change: the sphere's scale by math.sqrt of float(||z||^2), Python coefficients into
   `add(alpha=...)`, every statistic by float() each round), rebuilt here by patching those reads back in.
-* DPZV's round (`DPZV.exchange_drawn`: client query, server answer and step, client update) compiles with
-  torch.compile(fullgraph=True) in one graph and gives eager's numbers. Its randomness is drawn on the host before
-  the round, from the same generators in the same order (the directions' bucket draws, `zo.draw_buckets`; Delta's
-  noise, `DPZV.server_draws`), and passed in: a seeded torch.Generator cannot be traced, and a generator compile
-  handles would draw other numbers.
+* The round of DPZV and of ZOO-VFL (`exchange_drawn`: client query, server answer and step, client update)
+  compiles with torch.compile(fullgraph=True) in one graph and gives eager's numbers. Its randomness is drawn on
+  the host before the round, from the same generators in the same order (the directions' bucket draws,
+  `zo.draw_buckets`; Delta's noise, `DPZV.server_draws`; ZOO-VFL's embedding noise, `ZOOVFL.noise_draws`), and
+  passed in: a seeded torch.Generator cannot be traced, and a generator compile handles would draw other
+  numbers. VAFL and VFL-CZOFO (first-order) have no host sync either but draw their noise inside the round.
+* Compiling a round whose server trains by backward() needs dynamo's `trace_autograd_ops` (tests/graph_ready.py).
 """
 
 import copy
@@ -117,16 +119,21 @@ def test_records_are_bit_identical_to_the_host_read_round(digits, setting, monke
         assert torch.equal(new, old)
 
 
-def drawn_round(algo):
-    """The next server round's client, batch and randomness, drawn on the host; the directions as bucket draws."""
+def drawn_round(algo) -> tuple:
+    """The arguments of the next server round's `exchange_drawn`: client, batch and randomness drawn on the host
+    as `exchange` draws them, the directions as their bucket draws."""
     m = algo.next_client()
     client = algo.clients[m]
     ids = algo.ids_tensor(client.next_batch())
     u = draw_buckets(client.params, client.new_seed())
-    drawn = algo.server_draws()
-    if "server_u" in drawn:
-        drawn["server_u"] = draw_buckets(algo.server.params, drawn["server_u"])
-    return m, ids, u, drawn
+    if algo.method == "dpzv":
+        drawn = algo.server_draws()
+        if "server_u" in drawn:
+            drawn["server_u"] = draw_buckets(algo.server.params, drawn["server_u"])
+        return m, ids, u, drawn
+    noises = algo.noise_draws(client, (ids.shape[0], algo.cfg.embed_dim))
+    server_u = draw_buckets(algo.server.params, algo.server.new_seed()) if algo.server_update == "zo" else None
+    return m, ids, u, noises, server_u
 
 
 def state(algo) -> dict[str, torch.Tensor]:
@@ -138,28 +145,38 @@ def state(algo) -> dict[str, torch.Tensor]:
     return out
 
 
-def test_a_round_on_bucket_draws_is_the_round_on_seeds(digits):
+COMPILED = {  # the ZO methods whose round is split into host draws and a device program (exchange_drawn)
+    "dpzv": ("dpzv", {}),
+    "dpzv-zo_server": ("dpzv", {"server_update": "zo"}),
+    "zoo_vfl": ("zoo_vfl", {}),
+    "zoo_vfl-zo_server": ("zoo_vfl", {"server_update": "zo"}),
+}
+
+
+@pytest.mark.parametrize("setting", COMPILED)
+def test_a_round_on_bucket_draws_is_the_round_on_seeds(digits, setting):
     """What a compiled round takes as input gives the seeded round's numbers, bit for bit."""
-    algo = warm("dpzv", digits, server_update="zo")
+    method, extra = COMPILED[setting]
+    algo = warm(method, digits, **extra)
     twin = copy.deepcopy(algo)
-    m, ids, u, drawn = drawn_round(twin)
-    on_draws = twin.exchange_drawn(m, ids, u, drawn)
+    on_draws = twin.exchange_drawn(*drawn_round(twin))
     on_seeds = algo.one_round()
     assert {k: float(v) for k, v in on_draws.items()} == {k: float(v) for k, v in on_seeds.items()}
     for key, value in state(algo).items():
         assert torch.equal(value, state(twin)[key]), key
 
 
-@pytest.mark.parametrize("server_update", ["sgd", "zo"])
-def test_a_dpzv_round_compiles_in_one_graph_and_matches_eager(digits, server_update):
-    algo = warm("dpzv", digits, server_update=server_update)
+@pytest.mark.parametrize("setting", COMPILED)
+def test_a_round_compiles_in_one_graph_and_matches_eager(digits, setting):
+    method, extra = COMPILED[setting]
+    algo = warm(method, digits, **extra)
     before = state(algo)
     twin = copy.deepcopy(algo)
-    m, ids, u, drawn = drawn_round(algo)
+    args = drawn_round(algo)
     with aot_eager_fullgraph() as counters:
-        got = compiled(twin.exchange_drawn)(m, ids, u, copy.copy(drawn))
+        got = compiled(twin.exchange_drawn)(*args)
         assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
-    want = algo.exchange_drawn(m, ids, u, copy.copy(drawn))
+    want = algo.exchange_drawn(*args)
     assert got.keys() == want.keys()
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-7, msg=key)
@@ -181,6 +198,5 @@ def test_a_graph_break_in_the_round_fails_the_fullgraph_compile(digits, monkeypa
         apply(self, client, u, delta)
 
     monkeypatch.setattr(DPZV, "client_apply", broken)
-    m, ids, u, drawn = drawn_round(algo)
     with aot_eager_fullgraph(), pytest.raises(torch._dynamo.exc.Unsupported):
-        compiled(algo.exchange_drawn)(m, ids, u, drawn)
+        compiled(algo.exchange_drawn)(*drawn_round(algo))

@@ -55,6 +55,7 @@ from fedrepro.algorithms.dpzv.zo import (
     as_float64,
     bucket_sizes,
     check_direction,
+    direction_from,
     fd_divisor,
     norm_launches,
     step_launches,
@@ -177,10 +178,7 @@ class DPZV(VFLAlgorithm):
         return drawn
 
     def direction_of(self, params, source) -> Direction:
-        """The direction of a seed, or of its bucket draws (a list of tensors)."""
-        if isinstance(source, int):
-            return Direction(params, source, self.direction)
-        return Direction(params, None, self.direction, draws=source)
+        return direction_from(params, source, self.direction)
 
     # ------------------------------------------------------------------ client side
     def client_query(self, client, ids: np.ndarray):

@@ -239,6 +239,13 @@ def add_scaled_(targets: list[torch.Tensor], z: list[torch.Tensor], alpha: float
         torch._foreach_add_(targets, z, alpha=alpha)
 
 
+def direction_from(params: Sequence[torch.Tensor], source, kind: str) -> Direction:
+    """The direction of a seed (an int) or of its bucket draws (a list of tensors, `draw_buckets`)."""
+    if isinstance(source, int):
+        return Direction(params, source, kind)
+    return Direction(params, None, kind, draws=source)
+
+
 def draw_buckets(params: Sequence[torch.Tensor], seed: int) -> list[torch.Tensor]:
     """The bucket draws of the direction of `seed` (a full copy of z): what a compiled round takes as input
     (`Direction(params, None, kind, draws)`), the same numbers as the seed's regeneration."""

@@ -49,6 +49,7 @@ from fedrepro.algorithms.dpzv.zo import (
     as_float64,
     bucket_sizes,
     check_direction,
+    direction_from,
     norm_launches,
     step_launches,
 )
@@ -93,16 +94,18 @@ class ZOOVFL(VFLAlgorithm):
         else:
             self.noise = self.embedding_noise(2, x.get("zoo_pair_release", "joint"))
         self.server.input_scale = embedding_input_scale(self.embed_clip, self.noise["sigma"], settings.embed_dim)
+        self.server_u = None  # the round's server direction (a seed or its draws), drawn before the round
         self.use_stacks(per_client=2)
 
     def eval_embedding(self, h: torch.Tensor) -> torch.Tensor:
         return clip_by_norm(h, self.embed_clip, dim=1) if self.noise["sigma"] > 0 else h
 
     @torch.no_grad()
-    def _perturbed_copy(self, owner, model: torch.nn.Module, seed: int) -> torch.nn.Module:
-        """A copy of `model` moved to w + lambda u (the reference's deep copy per round). The copy is made
-        once per party (`owner.twin`) and refreshed each round by foreach copies of the parameters and
-        buffers: the same values as a fresh deep copy, one kernel launch instead of one per tensor."""
+    def _perturbed_copy(self, owner, model: torch.nn.Module, source) -> torch.nn.Module:
+        """A copy of `model` moved to w + lambda u, u of `source` (a seed or its bucket draws) (the reference's
+        deep copy per round). The copy is made once per party (`owner.twin`) and refreshed each round by
+        foreach copies of the parameters and buffers: the same values as a fresh deep copy, one kernel launch
+        instead of one per tensor."""
         twin = getattr(owner, "twin", None)
         if twin is None:
             twin = owner.twin = copy.deepcopy(model)
@@ -112,17 +115,48 @@ class ZOOVFL(VFLAlgorithm):
             if buffers:
                 torch._foreach_copy_(list(twin.buffers()), buffers)
             twin.train(model.training)
-        Direction([p for p in twin.parameters() if p.requires_grad], seed, self.direction).add_(self.zo_lambda)
+        direction_from([p for p in twin.parameters() if p.requires_grad], source, self.direction).add_(self.zo_lambda)
         return twin
 
-    # client side
-    @torch.no_grad()
-    def client_query(self, client, ids: np.ndarray):
+    # one round as a device program: as DPZV's (`DPZV.exchange`), the round's randomness is drawn on the host
+    # first (the seeds of the client's and the server's directions, the embedding noise), then
+    # `exchange_drawn` runs with no host sync and no host randomness (torch.compile traces it whole).
+    def exchange(self, m: int, ids: np.ndarray) -> dict:
+        client = self.clients[m]
         seed = client.new_seed()
-        x = client.x[self.ids_tensor(ids)]
+        noises = self.noise_draws(client, (len(ids), self.cfg.embed_dim))
+        server_u = self.server.new_seed() if self.server_update == "zo" else None
+        return self.exchange_drawn(m, self.ids_tensor(ids), seed, noises, server_u)
+
+    def exchange_drawn(self, m: int, ids: torch.Tensor, client_u, noises: tuple, server_u) -> dict:
+        """One server round with client m on batch `ids`, its direction `client_u` and the noise of its two
+        embeddings `noises` (`noise_draws`), the server's direction `server_u` (ZO server; a seed or draws)."""
+        self.server_u = server_u
+        payload, private = self.query(self.clients[m], ids, client_u, noises)
+        return self.serve(m, payload, private)
+
+    def noise_draws(self, client, shape: tuple) -> tuple:
+        """The noise of h and h' from the client's generator, in the order `message` adds it: one draw for both
+        (`shared`) or one each; none at sigma = 0."""
+        sigma = self.noise["sigma"]
+        if sigma == 0.0:
+            return None, None
+        dtype, device = client.params[0].dtype, client.params[0].device
+        first = gaussian_noise(shape, sigma, client.noise, dtype, device)
+        return first, first if self.noise_mode == "shared" else gaussian_noise(
+            shape, sigma, client.noise, dtype, device
+        )
+
+    # client side
+    def client_query(self, client, ids: np.ndarray):
+        return self.query(client, self.ids_tensor(ids), client.new_seed())
+
+    @torch.no_grad()
+    def query(self, client, ids: torch.Tensor, source, noises: tuple | None = None):
+        x = client.x[ids]
         h = client.model(x)
-        h_pert = self._perturbed_copy(client, client.model, seed)(x)
-        return self.message(client, ids, h, h_pert), seed
+        h_pert = self._perturbed_copy(client, client.model, source)(x)
+        return self.message(client, ids, h, h_pert, noises), source
 
     @torch.no_grad()
     def stacked_queries(self, turns) -> list[tuple[dict, int]]:
@@ -142,25 +176,22 @@ class ZOOVFL(VFLAlgorithm):
             h = stack.forward(torch.cat([x, x]))
             for slot, (i, seed) in enumerate(zip(positions, seeds)):
                 m, ids = turns[i]
-                out[i] = self.message(self.clients[m], ids, h[slot], h[count + slot]), seed
+                out[i] = self.message(self.clients[m], self.ids_tensor(ids), h[slot], h[count + slot]), seed
         return out
 
-    def message(self, client, ids: np.ndarray, h: torch.Tensor, h_pert: torch.Tensor) -> dict:
-        """The pair the client sends: both embeddings clipped and noised from the client's own generator."""
+    def message(self, client, ids: torch.Tensor, h: torch.Tensor, h_pert: torch.Tensor, noises=None) -> dict:
+        """The pair the client sends: both embeddings clipped and noised from the client's own generator
+        (`noise_draws`, unless drawn before the round)."""
+        noises = self.noise_draws(client, h.shape) if noises is None else noises
         sigma = self.noise["sigma"]
-        shared = (
-            gaussian_noise(h.shape, sigma, client.noise, h.dtype, h.device)
-            if self.noise_mode == "shared" and sigma > 0
-            else None
-        )
         return {
-            "ids": self.ids_tensor(ids),
-            "h": noisy_embedding(h, self.embed_clip, sigma, client.noise, shared),
-            "h_perturbed": noisy_embedding(h_pert, self.embed_clip, sigma, client.noise, shared),
+            "ids": ids,
+            "h": noisy_embedding(h, self.embed_clip, sigma, client.noise, noises[0]),
+            "h_perturbed": noisy_embedding(h_pert, self.embed_clip, sigma, client.noise, noises[1]),
         }
 
-    def client_apply(self, client, seed: int, loss_diff: float | torch.Tensor) -> None:
-        u = Direction(client.params, seed, self.direction)
+    def client_apply(self, client, source, loss_diff: float | torch.Tensor) -> None:
+        u = direction_from(client.params, source, self.direction)
         client.updater.step(u, as_float64(loss_diff) / self.zo_lambda)
 
     # server side
@@ -176,17 +207,17 @@ class ZOOVFL(VFLAlgorithm):
                 self.server.losses(ids).mean().backward()
             self.server.optimizer.step()
             return loss_pert - loss, {"train_loss": loss}  # read once per evaluation block
-        seed = self.server.new_seed()
-        twin = self._perturbed_copy(self.server, self.server.head, seed)
+        source, self.server_u = (self.server.new_seed() if self.server_u is None else self.server_u), None
+        twin = self._perturbed_copy(self.server, self.server.head, source)
         base = self.server.losses(ids).mean()
         head_pert = self.server.losses(ids, head=twin).mean()
         self.server.updater.step(
-            Direction(self.server.params, seed, self.direction), as_float64(head_pert - base) / self.zo_lambda
+            direction_from(self.server.params, source, self.direction), as_float64(head_pert - base) / self.zo_lambda
         )
         return loss_pert - loss, {"train_loss": loss}
 
-    def client_reply(self, client, seed: int, diff: torch.Tensor) -> None:
-        self.client_apply(client, seed, diff)
+    def client_reply(self, client, source, diff: torch.Tensor) -> None:
+        self.client_apply(client, source, diff)
 
     def privacy(self) -> dict:
         return {
