@@ -5,12 +5,12 @@
 * The records and parameters are bit for bit those of the round that read its values on the host (the code
   before the change: the sphere's scale by math.sqrt of float(||z||^2), Python coefficients into
   `add(alpha=...)`, every statistic by float() each round), rebuilt here by patching those reads back in.
-* The round of DPZV and of ZOO-VFL (`exchange_drawn`: client query, server answer and step, client update)
-  compiles with torch.compile(fullgraph=True) in one graph and gives eager's numbers. Its randomness is drawn on
-  the host before the round, from the same generators in the same order (the directions' bucket draws,
-  `zo.draw_buckets`; Delta's noise, `DPZV.server_draws`; ZOO-VFL's embedding noise, `ZOOVFL.noise_draws`), and
-  passed in: a seeded torch.Generator cannot be traced, and a generator compile handles would draw other
-  numbers. VAFL and VFL-CZOFO (first-order) have no host sync either but draw their noise inside the round.
+* The round of each method (`exchange_drawn`: client query, server answer and step, client update) compiles
+  with torch.compile(fullgraph=True) in one graph and gives eager's numbers. Its randomness is drawn on the host
+  before the round, from the same generators in the same order (the directions' bucket draws,
+  `zo.draw_buckets`; Delta's noise, `DPZV.server_draws`; the embedding noise, `ZOOVFL.noise_draws` and
+  `EmbeddingBaseline.noise_draw`; VFL-CZOFO's perturbations, `VFLCZOFO.server_draws`), and passed in: a seeded
+  torch.Generator cannot be traced, and a generator compile handles would draw other numbers.
 * Compiling a round whose server trains by backward() needs dynamo's `trace_autograd_ops` (tests/graph_ready.py).
 """
 
@@ -125,6 +125,8 @@ def drawn_round(algo) -> tuple:
     m = algo.next_client()
     client = algo.clients[m]
     ids = algo.ids_tensor(client.next_batch())
+    if algo.method in ("vafl", "vfl_czofo"):
+        return m, ids, algo.noise_draw(client, ids.shape[0]), algo.server_draws(ids.shape[0])
     u = draw_buckets(client.params, client.new_seed())
     if algo.method == "dpzv":
         drawn = algo.server_draws()
@@ -141,15 +143,18 @@ def state(algo) -> dict[str, torch.Tensor]:
     out = {f"param{i}": p for i, p in enumerate(parameters(algo))}
     out["table"] = algo.server.table.clone()
     for i, c in enumerate(algo.clients):
-        out.update({f"client{i}_buffer{k}": b.clone() for k, b in enumerate(c.updater.buffers or [])})
+        buffers = c.updater.buffers if c.updater else c.optimizer.buffers
+        out.update({f"client{i}_buffer{k}": b.clone() for k, b in enumerate(buffers or []) if b is not None})
     return out
 
 
-COMPILED = {  # the ZO methods whose round is split into host draws and a device program (exchange_drawn)
+COMPILED = {  # each method's round, split into host draws and a device program (exchange_drawn)
     "dpzv": ("dpzv", {}),
     "dpzv-zo_server": ("dpzv", {"server_update": "zo"}),
     "zoo_vfl": ("zoo_vfl", {}),
     "zoo_vfl-zo_server": ("zoo_vfl", {"server_update": "zo"}),
+    "vafl": ("vafl", {}),
+    "vfl_czofo": ("vfl_czofo", {}),
 }
 
 

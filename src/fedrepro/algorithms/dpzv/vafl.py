@@ -17,7 +17,7 @@ import torch
 
 from fedrepro.algorithms.dpzv.base import VFLAlgorithm, embedding_input_scale, noisy_embedding, sgd
 from fedrepro.privacy import dpzv as privacy
-from fedrepro.privacy.mechanisms import clip_by_norm
+from fedrepro.privacy.mechanisms import clip_by_norm, gaussian_noise
 
 
 class EmbeddingBaseline(VFLAlgorithm):
@@ -35,21 +35,50 @@ class EmbeddingBaseline(VFLAlgorithm):
         self.server.optimizer = sgd(self.server.params, settings.lr_server, settings.momentum)
         self.noise = self.embedding_noise(self.embeddings_per_round, x.get("zoo_pair_release", "joint"))
         self.server.input_scale = embedding_input_scale(self.embed_clip, self.noise["sigma"], settings.embed_dim)
+        self.server_drawn = None  # the round's server draws, drawn before the round (`server_draws`)
         self.use_stacks(per_client=1, requires_grad=True)
 
     def eval_embedding(self, h: torch.Tensor) -> torch.Tensor:
         """Evaluation: the clipped embedding without noise (the head was trained on clipped ones)."""
         return clip_by_norm(h, self.embed_clip, dim=1) if self.noise["sigma"] > 0 else h
 
+    # one round as a device program: as DPZV's (`DPZV.exchange`), the round's randomness is drawn on the host
+    # first (the client's embedding noise, the server's `server_draws`), then `exchange_drawn` runs with no
+    # host sync and no host randomness (torch.compile traces it whole)
+    def exchange(self, m: int, ids: np.ndarray) -> dict:
+        client = self.clients[m]
+        noise = self.noise_draw(client, len(ids))
+        return self.exchange_drawn(m, self.ids_tensor(ids), noise, self.server_draws(len(ids)))
+
+    def exchange_drawn(self, m: int, ids: torch.Tensor, noise, server_drawn) -> dict:
+        """One server round with client m on batch `ids`, the noise of its embedding (`noise_draw`) and the
+        server's draws (`server_draws`)."""
+        self.server_drawn = server_drawn
+        payload, h = self.client_forward(self.clients[m], ids, noise)
+        return self.serve(m, payload, h)
+
+    def noise_draw(self, client, batch: int) -> torch.Tensor | None:
+        """The noise of the client's embedding from its own generator (none at sigma = 0)."""
+        if self.noise["sigma"] == 0.0:
+            return None
+        p = client.params[0]
+        return gaussian_noise((batch, self.cfg.embed_dim), self.noise["sigma"], client.noise, p.dtype, p.device)
+
+    def server_draws(self, batch: int):
+        """The server's randomness of a round (VFL-CZOFO's perturbations); VAFL's server draws none."""
+        return None
+
     # client side
-    def client_forward(self, client, ids: np.ndarray):
-        h = client.model(client.x[self.ids_tensor(ids)])
+    def client_forward(self, client, ids, noise: torch.Tensor | None = None):
+        """The client's clipped embedding of batch `ids` (ids or their tensor) and the noisy one it sends."""
+        ids = self.ids_tensor(ids)
+        h = client.model(client.x[ids])
         if self.noise["sigma"] > 0:
             # the client's backward goes through its own clip: with the clip's Jacobian a bound clip
             # passes no radial gradient, where straight through the norm of h grew to inf (NaN at eps 10)
             h = clip_by_norm(h, self.embed_clip, dim=1)
-        sent = noisy_embedding(h.detach(), self.embed_clip, self.noise["sigma"], client.noise)
-        return {"ids": self.ids_tensor(ids), "h": sent}, h
+        sent = noisy_embedding(h.detach(), self.embed_clip, self.noise["sigma"], client.noise, noise)
+        return {"ids": ids, "h": sent}, h
 
     def client_query(self, client, ids: np.ndarray):
         return self.client_forward(client, ids)

@@ -32,21 +32,31 @@ class VFLCZOFO(EmbeddingBaseline):
         if self.perturbations < 1:
             raise ValueError(f"perturbations must be >= 1, got {self.perturbations}")
 
+    def server_draws(self, batch: int) -> list[torch.Tensor]:
+        """The n Gaussian draws of the round's perturbations, from the server's generator in order."""
+        p = self.server.params[0]
+        shape = (batch, self.cfg.embed_dim)
+        return [
+            torch.randn(shape, generator=self.server.noise, dtype=p.dtype, device=p.device)
+            for _ in range(self.perturbations)
+        ]
+
     @torch.no_grad()
-    def embedding_gradient(self, ids: torch.Tensor, m: int, h: torch.Tensor) -> torch.Tensor:
+    def embedding_gradient(self, ids: torch.Tensor, m: int, h: torch.Tensor, draws=None) -> torch.Tensor:
         base = self.server.losses(ids, m, h).mean()
         grad = torch.zeros_like(h)
         dim = h.shape[1]
-        for _ in range(self.perturbations):
-            v = torch.randn(h.shape, generator=self.server.noise, dtype=h.dtype, device=h.device)
-            v = F.normalize(v, dim=1)
+        draws = self.server_draws(h.shape[0]) if draws is None else draws
+        for z in draws:
+            v = F.normalize(z, dim=1)
             diff = self.server.losses(ids, m, h + self.zo_lambda * v).mean() - base
             grad += (dim / self.zo_lambda) * diff * v
         return grad / self.perturbations
 
     def server_answer(self, m: int, msg: dict) -> tuple[torch.Tensor, dict]:
         ids, h = msg["ids"], msg["h"]
-        grad = self.embedding_gradient(ids, m, h)
+        draws, self.server_drawn = self.server_drawn, None
+        grad = self.embedding_gradient(ids, m, h, draws)
         self.server.table[ids, m] = h
         loss = self.server_sgd(ids)
         return grad, {"train_loss": loss}
