@@ -108,7 +108,7 @@ LEVERS = (
         ("dpzv", "zoo_vfl"),
         "flops",
         BERT_BF16_SPEEDUP,
-        f"gate: relative error of the ZO difference in bf16 {ZO_BF16_MEASURED:.2f} "
+        f"gate: relative error of the ZO difference in bf16 {ZO_BF16_MEASURED:.3f} "
         f"{'<=' if ZO_BF16_PASSES else '>'} {ZO_BF16_THRESHOLD:.2f}",
         ("tests/dpzv/test_zo_bf16.py::test_bf16_zo_difference_error_decides_the_lever",),
         gate=ZO_BF16_PASSES,
