@@ -430,11 +430,19 @@ def row_works(jobs: list[Job], costs: list[Cost]) -> dict[Cost, Work]:
     return out
 
 
+LEVER_SETTING = "+"  # a row timed with a lever on (benchmarks/paper_scale.py: setting "<setting>+bf16")
+
+
+def is_lever_row(cost: Cost) -> bool:
+    """A row timed with a lever on: not today's code, so never in the fit or a run's price."""
+    return LEVER_SETTING in cost.setting
+
+
 def price(planned: dict, costs: list[Cost], device: str = DEVICE, overlap: bool = False) -> Constants:
     """Fit the device's constants to its measured rows and price every job (module docstring); `overlap`:
     a unit takes the longer of its FLOP and launch times instead of their sum (`cost.Constants`)."""
     jobs_ = [j for per in planned.values() for j in per["all runs"]]
-    rows = [c for c in costs if c.device == device]
+    rows = [c for c in costs if c.device == device and not is_lever_row(c)]
     measured = row_works(jobs_, rows)
     newest = {}  # the newest row of each measured kind is a point of the fit
     for c in rows:
@@ -867,11 +875,13 @@ def report(planned: dict, costs: list[Cost], constants: Constants | None = None)
             + ".",
         ]
     jobs_all = [j for per in planned.values() for j in per["all runs"]]
-    measured = row_works(jobs_all, [c for c in costs if c.device == device])
+    measured = row_works(jobs_all, [c for c in costs if c.device == device and not is_lever_row(c)])
     lines += ["", f"Measured rows ({', '.join(sorted({c.device for c in costs}))}):"]
     for c in costs:
         line = f"- {c.paper} {c.unit} {c.dataset} {c.model} {c.method} {c.setting}: {c.seconds:g} s ({c.source})"
-        if constants is not None and c in measured:
+        if is_lever_row(c):
+            line += "; timed with a lever on: not in today's fit"
+        elif constants is not None and c in measured:
             line += f"; the model gives {constants.seconds(measured[c]):.3g} s"
         elif c.device == device:
             line += "; no counted work (run benchmarks/cost_counts.py) and no planned run measured by it"
