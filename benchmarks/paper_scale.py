@@ -1,8 +1,15 @@
 """Benchmark 7: seconds per unit of every pool the cost planner prices, measured on a GPU in one command.
 
     make bench-costs                                        # = .venv/bin/python benchmarks/paper_scale.py --costs
-    .venv/bin/python benchmarks/paper_scale.py --costs --plan     # only print the kinds and the planned minutes
-    .venv/bin/python benchmarks/paper_scale.py --costs --trial    # CPU: time every kind at smoke sizes, write nothing
+    .venv/bin/python benchmarks/paper_scale.py --costs --plan     # only list the rows, commands and planned minutes
+    .venv/bin/python benchmarks/paper_scale.py --costs --all      # every pool's kind (BUDGET_S), not DECIDING
+    .venv/bin/python benchmarks/paper_scale.py --costs --kinds <label>  # one row (labels as --plan lists them)
+    .venv/bin/python benchmarks/paper_scale.py --costs --trial    # CPU: time the kinds at smoke sizes, write nothing
+
+`make bench-costs` times DECIDING, the rows that decide the paper-scale hours and have no measurement of
+today's code, within DECIDING_BUDGET_S (10 minutes: one call of a lent GPU machine); a kind with a
+`precision` (FedSC in bf16 + channels-last) writes a lever row (setting "<setting>+bf16"), which the planner
+keeps out of today's fit and prices. `--all` times every kind below within BUDGET_S.
 
 `fedrepro.plan` prices a run from the newest row of benchmarks/unit_costs.csv measured on its pool (paper,
 unit, data set, model), scaled by its counted work; `KINDS` below holds one run per pool the paper
@@ -25,9 +32,9 @@ methods' code differs most. For each kind the command
    planner). benchmarks/cost_counts.py leaves a timed row's work alone.
 
 Before it times anything it prints the planner's own estimate of the benchmarked units plus start-up
-(`planned_seconds`); over `BUDGET_S` (20 minutes on the device the table is for) it drops the
+(`planned_seconds`); over its budget (`--all`: `BUDGET_S`, 20 minutes on the device the table is for) it drops the
 second-method kinds from the end and refuses when the pool kinds alone do not fit. Each kind's timed rounds
-stop after `KIND_CAP_S` and the whole command stops timing once `BUDGET_S` has passed.
+stop after `KIND_CAP_S` and the whole command stops timing once its budget has passed.
 
 Without a GPU the table is never written: CPU seconds on tiny data say nothing about GPU-hours.
 `--trial` runs every kind at tests/paperscale/smoke.yaml's sizes on the CPU and prints the rows it

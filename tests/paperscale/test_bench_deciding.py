@@ -65,7 +65,9 @@ def test_a_row_timed_with_a_lever_on_stays_out_of_todays_fit_and_prices(deciding
     row = paper_scale.cost_row(bf16, 1.0, "H200", "test")  # bf16 ten times faster than any fp32 row
     assert row["setting"].endswith("+bf16")
     keys = ("paper", "unit", "dataset", "model", "method", "device", "source", "setting")
-    cost = plan.Cost(**{k: row[k] for k in keys}, seconds=1.0, flops=float(row["flops"]), launches=float(row["launches"]))
+    cost = plan.Cost(
+        **{k: row[k] for k in keys}, seconds=1.0, flops=float(row["flops"]), launches=float(row["launches"])
+    )
     assert plan.is_lever_row(cost)
     config = plan.load_config([str(REPO / "config.yaml"), str(REPO / "configs" / "paper.yaml")])
     costs = plan.load_costs()
