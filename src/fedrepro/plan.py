@@ -809,34 +809,29 @@ def _jobs_line(name: str, jobs: list[Job]) -> str:
 LEVER_GOAL_HOURS = 400  # issue 42: the whole paper scale with the ready levers applied
 
 
-def levers_report(planned: dict) -> list[str]:
-    """The levers (experiments/levers.py): applied or not and why, and the hours left above the goal."""
+def levers_report(planned: dict, constants: Constants | None) -> list[str]:
+    """The levers (experiments/levers.py): applied or not and why, the hours each alone saves (applied or
+    not: what its tests would buy), and the hours left above the goal."""
     lines = ["", "Levers ('with levers' column: today's seconds x lever model / today's model of each unit):", ""]
     lines += [
-        "| lever | runs | assumed speed-up | source | CPU test (changes no number) | applied |",
-        "|---|---|---|---|---|---|",
+        "| lever | runs | assumed speed-up | source | CPU test (changes no number) | saves alone (h) | applied |",
+        "|---|---|---|---|---|---|---|",
     ]
+    whole = [j for per in planned.values() for j in per["all runs"]]
     for lever in levers.LEVERS:
         runs = f"{lever.paper} {'/'.join(lever.methods) if lever.methods else '(all)'}"
         value = f"{lever.value:.2f}x FLOP time" if lever.kind == "flops" else f"{lever.value * 1e6:g} us per launch"
+        saves = math.nan
+        if constants is not None:
+            saves = sum(j.gpu_hours * (1 - levers.ratio(constants, j.work, j.paper, j.key[1], [lever])) for j in whole)
         missing = lever.missing_evidence()
-        why = (
-            "yes" if lever.applied() else ("no: gate failed" if not lever.gate else f"no: missing {', '.join(missing)}")
-        )
-        lines.append(f"| {lever.name} | {runs} | {value} | {lever.source} | {'; '.join(lever.evidence)} | {why} |")
-    whole = [j for per in planned.values() for j in per["all runs"]]
+        why = "yes" if lever.applied() else "no: gate failed" if not lever.gate else f"no: missing {', '.join(missing)}"
+        evidence = "; ".join(lever.evidence)
+        lines.append(f"| {lever.name} | {runs} | {value} | {lever.source} | {evidence} | {saves:,.1f} | {why} |")
     left = sum(j.lever_hours for j in whole) - LEVER_GOAL_HOURS
     per_paper = ", ".join(f"{p} {sum(j.lever_hours for j in per['all runs']):,.1f}" for p, per in planned.items())
-    lines += [
-        "",
-        f"With levers, per paper: {per_paper} H200-hours; "
-        + (
-            f"{left:,.1f} h above the {LEVER_GOAL_HOURS}-hour goal."
-            if left > 0
-            else f"within the {LEVER_GOAL_HOURS}-hour goal."
-        ),
-    ]
-    return lines
+    goal = f"{left:,.1f} h above" if left > 0 else "within"
+    return [*lines, "", f"With levers, per paper: {per_paper} H200-hours; {goal} the {LEVER_GOAL_HOURS}-hour goal."]
 
 
 def report(planned: dict, costs: list[Cost], constants: Constants | None = None) -> str:
@@ -860,7 +855,7 @@ def report(planned: dict, costs: list[Cost], constants: Constants | None = None)
         lines.append(_jobs_line(f"**{paper} (all)**", per["all runs"]))
         total += per["all runs"]
     lines.append(_jobs_line("**whole configuration**", total))
-    lines += levers_report(planned)
+    lines += levers_report(planned, constants)
     if constants is not None:
         lines += [
             "",

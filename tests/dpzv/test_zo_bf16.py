@@ -99,7 +99,7 @@ def test_bf16_zo_difference_error_decides_the_lever(client):
     assert not torch.equal(bf16, fp32), "autocast did not run the forwards in bf16"
     error = relative_rms(bf16, fp32)
     print(f"relative RMS error of the bf16 Deltas against fp32: {error:.3f} (threshold {levers.ZO_BF16_THRESHOLD})")
-    assert error == pytest.approx(levers.ZO_BF16_MEASURED, abs=0.02), "the lever table quotes another value"
+    assert error == pytest.approx(levers.ZO_BF16_MEASURED, abs=0.03), "the lever table quotes another value"
     assert levers.ZO_BF16_PASSES == (error <= levers.ZO_BF16_THRESHOLD)
     gated = next(lever for lever in levers.LEVERS if "zeroth-order" in lever.name)
     assert gated.applied() == (error <= levers.ZO_BF16_THRESHOLD)

@@ -182,4 +182,4 @@ def test_the_planner_prices_the_lever_column_by_each_units_ratio(paper, monkeypa
     for paper_name in ("fedsc", "dpzv", "fedal"):
         assert sum(j.lever_hours for j in planned[paper_name]["all runs"]) < hours[paper_name]
     text = plan.report(planned, plan.load_costs(), constants)
-    assert "with levers (GPU-h)" in text and "| yes |" in text and "400-hour goal" in text
+    assert "with levers (GPU-h)" in text and "| yes |" in text and "400-hour goal" in text and "saves alone" in text
