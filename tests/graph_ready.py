@@ -10,7 +10,10 @@ methods as well.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import traceback
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -72,3 +75,25 @@ def aot_eager_fullgraph():
 
 def compiled(fn):
     return torch.compile(fn, backend="aot_eager", fullgraph=True)
+
+
+def in_child(check, *args) -> None:
+    """Run check(*args) in a forked child and fail with its traceback if it fails. A traced round leaves dynamo
+    state that torch._dynamo.reset() does not clear (torch 2.14): a later compile in the same process of a
+    module met in the round (the VFL client, a `server` attribute) failed with a stale attribute error."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def run():
+        try:
+            check(*args)
+            send.send(None)
+        except BaseException:
+            send.send(traceback.format_exc())
+
+    child = context.Process(target=run)
+    child.start()
+    error = receive.recv() if receive.poll(600) else "no answer from the child in 600 s"
+    child.join(10)
+    if error:
+        pytest.fail(error)

@@ -25,7 +25,7 @@ from fedrepro.algorithms.dpzv import base
 from fedrepro.algorithms.dpzv.dpzv import DPZV
 from fedrepro.algorithms.dpzv.zo import Direction, draw_buckets
 from tests.dpzv.quick_round import digits_data, parameters, quick_algorithm, records
-from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs
+from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
 
 SETTINGS = {  # (method, shared options changed): the default run's, and the variants' code paths
     "dpzv": ("dpzv", {}),
@@ -148,14 +148,14 @@ def state(algo) -> dict[str, torch.Tensor]:
     return out
 
 
-COMPILED = {  # each method's round, split into host draws and a device program (exchange_drawn)
-    "dpzv": ("dpzv", {}),
-    "dpzv-zo_server": ("dpzv", {"server_update": "zo"}),
+DPZV_ROUNDS = {"dpzv": ("dpzv", {}), "dpzv-zo_server": ("dpzv", {"server_update": "zo"})}
+BASELINE_ROUNDS = {
     "zoo_vfl": ("zoo_vfl", {}),
     "zoo_vfl-zo_server": ("zoo_vfl", {"server_update": "zo"}),
     "vafl": ("vafl", {}),
     "vfl_czofo": ("vfl_czofo", {}),
 }
+COMPILED = {**DPZV_ROUNDS, **BASELINE_ROUNDS}  # each method's round: host draws, then a device program
 
 
 @pytest.mark.parametrize("setting", COMPILED)
@@ -171,9 +171,7 @@ def test_a_round_on_bucket_draws_is_the_round_on_seeds(digits, setting):
         assert torch.equal(value, state(twin)[key]), key
 
 
-@pytest.mark.parametrize("setting", COMPILED)
-def test_a_round_compiles_in_one_graph_and_matches_eager(digits, setting):
-    method, extra = COMPILED[setting]
+def assert_the_round_compiles_in_one_graph_and_matches_eager(digits, method: str, extra: dict) -> None:
     algo = warm(method, digits, **extra)
     before = state(algo)
     twin = copy.deepcopy(algo)
@@ -192,6 +190,16 @@ def test_a_round_compiles_in_one_graph_and_matches_eager(digits, setting):
     assert any(not torch.equal(after[k], before[k]) for k in before if k.startswith("param"))
 
 
+@pytest.mark.parametrize("setting", DPZV_ROUNDS)
+def test_a_dpzv_round_compiles_in_one_graph_and_matches_eager(digits, setting):
+    in_child(assert_the_round_compiles_in_one_graph_and_matches_eager, digits, *DPZV_ROUNDS[setting])
+
+
+@pytest.mark.parametrize("setting", BASELINE_ROUNDS)
+def test_a_baseline_round_compiles_in_one_graph_and_matches_eager(digits, setting):
+    in_child(assert_the_round_compiles_in_one_graph_and_matches_eager, digits, *BASELINE_ROUNDS[setting])
+
+
 @pytest.mark.parametrize("host_read", ["tolist", "print"])
 def test_a_graph_break_in_the_round_fails_the_fullgraph_compile(digits, monkeypatch, host_read):
     """The check above fails when the round breaks its graph again (a host read of Delta, a print)."""
@@ -203,5 +211,9 @@ def test_a_graph_break_in_the_round_fails_the_fullgraph_compile(digits, monkeypa
         apply(self, client, u, delta)
 
     monkeypatch.setattr(DPZV, "client_apply", broken)
-    with aot_eager_fullgraph(), pytest.raises(torch._dynamo.exc.Unsupported):
-        compiled(algo.exchange_drawn)(*drawn_round(algo))
+
+    def check():
+        with aot_eager_fullgraph(), pytest.raises(torch._dynamo.exc.Unsupported):
+            compiled(algo.exchange_drawn)(*drawn_round(algo))
+
+    in_child(check)

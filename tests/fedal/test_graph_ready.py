@@ -16,7 +16,7 @@ import torch
 from fedrepro.algorithms.fedal import fedal
 from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.server import AdversarialConfig
-from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs
+from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
 
 from .helpers import config, make_data
 
@@ -117,7 +117,7 @@ def assert_close_state(got: dict, want: dict) -> None:
         torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
-def test_a_stacked_local_step_compiles_in_one_graph_and_matches_eager(algo):
+def check_the_local_step_compiles(algo):
     twin = copy.deepcopy(algo)
     stack, x, y, anchor = local_inputs(algo)
     before = stack_state(algo)
@@ -130,7 +130,7 @@ def test_a_stacked_local_step_compiles_in_one_graph_and_matches_eager(algo):
     assert not torch.equal(stack_state(algo)["stack0.head.weight"], before["stack0.head.weight"])
 
 
-def test_a_stacked_global_step_compiles_in_one_graph_and_matches_eager(algo):
+def check_the_global_step_compiles(algo):
     twin = copy.deepcopy(algo)
     stacks, anchors, xb = global_inputs(algo)
     twin_anchors = copy.deepcopy(anchors)
@@ -145,6 +145,14 @@ def test_a_stacked_global_step_compiles_in_one_graph_and_matches_eager(algo):
     assert all(not torch.equal(after[k], before[k]) for k in after if k.startswith("disc."))  # D stepped too
 
 
+def test_a_stacked_local_step_compiles_in_one_graph_and_matches_eager(algo):
+    in_child(check_the_local_step_compiles, algo)
+
+
+def test_a_stacked_global_step_compiles_in_one_graph_and_matches_eager(algo):
+    in_child(check_the_global_step_compiles, algo)
+
+
 @pytest.mark.parametrize("host_read", ["tolist", "print"])
 def test_a_graph_break_in_the_step_fails_the_fullgraph_compile(algo, monkeypatch, host_read):
     """The checks above fail when a step breaks its graph (a host read of a loss, a print)."""
@@ -157,5 +165,9 @@ def test_a_graph_break_in_the_step_fails_the_fullgraph_compile(algo, monkeypatch
 
     monkeypatch.setattr(fedal, "local_terms", broken)
     stack, x, y, anchor = local_inputs(algo)
-    with aot_eager_fullgraph(), pytest.raises(torch._dynamo.exc.Unsupported):
-        compiled(algo.local_step_stacked)(stack, x, y, anchor, False)
+
+    def check():
+        with aot_eager_fullgraph(), pytest.raises(torch._dynamo.exc.Unsupported):
+            compiled(algo.local_step_stacked)(stack, x, y, anchor, False)
+
+    in_child(check)

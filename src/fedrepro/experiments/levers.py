@@ -95,7 +95,7 @@ LEVERS = (
             "tests/foundation/test_levers.py::test_bert_client_forward_compiles_fullgraph_equal_to_eager",
         ),
     ),
-    Lever(  # their rounds make no host sync (the same file), but no test compiles them in one graph yet
+    Lever(
         "CUDA graphs, ZOO-VFL, VAFL and VFL-CZOFO rounds",
         "dpzv",
         ("zoo_vfl", "vafl", "vfl_czofo"),

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 
-from fedrepro.fl.optim import Adam
+from fedrepro.fl.optim import Adam, backward_into
 from fedrepro.fl.precision import Precision
 
 Params = dict[str, torch.Tensor]
@@ -144,13 +144,10 @@ class Stack:
         )
 
     def step(self, loss: torch.Tensor) -> None:
-        """One Adam step of every client on the sum of their losses. The gradients come from autograd.grad
-        rather than backward(): the same tensors, and torch.compile(fullgraph=True) traces it inside a loop
-        over stacks (its backward() there fails building a guard on `.grad`, torch 2.14)."""
+        """One Adam step of every client on the sum of their losses (`backward_into`: a traced backward() in a
+        loop over stacks also fails building a guard on `.grad` under torch.compile, torch 2.14)."""
         self.opt.zero_grad(set_to_none=True)
-        params = list(self.params.values())
-        for p, g in zip(params, torch.autograd.grad(loss, params, allow_unused=True), strict=True):
-            p.grad = g  # None for a parameter the loss does not use (FedProto's head), as backward() leaves it
+        backward_into(loss, list(self.params.values()))
         self.opt.step()
 
     def reset_optimizer(self) -> None:

@@ -43,6 +43,16 @@ def _groups(params: list[torch.Tensor]) -> list[list[int]]:
     return groups + [current]
 
 
+def backward_into(outputs: torch.Tensor, params: list[torch.Tensor], grad_outputs: torch.Tensor | None = None) -> None:
+    """`outputs.backward(grad_outputs)` into the `.grad` of `params` (None beforehand), by autograd.grad: the same
+    tensors (None for a parameter the outputs do not use, as backward leaves it). A round compiled with
+    torch.compile(fullgraph=True) traces it cleanly, where a traced backward() left dynamo state behind that
+    broke later compiles in the process (torch 2.14, trace_autograd_ops)."""
+    grads = torch.autograd.grad(outputs, params, grad_outputs=grad_outputs, allow_unused=True)
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g
+
+
 class SGD:
     def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
         if lr <= 0:

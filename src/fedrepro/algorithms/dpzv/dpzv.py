@@ -60,6 +60,7 @@ from fedrepro.algorithms.dpzv.zo import (
     norm_launches,
     step_launches,
 )
+from fedrepro.fl.optim import backward_into
 from fedrepro.privacy import dpzv as privacy
 from fedrepro.privacy.mechanisms import clip_scalar, gaussian_noise
 
@@ -235,7 +236,7 @@ class DPZV(VFLAlgorithm):
             else:
                 with torch.enable_grad():
                     self.server.optimizer.zero_grad()
-                    self.server.losses(ids).mean().backward()
+                    backward_into(self.server.losses(ids).mean(), self.server.optimizer.params)
             self.server.optimizer.step()
             return
         u0 = self.direction_of(self.server.params, self.server.new_seed() if source is None else source)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from fedrepro.algorithms.dpzv.base import VFLAlgorithm, embedding_input_scale, noisy_embedding, sgd
+from fedrepro.fl.optim import backward_into
 from fedrepro.privacy import dpzv as privacy
 from fedrepro.privacy.mechanisms import clip_by_norm, gaussian_noise
 
@@ -85,7 +86,7 @@ class EmbeddingBaseline(VFLAlgorithm):
 
     def client_backward(self, client, h: torch.Tensor, grad_h: torch.Tensor) -> None:
         client.optimizer.zero_grad()
-        h.backward(grad_h)
+        backward_into(h, client.optimizer.params, grad_h)
         client.optimizer.step()
 
     def client_reply(self, client, h: torch.Tensor, grad_h: torch.Tensor) -> None:
@@ -136,7 +137,7 @@ class EmbeddingBaseline(VFLAlgorithm):
         device (read once per evaluation block)."""
         self.server.optimizer.zero_grad()
         loss = self.server.losses(ids).mean()
-        loss.backward()
+        backward_into(loss, self.server.optimizer.params)
         self.server.optimizer.step()
         return loss.detach()
 
@@ -157,7 +158,7 @@ class VAFL(EmbeddingBaseline):
         h_m = msg["h"].clone().requires_grad_(True)
         self.server.optimizer.zero_grad()
         loss = self.server.losses(ids, m, h_m).mean()
-        loss.backward()
+        backward_into(loss, [h_m, *self.server.optimizer.params])
         self.server.optimizer.step()
         return h_m.grad.detach(), {"train_loss": loss.detach()}
 

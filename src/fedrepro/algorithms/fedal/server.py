@@ -28,7 +28,7 @@ import torch
 
 from fedrepro.algorithms.fedal.discriminator import Discriminator, discriminator_loss, payoff_grads
 from fedrepro.algorithms.fedal.kd import tempered_softmax
-from fedrepro.fl.optim import SGD, Adam
+from fedrepro.fl.optim import SGD, Adam, backward_into
 
 OPTIMIZERS = ("adam", "sgd")
 UPDATES = ("before_grad", "after_grad")
@@ -101,7 +101,7 @@ class AdversarialHelper:
         """One ascent step on the mean payoff (= descent on the "which player" CE)."""
         loss = discriminator_loss(self.disc, tempered_softmax(logits.detach(), self.temperature))
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        backward_into(loss, self.opt.params)
         self.opt.step()
         return loss.detach()
 
