@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from common import row, write
 from sklearn.datasets import load_digits
 
-from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.algorithms.fedavg.fedavg import FedAvg
 from fedrepro.algorithms.fedal.base import FedData, TrainConfig
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fedal import FedAL
