@@ -327,7 +327,7 @@ def dpzv_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
                 sigma=info["sigma"],
                 note=(
                     f"{DPZV_VARIANTS[variant]}; T = {info['rounds']} rounds, canary in {k}; largest change of a "
-                    f"round without the canary {info['leak_max']:.3g} (2C/B = {2 * c / b:.3g}); canary GDP mu "
+                    f"round without the canary {info['leak_max']:.3g} (2C/B = {dpzv_privacy.dpzv_sensitivities(c)[0] / b:.3g}); canary GDP mu "
                     f"{_rms(info['mu_canary']):.3g} in its own rounds, {_rms(info['mu_all']):.3g} in all; "
                     f"measured noise std {info['noise_std']:.3g} (sigma {info['sigma']:.3g})"
                 ),
