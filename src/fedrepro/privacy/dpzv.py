@@ -221,8 +221,8 @@ def sigma_embedding(
     if math.isinf(mu):
         return 0.0
     rate = positive("batch_size B", batch_size) / positive("num_samples D", num_samples)
-    sensitivity = dpzv_sensitivities(clip_h=clip_h)[1] * math.sqrt(k)
-    return rate * sensitivity * math.sqrt(positive("releases T_rel", releases)) / mu
+    releases = positive("releases T_rel", releases)
+    return rate * dpzv_sensitivities(clip_h=clip_h)[1] * math.sqrt(k) * math.sqrt(releases) / mu
 
 
 # ----------------------------------------------- diagnostic: the CLT of the subsampled composition
