@@ -1,8 +1,9 @@
 """Each paper's release sensitivities are written once: SteFFLe's in `privacy.steffle.steffle_sensitivities`
 (the realised epsilon's composition, the per-release W mechanism and the audit's joint multiplier), DPZV's in
 `privacy.dpzv.dpzv_sensitivities` (the calibrated noise, the records, the accountant adapter and the audit) and
-FedSC's in `privacy.fedsc.sensitivity` (Prop. 6.6, the accountant, the class's sigma and the audit), so changing
-that one function moves all of them together."""
+FedSC's in `privacy.fedsc.sensitivity` (Prop. 6.6, the accountant, the class's sigma and the audit) and the fair
+baselines' in `privacy.steffle.fair_baseline_sensitivities` (Tran's trainer and audit), so changing that one function
+moves all of them together."""
 
 import math
 
@@ -146,3 +147,32 @@ def test_changing_fedscs_sensitivity_in_one_place_moves_the_accountant_the_noise
     assert eps2 > eps and z2 == pytest.approx(z / 2) and noise2 == pytest.approx(2 * noise)
     assert audit2.sigma == pytest.approx(2 * audit.sigma)
     assert audit2.eps_adversary == pytest.approx(audit.eps_adversary, rel=1e-6)
+
+
+def _tran_noise_and_audit(runs: int = 4):
+    """(residual std of the Tran trainer's primal steps, its dual noise std, the audit's primal sigma)."""
+    import torch
+
+    from fedrepro.audit import steffle as audit_steffle
+
+    from .test_audit import STEFFLE_WORLD
+
+    torch.set_num_threads(1)
+    cfg = {k: STEFFLE_WORLD[k] for k in ("eps", "lam", "num_train", "batch", "epochs", "eta_theta", "canary_scale")}
+    cfg["clip"] = 1.0
+    data = {w: d.centralised() for w, d in audit_steffle.steffle_world({**cfg, "silos": 1}, 0).items()}
+    real, shadow, _ = audit_steffle._tran_runs(data, cfg, runs, 0)
+    primal, dual = audit_steffle._run_tran_world(real["out"], shadow, (1.0, 1.0))
+    residual = torch.cat([(obs - clean).flatten() for step in primal for obs, clean, _, _ in step])
+    dual_noise = torch.cat([(obs - clean).flatten() for step in dual for obs, clean, _, _ in step])
+    return float(residual.std()), float(dual_noise.std()), audit_steffle.tran_scores(cfg, runs, seed=0).sigma
+
+
+def test_the_fair_baselines_trainer_and_audit_read_one_sensitivity(monkeypatch):
+    assert steffle.fair_baseline_sensitivities(1.5) == pytest.approx((3.0, math.sqrt(2)))
+    before = _tran_noise_and_audit()
+    _doubled(monkeypatch, steffle, "fair_baseline_sensitivities")
+    after = _tran_noise_and_audit()
+    # the trainer's primal and dual noise and the sigma the audit replays them with all double
+    assert after == pytest.approx(tuple(2 * v for v in before), rel=0.1)
+    assert after[2] == pytest.approx(2 * before[2])
