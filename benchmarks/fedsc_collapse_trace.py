@@ -108,7 +108,9 @@ def trace(results: Path, dataset: str, run: str, seed: int, change: dict) -> pd.
         shared = alg.received.get(0)
         eigen = np.linalg.eigvalsh(shared.double().numpy()) if shared is not None else None
         row = {"round": t, "alpha": info.get("alpha", 1.0), "loss": info["loss"], **embedding_measures(alg)}
-        row.update(tr_r_plus=terms[:, 0].mean(), r_norm2=terms[:, 1].mean(), tr_r_r_minus=np.nanmean(terms[:, 2]))
+        row.update(
+            tr_r_plus=terms[:, 0].mean(), r_norm2=terms[:, 1].mean(), tr_r_r_minus=terms[:, 2].mean()
+        )  # nan without sharing
         row.update(shared_top=eigen[-1] / eigen.sum() if eigen is not None else float("nan"))
         row.update(update_cos=mean_cosine(alg.updates))
         rows.append(row)

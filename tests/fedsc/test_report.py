@@ -259,6 +259,8 @@ def test_claims_caption_names_each_collapsed_side_once_with_its_seeds(tmp_path):
     assert claims_report.untested_sides(claims) == ["FedSC at textures 10/10: rank 1.00 < 2 (3/4 seeds collapsed)"]
     assert claims_report.untested_sides(claims[:1]) == ["FedSC at textures 10/10: rank 1.00 < 2 (2/3 seeds collapsed)"]
     assert claims_report.untested_sides([_claim("FedAvg > untrained", ok, ok)]) == []
+    private = claims_report.untested_sides([_claim("ε=6 > FedAvg", more, ok, column="textures 2/10")])
+    assert private == ["FedSC ε=6 at textures 2/10: rank 1.1 < 2 (1/1 seeds collapsed)"]  # Table 3's row, named
 
 
 def test_uncentered_effective_rank_sees_embeddings_that_are_one_vector_plus_noise():

@@ -185,7 +185,8 @@ def untested_sides(claims: list[dict]) -> list[str]:
             if len(claim[side]) > len(sides.get(key, [])):
                 sides[key] = claim[side]
     found = {key: _side(cells)[1] for key, cells in sides.items()}
-    return [f"{name} at {column}: {health.reason}" for (name, column), health in found.items() if not health.ok]
+    named = {name: f"FedSC {name}" if name.startswith("ε=") else name for name, _ in found}  # Tables 3-5's rows
+    return [f"{named[name]} at {column}: {h.reason}" for (name, column), h in found.items() if not h.ok]
 
 
 def _joint_outcome(label: str) -> str:
