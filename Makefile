@@ -58,9 +58,11 @@ smoke: install
 bench: install
 	$(BIN)/python benchmarks/run.py
 
-# The cost planner's table on a GPU (docs/benchmarks.md, "make bench-costs"): times one run per pool
-# `python -m fedrepro.plan` prices and replaces those rows of benchmarks/unit_costs.csv, within 20 minutes
-# on an H200 (it prints the planner's estimate first). Without a GPU it prints that plan and writes nothing.
+# The cost planner's table on a GPU (docs/benchmarks.md, "make bench-costs"): times the rows that decide the
+# paper-scale hours and have no measurement of today's code (paper_scale.py DECIDING: FedSC fp32 and bf16,
+# FedAL's stacked pool, Amazon), replacing those rows of benchmarks/unit_costs.csv, within 10 minutes on an
+# H200; it lists each row and the command that fills it first. Without a GPU it lists them and writes nothing.
+# Every pool's kind: benchmarks/paper_scale.py --costs --all (20 minutes).
 .PHONY: bench-costs
 bench-costs: install
 	$(BIN)/python benchmarks/paper_scale.py --costs

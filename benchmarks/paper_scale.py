@@ -1,8 +1,15 @@
 """Benchmark 7: seconds per unit of every pool the cost planner prices, measured on a GPU in one command.
 
     make bench-costs                                        # = .venv/bin/python benchmarks/paper_scale.py --costs
-    .venv/bin/python benchmarks/paper_scale.py --costs --plan     # only print the kinds and the planned minutes
-    .venv/bin/python benchmarks/paper_scale.py --costs --trial    # CPU: time every kind at smoke sizes, write nothing
+    .venv/bin/python benchmarks/paper_scale.py --costs --plan     # only list the rows, commands and planned minutes
+    .venv/bin/python benchmarks/paper_scale.py --costs --all      # every pool's kind (BUDGET_S), not DECIDING
+    .venv/bin/python benchmarks/paper_scale.py --costs --kinds <label>  # one row (labels as --plan lists them)
+    .venv/bin/python benchmarks/paper_scale.py --costs --trial    # CPU: time the kinds at smoke sizes, write nothing
+
+`make bench-costs` times DECIDING, the rows that decide the paper-scale hours and have no measurement of
+today's code, within DECIDING_BUDGET_S (10 minutes: one call of a lent GPU machine); a kind with a
+`precision` (FedSC in bf16 + channels-last) writes a lever row (setting "<setting>+bf16"), which the planner
+keeps out of today's fit and prices. `--all` times every kind below within BUDGET_S.
 
 `fedrepro.plan` prices a run from the newest row of benchmarks/unit_costs.csv measured on its pool (paper,
 unit, data set, model), scaled by its counted work; `KINDS` below holds one run per pool the paper
@@ -25,9 +32,9 @@ methods' code differs most. For each kind the command
    planner). benchmarks/cost_counts.py leaves a timed row's work alone.
 
 Before it times anything it prints the planner's own estimate of the benchmarked units plus start-up
-(`planned_seconds`); over `BUDGET_S` (20 minutes on the device the table is for) it drops the
+(`planned_seconds`); over its budget (`--all`: `BUDGET_S`, 20 minutes on the device the table is for) it drops the
 second-method kinds from the end and refuses when the pool kinds alone do not fit. Each kind's timed rounds
-stop after `KIND_CAP_S` and the whole command stops timing once `BUDGET_S` has passed.
+stop after `KIND_CAP_S` and the whole command stops timing once its budget has passed.
 
 Without a GPU the table is never written: CPU seconds on tiny data say nothing about GPU-hours.
 `--trial` runs every kind at tests/paperscale/smoke.yaml's sizes on the CPU and prints the rows it
@@ -99,10 +106,15 @@ class Kind:
     method: str
     setting: str
     unit: str = ""
+    precision: str = ""  # "bf16": a lever row (PRECISION_KEYS in the spec; its setting gets "+bf16")
 
     @property
     def the_unit(self) -> str:
         return self.unit or MAIN_UNIT[self.paper]
+
+    @property
+    def label(self) -> str:
+        return "/".join([self.paper, self.dataset, self.method, self.setting, self.the_unit, self.precision or "fp32"])
 
 
 KINDS = [
@@ -134,6 +146,20 @@ KINDS = [
     Kind("fedsc", "cifar10", "fedu", "full"),
 ]
 POOL_KINDS = 16  # KINDS[:POOL_KINDS] are the pool rows, never trimmed
+PRECISION_KEYS = {"bf16": {"precision": "bf16", "channels_last": True}}  # fl/precision.py's config keys
+# `make bench-costs` (the default of --costs): the rows today's planner has no measurement of that decide
+# the hours (docs/benchmarks.md, issue 42), within DECIDING_BUDGET_S: FedSC's CIFAR-10 round in fp32 and in
+# bf16 + channels-last in the same session (the precision lever's ratio), FedAL's CIFAR-10 ResNet pool as
+# today's code runs it on a GPU (stacked clients, foreach Adam; its rows were timed per client at 72f0df1),
+# and Amazon's bert-base epoch, the largest estimate, for DPZV and for VAFL (backpropagation).
+DECIDING = [
+    Kind("fedsc", "cifar10", "fedsc", "full_epsinf"),
+    Kind("fedsc", "cifar10", "fedsc", "full_epsinf", precision="bf16"),
+    Kind("fedal", "cifar10", "fedal", "cifar_resnet-a5"),
+    Kind("dpzv", "amazon_polarity", "dpzv", "eps"),
+    Kind("dpzv", "amazon_polarity", "vafl", "eps"),
+]
+DECIDING_BUDGET_S = 10 * 60  # one call of a lent GPU machine
 
 # Staged data on a GPU (tests/data/formats.py makers): training and test images per data set. FedSC's
 # clients (5-20, batch 256-512) each get at least two whole batches, FedAL's (10-20 after the 1,000
@@ -299,6 +325,8 @@ def timed_kinds(
     out = []
     for kind, run in kind_runs(config, kinds, strict):
         job = next(j for j in planned[kind.paper]["all runs"] if j.key[:3] == run.key and j.unit == kind.the_unit)
+        if kind.precision:  # the same run in the lever's precision (the same counted work)
+            run = replace(run, spec={**run.spec, **PRECISION_KEYS[kind.precision]})
         with sizes_of(sizes):
             work = timed_work(config, run, job, counts)
         if work != job.work:  # the bench's own copy: the planner's job object is shared by its tables
@@ -353,7 +381,7 @@ def cost_row(timed: Timed, seconds: float, device: str, source: str) -> dict:
         "device": device,
         "seconds": f"{seconds:.4g}",
         "source": source,
-        "setting": job.key[2],
+        "setting": job.key[2] + (plan.LEVER_SETTING + timed.kind.precision if timed.kind.precision else ""),
         "flops": f"{job.work.flops:.6g}",
         "launches": f"{job.work.launches:.6g}",
         "counted": TIMED,
@@ -666,21 +694,50 @@ def plan_bench(
     return timed, planned_seconds(timed)
 
 
+def row_lines(timed: list[Timed]) -> list[str]:
+    """Each row the command fills (the unit_costs.csv key it writes) and the command that fills it alone."""
+    lines = []
+    for t in timed:
+        setting = t.job.key[2] + (plan.LEVER_SETTING + t.kind.precision if t.kind.precision else "")
+        row = f"{t.job.paper} {t.job.unit} {t.job.key[0]} {t.job.model} {t.job.key[1]} {setting}"
+        command = f"python benchmarks/paper_scale.py --costs --kinds {t.kind.label}"
+        lines.append(f"  {row}: {t.bench_units:g} {t.job.unit}s x {t.job.seconds_per_unit:.3g} s; `{command}`")
+    return lines
+
+
+def chosen_kinds(all_kinds: bool, papers: list[str] | None, labels: list[str] | None) -> list[Kind]:
+    """The kinds to time: DECIDING (the default), every kind (`all_kinds`), or those named by `labels`
+    (Kind.label); `papers` keeps those papers' kinds only."""
+    pool = KINDS + [k for k in DECIDING if k not in KINDS] if all_kinds or labels else DECIDING
+    if labels:
+        unknown = set(labels) - {k.label for k in pool}
+        if unknown:
+            raise ValueError(f"--kinds: unknown {sorted(unknown)}; allowed: {', '.join(k.label for k in pool)}")
+        pool = [k for k in pool if k.label in labels]
+    return [k for k in pool if papers is None or k.paper in papers]
+
+
 def bench_costs(
-    trial: bool = False, plan_only: bool = False, keep: bool = False, papers: list[str] | None = None
+    trial: bool = False,
+    plan_only: bool = False,
+    keep: bool = False,
+    papers: list[str] | None = None,
+    all_kinds: bool = False,
+    labels: list[str] | None = None,
 ) -> list[dict]:
     """The command (module docstring); returns the benchmark rows (results/benchmarks/paper_scale.*).
-    `papers`: only these papers' kinds (a partial refresh)."""
+    Times DECIDING within DECIDING_BUDGET_S, or every kind (`all_kinds`, BUDGET_S) or the kinds `labels`
+    names; `papers`: only these papers' kinds (a partial refresh)."""
     gpu = torch.cuda.is_available()
     device = device_name()
     scratch = Path(tempfile.mkdtemp(prefix="bench_costs_"))
+    budget = BUDGET_S if all_kinds else DECIDING_BUDGET_S
     # the GPU command's plan on any machine, but for the CPU trial's (smoke sizes)
-    timed, estimate = plan_bench(gpu or not trial, scratch, [k for k in KINDS if papers is None or k.paper in papers])
+    timed, estimate = plan_bench(gpu or not trial, scratch, chosen_kinds(all_kinds, papers, labels), budget)
     print(
-        f"{len(timed)} kinds; the planner expects {estimate / 60:.1f} min on {plan.DEVICE} (budget {BUDGET_S / 60:.0f})"
+        f"{len(timed)} rows to fill; the planner expects {estimate / 60:.1f} min on {plan.DEVICE} (budget {budget / 60:.0f})"
     )
-    for t in timed:
-        print(f"  {t.kind}: {t.bench_units:g} {t.job.unit}s x {t.job.seconds_per_unit:.3g} s")
+    print("\n".join(row_lines(timed)))
     if plan_only or not (gpu or trial):
         if not gpu and not plan_only:
             print("no GPU present: nothing timed (CPU seconds say nothing about GPU-hours); --trial runs the kinds")
@@ -705,8 +762,8 @@ def bench_costs(
     rows, new_costs = [], []
     source = f"measured: benchmarks/paper_scale.py --costs {time.strftime('%Y-%m-%d')}, torch {torch.__version__}"
     for t in timed:
-        if time.perf_counter() - start > BUDGET_S:
-            print(f"{t.kind}: not timed, the {BUDGET_S / 60:.0f}-minute budget is spent")
+        if time.perf_counter() - start > budget:
+            print(f"{t.kind}: not timed, the {budget / 60:.0f}-minute budget is spent")
             continue
         kind_start = time.perf_counter()
         try:
@@ -756,7 +813,7 @@ def run(quick: bool = False) -> list[dict]:
         print("paper_scale: the unit-cost rows are `make bench-costs`'s (benchmarks/paper_scale.py --costs)")
         rows = []
     else:
-        rows = bench_costs(trial=True)
+        rows = bench_costs(trial=True, all_kinds=True)
     return rows if quick else rows + levers()
 
 
@@ -767,6 +824,8 @@ def main() -> None:
     parser.add_argument("--trial", action="store_true", help="with --costs: time at smoke sizes on the CPU too")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--papers", nargs="+", choices=sorted(MAIN_UNIT), help="with --costs: only these papers' kinds")
+    parser.add_argument("--all", action="store_true", help="with --costs: every pool's kind (20 min), not DECIDING")
+    parser.add_argument("--kinds", nargs="+", help="with --costs: only these kinds (labels as --plan prints them)")
     parser.add_argument("--levers", action="store_true", help="only the issue-20 lever rows (no pipeline jobs)")
     parser.add_argument("--quick", action="store_true", help="with --levers: one repeat")
     options = parser.parse_args()
@@ -775,7 +834,7 @@ def main() -> None:
         return
     if not options.costs:
         parser.error("choose --costs (the unit-cost bench) or --levers")
-    rows = bench_costs(options.trial, options.plan, options.keep, options.papers)
+    rows = bench_costs(options.trial, options.plan, options.keep, options.papers, options.all, options.kinds)
     if rows:
         print(write(rows, "paper_scale").to_markdown(index=False, floatfmt=".4g"))
 

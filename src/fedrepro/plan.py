@@ -36,6 +36,7 @@ from pathlib import Path
 
 from fedrepro.config import ITERATION_KEY, check_config, enabled_papers
 from fedrepro.data.catalog import DATASETS
+from fedrepro.experiments import levers
 from fedrepro.experiments.cost import ZO_METHODS, Constants, Counts, Step, Work, direction_step, fit, load_counts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,10 +97,15 @@ class Job:
     model: str = "*"
     work: Work = field(default_factory=Work)
     floor_per_unit: float = 0.0
+    lever_ratio: float = 1.0  # seconds with the applied levers / today's (experiments/levers.py)
 
     @property
     def gpu_hours(self) -> float:
         return self.units * self.seconds_per_unit * self.seeds / 3600.0
+
+    @property
+    def lever_hours(self) -> float:
+        return self.gpu_hours * self.lever_ratio
 
     @property
     def floor_hours(self) -> float:
@@ -186,7 +192,7 @@ def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
     participation = spec.get("participation", "full")
     fraction = 1.0 if participation == "full" else int(participation) / int(ds["clients"])
     samples = n_train * fraction  # the participating clients' data (class splits of similar size)
-    work = step * (train["local_epochs"] * samples / batch)
+    work = step.autocast() * (train["local_epochs"] * samples / batch)  # precision: bf16 runs these in bf16
     if run.method in FROZEN_FORWARD:  # the target / frozen global network's forward of the same views
         work = work + forward * (train["local_epochs"] * samples * views / batch)
     chunk = int({**DPCALR, **spec.get("dpcalr", {})}["batch_size"])  # DP-CalR forwards in chunks of its own
@@ -267,7 +273,7 @@ def fedal_work(
         if stacked:  # one step of the architecture's clients: their FLOPs, its launches once
             group = counts(Step.of(*model, batch, "train_stacked")) * trains
             group = group + counts(Step.of(*model, batch, "forward_stacked")) * frozen
-            work = work + Work(group.flops * share, group.launches * min(1.0, share))
+            work = work + Work(group.flops * share, group.launches * min(1.0, share)).graphed()
         else:
             work = work + (train * trains + counts(Step.of(*model, batch, "forward")) * frozen) * share
     return work
@@ -309,8 +315,9 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
         forward_step = Step.of(spec["client_model"], options, shape, batch, "forward")
         forward = counts(forward_step)
         train_step = Step.of(spec["client_model"], options, shape, batch, "train", "sgd")
-        if zo:
-            client = forward * 2 + Work(0.0, direction_launches(run.method, forward_step, spec, counts))
+        if zo:  # a BERT's two forwards: what bf16 forwards would speed up (experiments/levers.py, gated)
+            perturbed = forward.autocast() if bert else forward
+            client = perturbed * 2 + Work(0.0, direction_launches(run.method, forward_step, spec, counts))
         else:
             client = counts(train_step)
         if stacked:  # the client's FLOPs and own launches; its group's stacked program once per segment
@@ -319,10 +326,10 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
             own = direction_launches(run.method, forward_step, spec, counts) if zo else STACKED_SGD_STEP
             client = Work(client.flops, own + (STACKED_SNAPSHOTS if zo else 1))
         evaluation = forward * (int(spec.get("evals_per_epoch", 1)) * (n_train - rows + info.n_test) / batch)
-        epoch = epoch + (client + server) * (rows // batch) + evaluation
+        epoch = epoch + (client + server).graphed() * (rows // batch) + evaluation
     if stacked:
         length = expected_segment_length(len(shapes), spec.get("client_weights"))
-        epoch = epoch + Work(0.0, sum(segment.values()) * len(shapes) * (rows // batch) / length)
+        epoch = epoch + Work(0.0, sum(segment.values()) * len(shapes) * (rows // batch) / length).graphed()
     return epoch
 
 
@@ -423,11 +430,19 @@ def row_works(jobs: list[Job], costs: list[Cost]) -> dict[Cost, Work]:
     return out
 
 
+LEVER_SETTING = "+"  # a row timed with a lever on (benchmarks/paper_scale.py: setting "<setting>+bf16")
+
+
+def is_lever_row(cost: Cost) -> bool:
+    """A row timed with a lever on: not today's code, so never in the fit or a run's price."""
+    return LEVER_SETTING in cost.setting
+
+
 def price(planned: dict, costs: list[Cost], device: str = DEVICE, overlap: bool = False) -> Constants:
     """Fit the device's constants to its measured rows and price every job (module docstring); `overlap`:
     a unit takes the longer of its FLOP and launch times instead of their sum (`cost.Constants`)."""
     jobs_ = [j for per in planned.values() for j in per["all runs"]]
-    rows = [c for c in costs if c.device == device]
+    rows = [c for c in costs if c.device == device and not is_lever_row(c)]
     measured = row_works(jobs_, rows)
     newest = {}  # the newest row of each measured kind is a point of the fit
     for c in rows:
@@ -435,8 +450,10 @@ def price(planned: dict, costs: list[Cost], device: str = DEVICE, overlap: bool 
             newest[(c.paper, c.unit, c.dataset, c.model, c.method, c.setting)] = c
     constants = fit([(measured[c], c.seconds) for c in newest.values()], device, overlap)
     factors = paper_factors(constants, [(c.paper, measured[c], c.seconds) for c in newest.values()])
+    applied = levers.active()
     for job in {id(j): j for per in planned.values() for jobs_ in per.values() for j in jobs_}.values():
         job.floor_per_unit = constants.floor(job.work)
+        job.lever_ratio = levers.ratio(constants, job.work, job.paper, job.key[1], applied)
         if job.work == Work():  # CPU-sized (SteFFLe, FedAvg)
             job.seconds_per_unit, job.measured = CPU_SECONDS, False
             continue
@@ -784,8 +801,37 @@ def _jobs_line(name: str, jobs: list[Job]) -> str:
     hours = sum(j.gpu_hours for j in jobs)
     floor = sum(j.floor_hours for j in jobs)
     measured = sum(j.gpu_hours for j in jobs if j.measured)
+    with_levers = sum(j.lever_hours for j in jobs)
     count = len({j.key[:4] for j in jobs})
-    return f"| {name} | {count} | {floor:,.1f} | {hours:,.1f} | {measured:,.1f} |"
+    return f"| {name} | {count} | {floor:,.1f} | {hours:,.1f} | {with_levers:,.1f} | {measured:,.1f} |"
+
+
+LEVER_GOAL_HOURS = 400  # issue 42: the whole paper scale with the ready levers applied
+
+
+def levers_report(planned: dict, constants: Constants | None) -> list[str]:
+    """The levers (experiments/levers.py): applied or not and why, the hours each alone saves (applied or
+    not: what its tests would buy), and the hours left above the goal."""
+    lines = ["", "Levers ('with levers' column: today's seconds x lever model / today's model of each unit):", ""]
+    lines += [
+        "| lever | runs | assumed speed-up | source | CPU test (changes no number) | saves alone (h) | applied |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    whole = [j for per in planned.values() for j in per["all runs"]]
+    for lever in levers.LEVERS:
+        runs = f"{lever.paper} {'/'.join(lever.methods) if lever.methods else '(all)'}"
+        value = f"{lever.value:.2f}x FLOP time" if lever.kind == "flops" else f"{lever.value * 1e6:g} us per launch"
+        saves = math.nan
+        if constants is not None:
+            saves = sum(j.gpu_hours * (1 - levers.ratio(constants, j.work, j.paper, j.key[1], [lever])) for j in whole)
+        missing = lever.missing_evidence()
+        why = "yes" if lever.applied() else "no: gate failed" if not lever.gate else f"no: missing {', '.join(missing)}"
+        evidence = "; ".join(lever.evidence)
+        lines.append(f"| {lever.name} | {runs} | {value} | {lever.source} | {evidence} | {saves:,.1f} | {why} |")
+    left = sum(j.lever_hours for j in whole) - LEVER_GOAL_HOURS
+    per_paper = ", ".join(f"{p} {sum(j.lever_hours for j in per['all runs']):,.1f}" for p, per in planned.items())
+    goal = f"{left:,.1f} h above" if left > 0 else "within"
+    return [*lines, "", f"With levers, per paper: {per_paper} H200-hours; {goal} the {LEVER_GOAL_HOURS}-hour goal."]
 
 
 def report(planned: dict, costs: list[Cost], constants: Constants | None = None) -> str:
@@ -798,8 +844,8 @@ def report(planned: dict, costs: list[Cost], constants: Constants | None = None)
         "dense bf16 peak. 'estimate': the fitted model (fedrepro.plan). 'on measured pools': the part of",
         "the estimate scaled from a row measured on the same data set and model.",
         "",
-        "| paper / output | training jobs | FLOP floor (h) | estimate (GPU-h) | on measured pools (h) |",
-        "|---|---|---|---|---|",
+        "| paper / output | training jobs | FLOP floor (h) | estimate (GPU-h) | with levers (GPU-h) | on measured pools (h) |",
+        "|---|---|---|---|---|---|",
     ]
     total: list[Job] = []
     for paper, per in planned.items():
@@ -809,6 +855,7 @@ def report(planned: dict, costs: list[Cost], constants: Constants | None = None)
         lines.append(_jobs_line(f"**{paper} (all)**", per["all runs"]))
         total += per["all runs"]
     lines.append(_jobs_line("**whole configuration**", total))
+    lines += levers_report(planned, constants)
     if constants is not None:
         lines += [
             "",
@@ -823,11 +870,13 @@ def report(planned: dict, costs: list[Cost], constants: Constants | None = None)
             + ".",
         ]
     jobs_all = [j for per in planned.values() for j in per["all runs"]]
-    measured = row_works(jobs_all, [c for c in costs if c.device == device])
+    measured = row_works(jobs_all, [c for c in costs if c.device == device and not is_lever_row(c)])
     lines += ["", f"Measured rows ({', '.join(sorted({c.device for c in costs}))}):"]
     for c in costs:
         line = f"- {c.paper} {c.unit} {c.dataset} {c.model} {c.method} {c.setting}: {c.seconds:g} s ({c.source})"
-        if constants is not None and c in measured:
+        if is_lever_row(c):
+            line += "; timed with a lever on: not in today's fit"
+        elif constants is not None and c in measured:
             line += f"; the model gives {constants.seconds(measured[c]):.3g} s"
         elif c.device == device:
             line += "; no counted work (run benchmarks/cost_counts.py) and no planned run measured by it"

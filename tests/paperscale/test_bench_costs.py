@@ -242,7 +242,7 @@ def test_without_a_gpu_the_command_writes_nothing(bench, monkeypatch, tmp_path):
     for name in (EVERY_ENV, MINUTES_ENV, DETERMINISTIC_ENV, sources.CHECKSUM_OVERRIDES_ENV):
         monkeypatch.delenv(name, raising=False)  # the command sets them for its jobs: restored after the test
     monkeypatch.setattr(paper_scale.torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(paper_scale, "plan_bench", lambda gpu, scratch, kinds: (timed[:2], estimate))
+    monkeypatch.setattr(paper_scale, "plan_bench", lambda gpu, scratch, kinds, budget: (timed[:2], estimate))
     monkeypatch.setattr(paper_scale, "stage", lambda root, gpu, datasets: {})
     monkeypatch.setattr(paper_scale, "prepare_inputs", lambda *args, **kwargs: None)
     monkeypatch.setattr(paper_scale, "prepared_sizes", lambda config, datasets: {})

@@ -32,16 +32,28 @@ PEAK_FLOPS = {"H200": 989.5e12, "H100": 989.5e12}
 
 @dataclass(frozen=True)
 class Work:
-    """FLOPs and kernel launches of one step, unit or job."""
+    """FLOPs and kernel launches of one step, unit or job; of them, `autocast_flops` run in a path that a
+    precision lever can speed up (FedSC's training forwards and backwards, fl/precision.py) and
+    `graphed_launches` in a round or step that is ready for CUDA graphs (fedrepro.experiments.levers)."""
 
     flops: float = 0.0
     launches: float = 0.0
+    autocast_flops: float = 0.0
+    graphed_launches: float = 0.0
 
     def __add__(self, other: Work) -> Work:
-        return Work(self.flops + other.flops, self.launches + other.launches)
+        return Work(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
 
     def __mul__(self, k: float) -> Work:
-        return Work(self.flops * k, self.launches * k)
+        return Work(*(a * k for a in dataclasses.astuple(self)))
+
+    def autocast(self) -> Work:
+        """This work, all of its FLOPs in the precision lever's path."""
+        return dataclasses.replace(self, autocast_flops=self.flops)
+
+    def graphed(self) -> Work:
+        """This work, all of its launches in a graph-ready round or step."""
+        return dataclasses.replace(self, graphed_launches=self.launches)
 
     __rmul__ = __mul__
 
