@@ -52,7 +52,11 @@ def seconds_per_round(method: str, vfl_data, batch: int, stacked: bool) -> tuple
         lr_server=1e-5,
         lr_client=1e-5,
         eps=1.0,
-        extra={"stack_clients": stacked, "server_update": "zo" if method in ("dpzv", "zoo_vfl") else "sgd"},
+        extra={
+            "stack_clients": stacked,
+            "server_update": "zo" if method in ("dpzv", "zoo_vfl") else "sgd",
+            "embed_clip": 10.0,
+        },
     )
     algo = METHODS[method](vfl_data, settings, seed=0)
     algo.round(1)  # warm-up block

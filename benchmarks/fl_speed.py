@@ -39,11 +39,11 @@ import torch.nn.functional as F
 from common import row, write
 from sklearn.datasets import load_digits
 
-from fedrepro.algorithms.baselines.fedavg import FedAvg
 from fedrepro.algorithms.fedal.base import FedData, TrainConfig
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.fedproto import FedProto
+from fedrepro.algorithms.fedavg.fedavg import FedAvg
 from fedrepro.data.tensors import TensorData
 from fedrepro.fl import batched
 from fedrepro.fl.loop import run_rounds

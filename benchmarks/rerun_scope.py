@@ -37,7 +37,7 @@ EDITS = {  # name: (file in the checkout, the edit)
         lambda t: t + "\nimport torch\ntorch.set_default_dtype(torch.float64)\n",
     ),
     "FedAvg label": (
-        "src/fedrepro/algorithms/baselines/__init__.py",
+        "src/fedrepro/algorithms/fedavg/__init__.py",
         lambda t: t.replace('label="FedAvg"', 'label="FedAvg, renamed"'),
     ),
 }

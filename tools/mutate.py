@@ -63,7 +63,7 @@ MODULES = {
         "tests/fedsc/test_parts.py",
     ],
     "fl": ["tests/foundation"],
-    "algorithms/baselines": ["tests/foundation"],
+    "algorithms/fedavg": ["tests/foundation"],
     "algorithms/steffle": ["tests/steffle"],
     "algorithms/dpzv": ["tests/dpzv"],
     "algorithms/fedal": ["tests/fedal"],

@@ -10,9 +10,9 @@ pytestmark = pytest.mark.pipeline
 
 def test_a_method_label_edit_reruns_the_reports_only(local_slice):
     work, config = local_slice
-    table = work / "src/fedrepro/algorithms/baselines/__init__.py"
+    table = work / "src/fedrepro/algorithms/fedavg/__init__.py"
     assert 'label="FedAvg"' in table.read_text()
     with edited(table, lambda text: text.replace('label="FedAvg"', 'label="FedAvg, renamed"')):
         jobs, output = dry_run(work, config)
     assert jobs == sorted(REPORTS)  # before the labels' own fingerprint: both training runs too
-    assert "were written: fedrepro.algorithms.baselines.__labels__\n" in output
+    assert "were written: fedrepro.algorithms.fedavg.__labels__\n" in output

@@ -87,19 +87,19 @@ def test_a_checkout_with_other_code_never_accepts_a_shared_results_folders_numbe
     shutil.copytree(work / "results", settings["results"])
     first, second = copy_pipeline(tmp_path / "first"), copy_pipeline(tmp_path / "second")
     assert dry_run(first, write_config(settings, first / "tiny.yaml"))[0] == []
-    with edited(second / "src/fedrepro/algorithms/baselines/fedavg.py"):
+    with edited(second / "src/fedrepro/algorithms/fedavg/fedavg.py"):
         jobs, _ = dry_run(second, write_config(settings, second / "tiny.yaml"))
     assert {job.split(":")[0] for job in jobs} >= {"fedavg_train", "fedavg_accuracy_table"}
 
 
 def test_editing_the_paper_code_reruns_its_training_and_reports(local_slice):
     work, config = local_slice
-    with edited(work / "src/fedrepro/algorithms/baselines/fedavg.py"):
+    with edited(work / "src/fedrepro/algorithms/fedavg/fedavg.py"):
         jobs, output = dry_run(work, config)
     assert jobs == sorted([TRAIN_A03, TRAIN_A100, *REPORTS])
-    assert "Updated input files" in output and "fedrepro.algorithms.baselines.fedavg-run_job.code" in output
+    assert "Updated input files" in output and "fedrepro.algorithms.fedavg.fedavg-run_job.code" in output
     assert re.search(
-        r"fedrepro: code changed since the fingerprints in .* were written: fedrepro.algorithms.baselines.fedavg\n",
+        r"fedrepro: code changed since the fingerprints in .* were written: fedrepro.algorithms.fedavg.fedavg\n",
         output,
     )
 
@@ -128,7 +128,7 @@ def test_a_comment_or_docstring_edit_reruns_nothing(local_slice):
         return text.replace('"""', '"""Edited docstring. ', 1).replace("\n\n\n", "\n\n\n\n") + "# a comment\n"
 
     with edited(work / "src/fedrepro/fl/loop.py", docstring_and_layout):
-        with edited(work / "src/fedrepro/algorithms/baselines/fedavg.py", "\n\n# only a comment\n"):
+        with edited(work / "src/fedrepro/algorithms/fedavg/fedavg.py", "\n\n# only a comment\n"):
             jobs, output = dry_run(work, config)
     assert jobs == [] and "Nothing to be done" in output
 

@@ -37,6 +37,8 @@ def tiny_settings(**kw):
         lr_server=0.05,
         record_wire=True,
     )
-    extra = kw.pop("extra", {})
+    # the options without a fallback (config.yaml's shared block sets them): Algorithm 1's ZO server and
+    # Table 3's C_h = C = 10 for the baselines
+    extra = {"server_update": "zo", "embed_clip": 10.0, **kw.pop("extra", {})}
     base.update(kw)
     return VFLSettings(**base, extra=extra)

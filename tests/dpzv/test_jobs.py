@@ -46,6 +46,7 @@ def spec(method, variants):
         "val_fraction": 0.2,
         "zo_momentum": 0.9,
         "server_update": "sgd",
+        "embed_clip": 10.0,
         "momentum": 0.9,
         "variants": variants,
     }

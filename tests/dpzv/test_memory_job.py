@@ -20,6 +20,7 @@ SETTINGS = {
     "embed_dim": 4,
     "server_hidden": 8,
     "server_update": "sgd",
+    "embed_clip": 10.0,
 }
 
 

@@ -1,5 +1,6 @@
-"""Without options each method runs the DPZV paper's setting: Algorithm 1 and Table 3
-(lambda = 1e-3, C = 10, momentum m = 0.9, n = 5 VFL-CZOFO perturbations, C_h = C for the baselines)."""
+"""Without other options each method runs the DPZV paper's setting: Algorithm 1 and Table 3 (lambda = 1e-3,
+C = 10, momentum m = 0.9, n = 5 VFL-CZOFO perturbations). `server_update` and the baselines' `embed_clip` have no
+fallback (config.yaml sets other values); tiny_settings passes Algorithm 1's ZO server and C_h = C = 10."""
 
 import math
 

@@ -141,7 +141,9 @@ def test_stacked_resnet18_group_norm(method):
     kw = {"eps": 2.0, **RESNET, "lr_client": LR_CLIENT[method] / 1000}  # d = 11M: ZO steps need a small rate
     settings = tiny_settings(epochs=1, extra={"stack_clients": True}, **kw)
     stacked = METHODS[method](data, settings, seed=5)
-    reference = METHODS[method](data, dataclasses.replace(settings, extra={"stack_clients": False}), seed=5)
+    reference = METHODS[method](
+        data, dataclasses.replace(settings, extra={**settings.extra, "stack_clients": False}), seed=5
+    )
     turns = stacked.segment(stacked.total_rounds)
     while len(turns) < 2:  # a segment of at least two clients
         stacked.run_segment(turns), reference.one_round()

@@ -121,8 +121,8 @@ def test_fccl_build_defaults_are_the_authors_digits_settings():
     plain = fccl.build(data, POOL, config(), 0, {"method": "fccl", "pretrain_iters": 2})
     assert (plain.plus, plain.pretrain_steps, plain.local_steps) == (False, 2, config().tau)
     assert (plain.sim_temperature, plain.sim_weight, plain.nt_temperature) == (0.02, 3.0, 3.0)
-    default = fccl.build(data, POOL, config(), 0, {"method": "fccl"})
-    assert default.pretrain_steps == 100
+    with pytest.raises(KeyError, match="pretrain_iters"):  # no fallback: config's train block always sets it
+        fccl.build(data, POOL, config(), 0, {"method": "fccl"})
     plus = fccl.build(
         data,
         POOL,
@@ -130,6 +130,7 @@ def test_fccl_build_defaults_are_the_authors_digits_settings():
         0,
         {
             "method": "fccl_plus",
+            "pretrain_iters": 0,
             "similarity_temperature": 0.5,
             "similarity_weight": 2.0,
             "nt_temperature": 4.0,
@@ -213,8 +214,8 @@ def test_load_setting_splits_by_the_partition_on_the_requested_device(tiny_job):
     [
         ({"iterations": 12, "tau": 3, "evals": 1}, 4, 4, None),  # checkpoint_every: the loop's (config) value
         ({"iterations": 12, "tau": 3, "evals": 2}, 4, 2, None),
-        ({"iterations": 40, "tau": 2}, 20, 2, None),  # evals default 10
-        ({"iterations": 5, "tau": 2, "iteration_unit": "round", "device": "cpu"}, 5, 1, None),
+        ({"iterations": 40, "tau": 2, "evals": 10}, 20, 2, None),
+        ({"iterations": 5, "tau": 2, "evals": 10, "iteration_unit": "round", "device": "cpu"}, 5, 1, None),
     ],
 )
 def test_run_turns_the_budget_into_rounds_and_evaluation_points(

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.algorithms.fedavg.fedavg import FedAvg
 from fedrepro.data.arrays import load_prepared
 from fedrepro.data.partition import load_partition
 from fedrepro.data.tensors import to_tensors
@@ -77,7 +77,7 @@ def toy_module(tmp_path, monkeypatch) -> str:
 
 
 def add_table_line(monkeypatch, entry: str) -> None:
-    """Step 2: one line in algorithms/baselines/__init__.py."""
+    """Step 2: one line in algorithms/fedavg/__init__.py."""
     fedavg = method_table("fedavg")["fedavg"]
     row = Method(entry=entry, label="FedAvg, server step 0.5", config_keys=(*fedavg.config_keys, "server_lr"))
     monkeypatch.setitem(method_table("fedavg"), TOY, row)
@@ -287,9 +287,9 @@ _FEDAVG_KEYS = (*method_table("fedavg")["fedavg"].config_keys, "server_lr")
 TOYS = {
     "fedavg": (
         TOY,
-        "baselines",
+        "fedavg",
         TOY_MODULE,
-        f'"{TOY}": Method(entry="fedrepro.algorithms.baselines.{TOY}:run_job", label="Toy", config_keys={_FEDAVG_KEYS}),',
+        f'"{TOY}": Method(entry="fedrepro.algorithms.fedavg.{TOY}:run_job", label="Toy", config_keys={_FEDAVG_KEYS}),',
         add_config_block,
         add_schema_entry,
     ),

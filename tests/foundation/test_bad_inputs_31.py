@@ -8,24 +8,17 @@ import numpy as np
 import pytest
 import yaml
 
-from fedrepro.config import ConfigError, check_config, data_count_errors, duplicate_run_errors
+from fedrepro.config import check_config, data_count_errors, duplicate_run_errors
 from fedrepro.data.sizes import train_size
 from fedrepro.plan import print_duration_warnings
+from tests.foundation.test_config import ROOT, SCHEMAS, error_of
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT / "workflow" / "schemas"
 BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
 @pytest.fixture
 def config() -> dict:
     return copy.deepcopy(BASE)
-
-
-def error_of(config: dict) -> str:
-    with pytest.raises(ConfigError) as info:
-        check_config(config, SCHEMAS)
-    return str(info.value)
 
 
 def _set(path: str, value):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.algorithms.fedavg.fedavg import FedAvg
 from fedrepro.algorithms.fedsc.fedsc import FedSC
 from fedrepro.data.tensors import TensorData
 from fedrepro.experiments import fedavg as fedavg_plan

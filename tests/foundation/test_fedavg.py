@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.algorithms.fedavg.fedavg import FedAvg
 from fedrepro.fl import seeding
 from tests.foundation.conftest import FEDAVG_SPEC
 

@@ -4,27 +4,17 @@ Each case was a job failure before (matrix shapes, IndexError, a partition that 
 """
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
-from fedrepro.config import ConfigError, check_config
 from fedrepro.experiments import fit
-
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT / "workflow" / "schemas"
+from tests.foundation.test_config import ROOT, error_of
 
 
 @pytest.fixture
 def config() -> dict:
     return yaml.safe_load((ROOT / "config.yaml").read_text())
-
-
-def error_of(config: dict) -> str:
-    with pytest.raises(ConfigError) as info:
-        check_config(config, SCHEMAS)
-    return str(info.value)
 
 
 def set_in(config: dict, path: str, value) -> None:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.algorithms.fedavg.fedavg import FedAvg
 from fedrepro.fl import loop, seeding
 from fedrepro.fl.loop import Checkpoint, run_rounds
 from fedrepro.fl.runner import run_seeds, seed_slot

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.algorithms.fedavg.fedavg import FedAvg
 from fedrepro.data.tensors import TensorData
 from fedrepro.experiments import fedavg as fedavg_plan
 from fedrepro.experiments import training_options

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from fedrepro.registry import lookup
 
 PAPERS: dict[str, str] = {
-    "fedavg": "fedrepro.algorithms.baselines",
+    "fedavg": "fedrepro.algorithms.fedavg",
     "fedsc": "fedrepro.algorithms.fedsc",
     "dpzv": "fedrepro.algorithms.dpzv",
     "fedal": "fedrepro.algorithms.fedal",

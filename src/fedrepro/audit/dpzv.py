@@ -259,7 +259,7 @@ DPZV_VARIANTS = {
 def dpzv_settings(cfg: dict, variant: str):
     from fedrepro.algorithms.dpzv.base import VFLSettings
 
-    extra = {"clip": float(cfg["clip"])}
+    extra = {"clip": float(cfg["clip"]), "server_update": "zo"}  # Algorithm 1 line 7: the ZO server step
     lr_server = float(cfg["lr_server"])
     if variant == "frozen_head":
         lr_server = 0.0
@@ -327,7 +327,7 @@ def dpzv_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
                 sigma=info["sigma"],
                 note=(
                     f"{DPZV_VARIANTS[variant]}; T = {info['rounds']} rounds, canary in {k}; largest change of a "
-                    f"round without the canary {info['leak_max']:.3g} (2C/B = {2 * c / b:.3g}); canary GDP mu "
+                    f"round without the canary {info['leak_max']:.3g} (2C/B = {dpzv_privacy.dpzv_sensitivities(c)[0] / b:.3g}); canary GDP mu "
                     f"{_rms(info['mu_canary']):.3g} in its own rounds, {_rms(info['mu_all']):.3g} in all; "
                     f"measured noise std {info['noise_std']:.3g} (sigma {info['sigma']:.3g})"
                 ),
@@ -509,17 +509,24 @@ def dpzv_embedding_scores(runs: int, method: str, settings, data, canary_scale: 
     return scores["out"], scores["in"], info
 
 
-def dpzv_baseline_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
-    """One row per baseline of `cfg['baselines']`: its noisy embeddings against the server (which sees the ids)."""
+def _baseline_settings(cfg: dict, **changes):
+    """The paper variant's settings with the baselines' embedding clip C_h (ZOO-VFL keeps its ZO server)."""
     import dataclasses
 
+    paper = dpzv_settings(cfg, "paper")
+    extra = {"embed_clip": float(cfg["embed_clip"]), "server_update": paper.extra["server_update"]}
+    return dataclasses.replace(paper, extra=extra, **changes)
+
+
+def dpzv_baseline_audits(cfg: dict, runs: int, seed: int) -> list[Audited]:
+    """One row per baseline of `cfg['baselines']`: its noisy embeddings against the server (which sees the ids)."""
     from fedrepro.privacy import dpzv as dpzv_privacy
 
     data = tiny_vfl_data(int(cfg["num_train"]), clients=int(cfg["clients"]), seed=seed)
     rows = []
     for method in cfg["baselines"]:
         start = time.time()
-        settings = dataclasses.replace(dpzv_settings(cfg, "paper"), extra={"embed_clip": float(cfg["embed_clip"])})
+        settings = _baseline_settings(cfg)
         out, inn, info = dpzv_embedding_scores(runs, method, settings, data, float(cfg["canary_scale"]), seed)
         z = float(info["privacy"]["noise_multiplier"])
         steps = int(info["privacy"]["releases"]) // info["rounds"]  # ZOO-VFL's pair counted separately: 2
@@ -577,7 +584,6 @@ def vfl_table_init_audit(cfg: dict, runs: int, seed: int) -> Audited:
     canary is client 0's slice of one record (the baselines' pair, `_embedding_canary`); the score is the canary's
     row of the table. No noise touches it, so no finite epsilon holds; the leak-free variant (`table_init: zeros`,
     the default) uploads nothing before round 1 (eps_reference 0)."""
-    import dataclasses
     import importlib
 
     from fedrepro.algorithms.dpzv import METHODS
@@ -587,9 +593,7 @@ def vfl_table_init_audit(cfg: dict, runs: int, seed: int) -> Audited:
     method = cfg["table_init_baseline"]
     cls = importlib.import_module(METHODS[method].entry.split(":")[0]).ALGORITHM
     data = tiny_vfl_data(int(cfg["num_train"]), clients=int(cfg["clients"]), seed=seed)
-    settings = dataclasses.replace(
-        dpzv_settings(cfg, "paper"), table_init="forward", extra={"embed_clip": float(cfg["embed_clip"])}
-    )
+    settings = _baseline_settings(cfg, table_init="forward")
     pair = _embedding_canary(cls(data, settings, seed), data.train[0], float(cfg["canary_scale"]), seed)
     worlds = _embedding_worlds(data, pair)
     base = {w: cls(d, settings, seed) for w, d in worlds.items()}

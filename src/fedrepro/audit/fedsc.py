@@ -155,7 +155,7 @@ def fedsc_scores(cfg: dict, runs: int, seed: int) -> Audited:
             scores[w][r], shares = llr, len(uploads)
             mu2.append(gap2)
     n0 = worlds["out"].sizes[0]
-    sens = fedsc_privacy.RIGOROUS_SENS_FACTOR * mu / n0
+    sens = fedsc_privacy.sensitivity(mu, n0)
     eps_adv = accountant.epsilon(sigma / sens, shares, float(cfg["delta"]), 1.0, "pld")
     p = base["out"].per_round / base["out"].num_clients
     return Audited(

@@ -304,7 +304,8 @@ def tran_scores(cfg: dict, runs: int, seed: int) -> Audited:
     real, shadow, ctx = _tran_runs(data, cfg, runs, seed)
     record = ctx["per_eps"][str(cfg["eps"])]
     z, m = float(real["out"].z_mult[0]), real["out"].m
-    sigma_primal, sigma_dual = z * 2 * float(cfg["clip"]) / m, z * math.sqrt(2.0)
+    sens_primal, sens_dual = steffle_privacy.fair_baseline_sensitivities(float(cfg["clip"]))
+    sigma_primal, sigma_dual = z * sens_primal / m, z * sens_dual
     scored = {}
     for w, trainer in real.items():
         primal, dual = _run_tran_world(trainer, shadow, (sigma_primal, sigma_dual))

@@ -1,6 +1,6 @@
 """Planner of the `fedavg` paper key: supervised FedAvg as a standalone baseline.
 
-One run per configured method of the table (fedrepro.algorithms.baselines, in its order) and
+One run per configured method of the table (fedrepro.algorithms.fedavg, in its order) and
 Dirichlet alpha; the report is a table of final test accuracy per method and alpha and a
 figure of test accuracy against rounds.
 """
@@ -52,7 +52,7 @@ def check(config: dict) -> list[str]:
     unknown = sorted(set(section["methods"]) - set(method_table(PAPER)))
     if unknown:
         errors.append(
-            f"config key '{PAPER}.methods': {unknown} not in the method table (fedrepro.algorithms.baselines.METHODS)"
+            f"config key '{PAPER}.methods': {unknown} not in the method table (fedrepro.algorithms.fedavg.METHODS)"
         )
     for method, settings in section["methods"].items():
         errors += model_fit_errors(

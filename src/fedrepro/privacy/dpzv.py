@@ -154,6 +154,17 @@ def eps_from_mu(mu: float, delta: float) -> float:
 # ------------------------------------------------------------------------ calibration: Theorem 6.1
 
 
+def dpzv_sensitivities(clip: float = 1.0, clip_h: float = 1.0) -> tuple[float, float]:
+    """Replace-one sensitivities of one sample's part in the DPZV paper's releases (delta, vector).
+
+    delta: the server's sum over the batch of per-sample ZO differences clipped to [-C, C] (eq. 8): 2C; its batch
+    mean moves by 2C/B. vector: one sample's vector clipped to ||v|| <= C_h (a baseline's embedding, Section 7; a
+    per-sample head gradient in the sum `label_privacy: dp_head` releases): 2 C_h.
+    Every accountant, mechanism and audit of DPZV's releases reads these two numbers here.
+    """
+    return 2.0 * float(clip), 2.0 * float(clip_h)
+
+
 def total_rounds(epochs: int, num_clients: int, num_samples: int, batch_size: int, drop_last: bool = False) -> int:
     """T = epochs * M * batches per epoch (the paper defines neither T nor an epoch: here every client
     passes once over the data per epoch, as in the VFL-CZOFO code)."""
@@ -176,7 +187,7 @@ def sigma_dp(clip: float, rounds: int, num_samples: int, mu: float) -> float:
     mu = positive("GDP mu", mu)
     if math.isinf(mu):
         return 0.0
-    return 2.0 * clip * math.sqrt(rounds) / (num_samples * mu)
+    return dpzv_sensitivities(clip)[0] * math.sqrt(rounds) / (num_samples * mu)
 
 
 def sigma_dp_for_eps(clip: float, rounds: int, num_samples: int, eps: float, delta: float) -> float:
@@ -188,7 +199,7 @@ def noise_multiplier(sigma: float, clip: float, batch_size: int) -> float:
     """sigma_tilde = sigma_dp / (2C/B): noise over the replace-one sensitivity 2C/B."""
     if not float(sigma) >= 0.0:
         raise ValueError(f"sigma must be >= 0, got {sigma}")
-    return float(sigma) * positive("batch_size B", batch_size) / (2.0 * positive("clip C", clip))
+    return float(sigma) * positive("batch_size B", batch_size) / dpzv_sensitivities(positive("clip C", clip))[0]
 
 
 def sigma_embedding(
@@ -210,7 +221,8 @@ def sigma_embedding(
     if math.isinf(mu):
         return 0.0
     rate = positive("batch_size B", batch_size) / positive("num_samples D", num_samples)
-    return rate * 2.0 * clip_h * math.sqrt(k) * math.sqrt(positive("releases T_rel", releases)) / mu
+    releases = positive("releases T_rel", releases)
+    return rate * dpzv_sensitivities(clip_h=clip_h)[1] * math.sqrt(k) * math.sqrt(releases) / mu
 
 
 # ----------------------------------------------- diagnostic: the CLT of the subsampled composition
@@ -255,7 +267,7 @@ def dpzv_mechanism(
     the standard approximation, matching the paper's own r = B/D and the CLT
     diagnostic's noise multiplier.
     """
-    sens = 2.0 * float(clip) / float(batch_size)
+    sens = dpzv_sensitivities(clip)[0] / float(batch_size)
     rate = float(batch_size) / float(num_samples)
     return accountant.GaussianComposition(
         accountant.multiplier(sigma_dp, sens),
@@ -345,7 +357,7 @@ def embedding_noise(
         raise ValueError("embedding noise: a finite eps needs a finite embed_clip")
     mu = mu_from_eps_delta(eps, delta)
     sigma = sigma_embedding(clip_h, batch_size, releases, num_samples, mu, embeddings_per_release=joint)
-    multiplier = sigma / (2.0 * clip_h * math.sqrt(joint))
+    multiplier = sigma / (dpzv_sensitivities(clip_h=clip_h)[1] * math.sqrt(joint))
     return _record(eps, delta, mu, sigma, multiplier, releases, rate, library_method)
 
 
@@ -359,7 +371,7 @@ def dp_head_multipliers(noise_multiplier: float) -> tuple[float, float]:
     1/z^2 = 1/s^2 + 1/(s/2)^2 = 5/s^2, i.e. z = s/sqrt(5).
     """
     s = float(noise_multiplier)
-    head = s / 2.0
+    head = s / dpzv_sensitivities(clip_h=1.0)[1]  # noise s C_h over the sum's 2 C_h: C_h cancels
     return head, 1.0 / math.sqrt(1.0 / s**2 + 1.0 / head**2)
 
 
@@ -641,7 +653,7 @@ def secret_subsample_noise(
     dp_head, the head's release on the same kept samples)."""
     pooled, one = uses
     rate = float(rate)
-    joint = math.sqrt(5.0) if label_privacy == "dp_head" else 1.0
+    joint = 1.0 / dp_head_multipliers(1.0)[1] if label_privacy == "dp_head" else 1.0  # z = s/sqrt(5)
     record = {"secret_rate": rate, "uses_pooled": pooled, "uses_one_client": one, "sampling_rate": rate}
     if math.isinf(eps):
         return {**record, "eps": eps, "delta": delta, "gdp_mu": math.inf, "sigma": 0.0, "noise_multiplier": 0.0}
@@ -656,7 +668,7 @@ def secret_subsample_noise(
         "eps": eps,
         "delta": delta,
         "gdp_mu": mu_from_eps_delta(eps, delta),
-        "sigma": z * 2.0 * clip / (rate * batch_size),
+        "sigma": z * dpzv_sensitivities(clip)[0] / (rate * batch_size),
         "noise_multiplier": z,
         "releases": pooled,
         "eps_library": accountant.epsilon(z / joint, pooled, delta, rate),

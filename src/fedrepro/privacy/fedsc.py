@@ -178,7 +178,7 @@ def fedsc_mechanism(
     """
     if sens_factor <= 0 or mu <= 0 or local_size <= 0:
         raise ValueError("fedsc_mechanism needs sens_factor, mu and local_size > 0")
-    sens = sens_factor * mu / local_size
+    sens = sensitivity(mu, local_size, sens_factor)
     return accountant.GaussianComposition(
         accountant.multiplier(sigma, sens),
         int(shares),

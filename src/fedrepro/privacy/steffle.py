@@ -194,6 +194,17 @@ def steffle_sensitivities(clip: float, rho: float, batch: int) -> tuple[float, f
     return 2.0 * float(clip) / float(batch), 2.0 * math.sqrt(2.0 / rho) / float(batch)
 
 
+def fair_baseline_sensitivities(clip: float) -> tuple[float, float]:
+    """Replace-one sensitivities of one sample's part in the fair baselines' releases (gradient sum, group sums):
+    Tran et al. 2021's PF-LD (clip = C_p) and the group-gap variant of Ling et al. 2024 (clip = C1 + C2).
+
+    gradient sum: per-sample gradients clipped to `clip`, one replaced: 2 clip (the batch mean: 2 clip/m).
+    group sums: sums of sigma_i in [0, 1] per cell; replacing s_i moves sigma_i from one cell to another: sqrt(2).
+    The trainers' noise and the audit's replay read these two numbers here.
+    """
+    return 2.0 * float(clip), math.sqrt(2.0)
+
+
 def steffle_theta_mechanism(
     sigma_theta: float, clip: float, batch_size: int, local_size: int, iterations: int, adjacency: str = "replace_one"
 ) -> accountant.GaussianComposition:

@@ -86,7 +86,7 @@ class DPZV(VFLAlgorithm):
         self.two_sided = choice("clip_mode", x.get("clip_mode", "symmetric"), CLIP_MODES) == "symmetric"
         self.direction = check_direction(x.get("direction", "sphere"))
         self.table_update = choice("table_update", x.get("table_update", "midpoint"), TABLE_UPDATES)
-        self.server_update = choice("server_update", x.get("server_update", "zo"), SERVER_UPDATES)
+        self.server_update = choice("server_update", x["server_update"], SERVER_UPDATES)
         zo_momentum = float(x.get("zo_momentum", 0.9))
         for client in self.clients:
             client.updater = ZOUpdater(client.params, settings.lr_client, zo_momentum)

@@ -29,7 +29,7 @@ class EmbeddingBaseline(VFLAlgorithm):
     def __init__(self, data, settings, seed, device="cpu"):
         super().__init__(data, settings, seed, device)
         x = settings.extra
-        self.embed_clip = privacy.parse_clip(x.get("embed_clip", 10.0))
+        self.embed_clip = privacy.parse_clip(x["embed_clip"])
         for client in self.clients:
             client.optimizer = sgd(client.params, settings.lr_client, settings.momentum)
         self.server.optimizer = sgd(self.server.params, settings.lr_server, settings.momentum)

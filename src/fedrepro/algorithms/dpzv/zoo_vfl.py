@@ -74,11 +74,11 @@ class ZOOVFL(VFLAlgorithm):
         x = settings.extra
         self.zo_lambda = float(x.get("zo_lambda", 1e-3))
         self.direction = check_direction(x.get("direction", "sphere"))
-        self.embed_clip = privacy.parse_clip(x.get("embed_clip", 10.0))
+        self.embed_clip = privacy.parse_clip(x["embed_clip"])
         zo_momentum = float(x.get("zo_momentum", 0.9))
         for client in self.clients:
             client.updater = ZOUpdater(client.params, settings.lr_client, zo_momentum)
-        self.server_update = choice("server_update", x.get("server_update", "zo"), SERVER_UPDATES)
+        self.server_update = choice("server_update", x["server_update"], SERVER_UPDATES)
         if self.server_update == "zo":
             self.server.updater = ZOUpdater(self.server.params, settings.lr_server, zo_momentum)
         else:

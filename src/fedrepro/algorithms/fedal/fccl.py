@@ -316,7 +316,7 @@ def build(data: FedData, pool: list, cfg: TrainConfig, seed: int, spec: dict) ->
         cfg,
         seed,
         plus=spec["method"] == "fccl_plus",
-        pretrain_iters=int(spec.get("pretrain_iters", 100)),
+        pretrain_iters=int(spec["pretrain_iters"]),
         similarity_temperature=float(spec.get("similarity_temperature", 0.02)),
         similarity_weight=float(spec.get("similarity_weight", 3.0)),
         nt_temperature=float(spec.get("nt_temperature", 3.0)),

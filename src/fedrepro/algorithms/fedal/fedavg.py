@@ -7,7 +7,7 @@ averages them weighted by client data size (`fedrepro.fl.aggregate.weighted_aver
 One "iteration" is one local step, so a round adds tau iterations (as in
 `base`: the paper counts budgets in iterations, Tables IV-IX, without defining one).
 
-Why not `fedrepro.algorithms.baselines.fedavg.FedAvg`: that class trains with
+Why not `fedrepro.algorithms.fedavg.fedavg.FedAvg`: that class trains with
 SGD and a fresh optimiser each round and evaluates one global model, while the
 FedAL paper trains every client model with Adam (Sec. VI-A) and every method
 here is evaluated, counted and checkpointed the same way (`Federation`). The

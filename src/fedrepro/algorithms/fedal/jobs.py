@@ -69,7 +69,7 @@ def run(job, build: Builder) -> None:
     data = load_setting(job, device)
     cfg = train_config(spec)
     rounds = rounds_for(int(spec["iterations"]), cfg.tau, spec.get("iteration_unit", "step"))
-    eval_every = max(1, rounds // max(1, int(spec.get("evals", 10))))
+    eval_every = max(1, rounds // max(1, int(spec["evals"])))
     run_seeds(
         job,
         lambda seed: build(data, list(spec["pool"]), cfg, seed, spec),

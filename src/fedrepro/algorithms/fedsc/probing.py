@@ -89,8 +89,8 @@ def _probe(job, device, states: dict) -> None:
             f_test,
             y_test,
             num_classes,
-            int(probe.get("epochs", 200)),
-            int(probe.get("batch_size", 512)),
+            int(probe.get("epochs", 50)),
+            int(probe.get("batch_size", 128)),
             float(probe.get("lr", 3e-3)),
             seed=int(seed),
         )

@@ -39,8 +39,6 @@ fairness, kept as a named variant (FedFair + DP).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from fedrepro.fl.transport import Wire
@@ -139,12 +137,13 @@ class GroupGapTrainer(CellMixin, GridTrainer):
         kappa = self.per_sample(self.cell_coef(2.0 * (self.rates - stratum_rate)), cell)
         fair_c = clip_coef(self.lam[None, :, None, None] * p1 * (1 - p1) * kappa, xnorm, cfg.clip_fair)
         summed = torch.einsum("sgnm,snmd->sgnd", (loss_c + fair_c) * weight[:, None], xb)
-        sigma = (self.z_mult * 2 * (cfg.clip_loss + cfg.clip_fair) / self.m)[None, :, None, None]
+        primal, group_sums = accounting.fair_baseline_sensitivities(cfg.clip_loss + cfg.clip_fair)
+        sigma = (self.z_mult * primal / self.m)[None, :, None, None]
         update = summed / self.m + sigma * noise["u"][:, None]
         C1 = fermi.onehot(cell, self.C) * weight[..., None]
         stats = (
             torch.einsum("sgnm,snmc->sgnc", p1, C1)
-            + (self.z_mult * math.sqrt(2.0))[None, :, None, None] * noise["r"][:, None]
+            + (self.z_mult * group_sums)[None, :, None, None] * noise["r"][:, None]
         )
         received = [
             (

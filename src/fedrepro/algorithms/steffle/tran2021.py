@@ -20,8 +20,6 @@ algorithm PF-LD, re-implemented (no public code used) as `TranTrainer`.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from fedrepro.privacy import accountant
@@ -59,7 +57,7 @@ class TranTrainer(CellMixin, GridTrainer):
         c = clip_coef(p1 * (1 - p1) * kappa, xnorm, cfg.clip_primal) * weight
         G = resid.shape[1]
         both = torch.einsum("sgnm,snmd->sgnd", torch.cat([resid, c], dim=1), xb) / self.m
-        sigma = (self.z_mult * 2 * cfg.clip_primal / self.m)[None, :, None, None]
+        sigma = (self.z_mult * accounting.fair_baseline_sensitivities(cfg.clip_primal)[0] / self.m)[None, :, None, None]
         step = both[:, :G] + both[:, G:] + sigma * noise["u"][:, None]
         self.theta = self.theta - self.lr() * step[:, :, 0]
         self.remember_iterate(t)
@@ -72,7 +70,8 @@ class TranTrainer(CellMixin, GridTrainer):
         p1 = torch.sigmoid(torch.einsum("nd,sgd->sgn", self.data.x, self.theta))
         sums = torch.einsum("sgn,nc->sgc", p1, fermi.onehot(self.cells_of, self.C))
         noise = self.standard_normal((self.C,))[:, None]
-        return sums, sums + (self.z_mult * math.sqrt(2.0))[None, :, None] * noise
+        group_sums = accounting.fair_baseline_sensitivities(self.cfg.clip_primal)[1]
+        return sums, sums + (self.z_mult * group_sums)[None, :, None] * noise
 
     def end_epoch(self):
         """Dual step: noisy group sums of sigma over the training set -> violations -> multipliers."""

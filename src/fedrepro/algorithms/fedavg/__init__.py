@@ -9,7 +9,7 @@ from fedrepro.algorithms import Method
 
 METHODS: dict[str, Method] = {
     "fedavg": Method(
-        entry="fedrepro.algorithms.baselines.fedavg:run_job",
+        entry="fedrepro.algorithms.fedavg.fedavg:run_job",
         label="FedAvg",
         config_keys=(
             "model",

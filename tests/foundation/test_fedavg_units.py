@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedrepro.algorithms.baselines import fedavg
-from fedrepro.algorithms.baselines.fedavg import FedAvg
+from fedrepro.algorithms.fedavg import fedavg
+from fedrepro.algorithms.fedavg.fedavg import FedAvg
 from fedrepro.data.partition import Partition, save_partition
 from fedrepro.data.tensors import TensorData
 from fedrepro.eval.health import chance_margin
