@@ -241,6 +241,28 @@ def test_a_claim_holds_for_the_project_only_where_it_holds_on_every_standin():
     assert claims_report.across(rows[:2], ["shapes"]).empty
 
 
+def test_claims_caption_names_each_collapsed_side_once_with_its_seeds(tmp_path):
+    """The claims caption says which sides were not tested and why (a stand-in's FedSC collapsing): each side
+    once over its claims, with the most seeds any claim gives it; healthy sides are not named."""
+    ok = _write_run(tmp_path / "ok", {0: 0.3, 1: 0.3, 2: 0.3})
+    bad = _write_run(
+        tmp_path / "bad",
+        {0: 0.2, 1: 0.2, 2: 0.2},
+        {0: ("collapsed", "rank 1.00 < 2"), 2: ("collapsed", "rank 1.3 < 2")},
+    )
+    more = _write_run(tmp_path / "more", {3: 0.2}, {3: ("collapsed", "rank 1.1 < 2")})
+    claims = [
+        _claim("FedSC > FedAvg", bad, ok, column="textures 10/10"),
+        _claim("FedSC > untrained", bad, ok, column="textures 10/10"),
+    ]
+    claims[1]["a"] = claims[1]["a"] + [{"path": more, "row": "A", "column": "textures 10/10"}]
+    assert claims_report.untested_sides(claims) == ["FedSC at textures 10/10: rank 1.00 < 2 (3/4 seeds collapsed)"]
+    assert claims_report.untested_sides(claims[:1]) == ["FedSC at textures 10/10: rank 1.00 < 2 (2/3 seeds collapsed)"]
+    assert claims_report.untested_sides([_claim("FedAvg > untrained", ok, ok)]) == []
+    private = claims_report.untested_sides([_claim("ε=6 > FedAvg", more, ok, column="textures 2/10")])
+    assert private == ["FedSC ε=6 at textures 2/10: rank 1.1 < 2 (1/1 seeds collapsed)"]  # Table 3's row, named
+
+
 def test_uncentered_effective_rank_sees_embeddings_that_are_one_vector_plus_noise():
     """SC's collapse: z = c + small noise. The centered covariance is full rank (the noise), the uncentered
     second moment E[z z^T], the matrix SC's loss is built on, is rank one in effect."""

@@ -300,7 +300,7 @@ if FEDSC_STANDIN:
             entry=FEDSC_CLAIMS_ENTRY,
             spec={
                 **FEDSC_REPORT,
-                "note": "",
+                "note": config["fedsc"]["standin"].get("note", ""),
                 "title": f"FedSC claims on the generated stand-ins {', '.join(FEDSC_STANDIN_DATASETS)}",
                 "claims": FEDSC_STANDIN_CLAIMS,
             },

@@ -166,10 +166,27 @@ def claims_table(job) -> None:
         from fedrepro.privacy import fedsc as fedsc_privacy
 
         caption += f". {fedsc_privacy.THREAT_NOTE}"
+    untested = untested_sides(job.spec["claims"])
+    if untested:
+        caption += ". Sides not tested: " + "; ".join(untested)
     if job.spec.get("note"):
         caption += ". " + job.spec["note"]
     out = pd.concat([frame, joint], ignore_index=True) if not joint.empty else frame
     tables.write_table(out, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
+
+
+def untested_sides(claims: list[dict]) -> list[str]:
+    """'<side> at <column>: <why>' for every side of a claim whose encoder is degenerate (collapsed, diverged,
+    at chance), over the most seeds any claim gives it; its comparisons read 'not tested'."""
+    sides: dict[tuple[str, str], list[dict]] = {}
+    for claim in claims:
+        for side in ("a", "b"):
+            key = (claim[f"{side}_name"], claim["column"])
+            if len(claim[side]) > len(sides.get(key, [])):
+                sides[key] = claim[side]
+    found = {key: _side(cells)[1] for key, cells in sides.items()}
+    named = {name: f"FedSC {name}" if name.startswith("ε=") else name for name, _ in found}  # Tables 3-5's rows
+    return [f"{named[name]} at {column}: {h.reason}" for (name, column), h in found.items() if not h.ok]
 
 
 def _joint_outcome(label: str) -> str:
