@@ -315,11 +315,13 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
         forward_step = Step.of(spec["client_model"], options, shape, batch, "forward")
         forward = counts(forward_step)
         train_step = Step.of(spec["client_model"], options, shape, batch, "train", "sgd")
-        if zo:  # a BERT's two forwards: what bf16 forwards would speed up (experiments/levers.py, gated)
+        # a BERT client's training forwards (ZO: the two perturbed ones; first order: forward, backward and its
+        # SGD step, < 0.1 % of them) run under `precision: bf16` (algorithms/dpzv/base.py `client_embed`)
+        if zo:
             perturbed = forward.autocast() if bert else forward
             client = perturbed * 2 + Work(0.0, direction_launches(run.method, forward_step, spec, counts))
         else:
-            client = counts(train_step)
+            client = counts(train_step).autocast() if bert else counts(train_step)
         if stacked:  # the client's FLOPs and own launches; its group's stacked program once per segment
             group = replace(forward_step, mode="forward_stacked") if zo else replace(train_step, mode="train_stacked")
             segment[group] = counts(group).launches  # one group per client shape

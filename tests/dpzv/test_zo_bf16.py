@@ -100,9 +100,12 @@ def test_bf16_zo_difference_error_decides_the_lever(client):
     error = relative_rms(bf16, fp32)
     print(f"relative RMS error of the bf16 Deltas against fp32: {error:.3f} (threshold {levers.ZO_BF16_THRESHOLD})")
     assert error == pytest.approx(levers.ZO_BF16_MEASURED, abs=0.03), "the lever table quotes another value"
-    assert levers.ZO_BF16_PASSES == (error <= levers.ZO_BF16_THRESHOLD)
+    # necessary, not sufficient: whole rounds must pass too (tests/dpzv/test_precision.py)
+    rounds = max(levers.ZO_BF16_ROUND_MEASURED.values())
+    assert levers.ZO_BF16_PASSES == (max(error, rounds) <= levers.ZO_BF16_THRESHOLD)
     gated = next(lever for lever in levers.LEVERS if "zeroth-order" in lever.name)
-    assert gated.applied() == (error <= levers.ZO_BF16_THRESHOLD)
+    if error > levers.ZO_BF16_THRESHOLD:
+        assert not gated.applied()
 
 
 def test_the_fp32_reference_matches_float64(client):

@@ -104,7 +104,8 @@ def test_every_lever_cites_a_source_and_its_tests_name_real_files_once_merged():
     for lever in levers.LEVERS:
         assert lever.source and lever.evidence and lever.value > 0, lever.name
         assert all(e.startswith("tests/") and e.split("::")[0].endswith(".py") for e in lever.evidence)
-    own = [e for lever in levers.LEVERS for e in lever.evidence if "test_levers.py" in e or "test_zo_bf16" in e]
+    mine = ("test_levers.py", "test_zo_bf16", "test_precision")
+    own = [e for lever in levers.LEVERS for e in lever.evidence if any(name in e for name in mine)]
     assert own and not [e for e in own if _missing(e)]  # this checkout's own evidence is all here
 
 
@@ -185,3 +186,26 @@ def test_the_planner_prices_the_lever_column_by_each_units_ratio(paper, monkeypa
         assert sum(j.lever_hours for j in planned[paper_name]["all runs"]) < hours[paper_name]
     text = plan.report(planned, plan.load_costs(), constants)
     assert "with levers (GPU-h)" in text and "| yes |" in text and "400-hour goal" in text and "saves alone" in text
+
+
+def test_a_first_order_bert_epoch_marks_its_clients_training_not_the_server_or_the_evaluation(paper):
+    """VAFL and VFL-CZOFO on Amazon: each round's client step (the BERT's forward, backward and SGD step) runs
+    under `precision: bf16`; the server's head and the evaluation forwards stay fp32. Without BERT, none."""
+    from fedrepro.data.partition import vertical_partition
+
+    config, counts = paper
+    for method in ("vafl", "vfl_czofo"):
+        run = _run(config, "dpzv", "amazon_polarity", method)
+        spec, info = run.spec, plan.DATASETS["amazon_polarity"]
+        partition = config["dpzv"]["datasets"]["amazon_polarity"]["partition"]
+        shapes = vertical_partition(info.input_shape, partition["split"], partition["clients"]).feature_shapes
+        holdout = float(spec.get("val_fraction", 0.0)) if spec.get("val") == "holdout" else 0.0
+        rounds = int(plan._n_train(config, "amazon_polarity") * (1 - holdout)) // int(spec["batch_size"])
+        options = {**spec.get("client_kwargs", {}), "embed_dim": int(spec["embed_dim"])}
+        steps = [
+            Step.of(spec["client_model"], options, tuple(s), int(spec["batch_size"]), "train", "sgd") for s in shapes
+        ]
+        work = plan.dpzv_work(config, run, counts)
+        assert work.autocast_flops == pytest.approx(sum(counts(step).flops for step in steps) * rounds)
+        assert work.flops > work.autocast_flops  # the server's head and the evaluation
+        assert plan.dpzv_work(config, _run(config, "dpzv", "mnist", method), counts).autocast_flops == 0

@@ -17,7 +17,7 @@ import math
 
 from fedrepro.algorithms import method_table
 from fedrepro.data.partition import make_tag
-from fedrepro.experiments import Run, seed_tags
+from fedrepro.experiments import Run, seed_tags, training_options
 from fedrepro.pipeline import number_tag
 
 PAPER = "dpzv"
@@ -93,6 +93,8 @@ def method_spec(config: dict, dataset: str, method: str) -> dict:
         "lr_client": lr["client"],
         "delta": section["delta"],
         "device": config.get("device", "auto"),
+        # the clients' forwards honour `precision` only (fl/precision.py); set only when not fp32, so no fp32 job re-runs
+        **{k: v for k, v in training_options(config).items() if k == "precision"},
     }
     spec.update({k: shared[k] for k in COMMON_KEYS if k in shared})
     spec.update({k: shared[k] for k in method_table(PAPER)[method].config_keys if k in shared})

@@ -20,8 +20,10 @@ development CPU compile gave a FedSC step no speed-up after minutes of compiling
 All default off: the papers' numbers were produced in fp32, and no run here has checked
 that bf16 reproduces them. benchmarks/precision_speed.py measures the speed on whatever
 device it runs on (docs/benchmarks.md: on the 2-core development CPU, bf16 made a FedSC step
-1.9x faster, channels-last 0.97x). FedSC and FedAvg honour them; DPZV (finite differences of
-losses) and SteFFLe (logistic regression) never use them.
+1.9x faster, channels-last 0.97x). FedSC and FedAvg honour them; the DPZV family honours `precision`
+only, for its clients' training forwards (algorithms/dpzv/base.py `client_embed`; the first-order
+baselines' backward follows its forward; the server's losses and differences stay fp32); SteFFLe
+(logistic regression) never uses them.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrepro.fl.optim import SGD
+from fedrepro.fl.precision import Precision
 from fedrepro.fl.transport import Wire
 from fedrepro.models import build_model
 from fedrepro.privacy import dpzv as privacy
@@ -329,6 +330,9 @@ class VFLAlgorithm:
         self.cfg = settings
         self.seed = seed
         self.device = torch.device(device)
+        # `precision: bf16` runs the clients' training forwards (and the first-order baselines' backwards)
+        # under autocast; the server's losses, evaluation and every privacy step stay fp32 (`client_embed`)
+        self.precision = Precision.from_spec({"precision": settings.extra.get("precision", "fp32")})
         torch.manual_seed(seed)
         self.clients = [
             Client(m, self._client_model(m), x, settings.batch_size, seed) for m, x in enumerate(data.train)
@@ -398,6 +402,11 @@ class VFLAlgorithm:
         if self.data.train[m].dtype != torch.long:
             kwargs.setdefault("in_channels", int(self.data.train[m].shape[1]))
         return build_model(self.cfg.client_model, embed_dim=self.cfg.embed_dim, **kwargs).to(self.device)
+
+    def client_embed(self, model, x: torch.Tensor) -> torch.Tensor:
+        """A client's training forward `model(x)` in the run's precision (fl/precision.py): under bf16 the
+        matmuls run in bfloat16 and the embedding comes back fp32, before any clip, noise or loss."""
+        return self.precision.forward(model, x)
 
     def _weights(self, weights) -> np.ndarray | None:
         if weights is None:

@@ -191,9 +191,9 @@ class DPZV(VFLAlgorithm):
         u = self.direction_of(client.params, source)
         x = client.x[ids]
         u.add_(self.zo_lambda)
-        h_plus = client.model(x)
+        h_plus = self.client_embed(client.model, x)
         u.add_(-2.0 * self.zo_lambda)
-        h_minus = client.model(x)
+        h_minus = self.client_embed(client.model, x)
         u.add_(self.zo_lambda)
         return {"ids": ids, "h_plus": h_plus, "h_minus": h_minus}, u
 
@@ -297,7 +297,7 @@ class DPZV(VFLAlgorithm):
                 u.add_(self.zo_lambda)
                 directions.append(u)
             x = self.stacked_inputs(turns, positions)
-            h = stack.forward(torch.cat([x, x]))
+            h = self.client_embed(stack.forward, torch.cat([x, x]))
             for slot, (i, u) in enumerate(zip(positions, directions)):
                 ids = self.ids_tensor(turns[i][1])
                 out[i] = {"ids": ids, "h_plus": h[slot], "h_minus": h[count + slot]}, u

@@ -73,7 +73,7 @@ class EmbeddingBaseline(VFLAlgorithm):
     def client_forward(self, client, ids, noise: torch.Tensor | None = None):
         """The client's clipped embedding of batch `ids` (ids or their tensor) and the noisy one it sends."""
         ids = self.ids_tensor(ids)
-        h = client.model(client.x[ids])
+        h = self.client_embed(client.model, client.x[ids])  # its backward runs in the same precision
         if self.noise["sigma"] > 0:
             # the client's backward goes through its own clip: with the clip's Jacobian a bound clip
             # passes no radial gradient, where straight through the norm of h grew to inf (NaN at eps 10)
@@ -106,7 +106,7 @@ class EmbeddingBaseline(VFLAlgorithm):
             for slot, i in enumerate(positions):
                 stack.snapshot(self.clients[turns[i][0]].model, slot)
                 self.slots[turns[i][0]] = stack, slot
-            h = stack.forward(self.stacked_inputs(turns, positions))
+            h = self.client_embed(stack.forward, self.stacked_inputs(turns, positions))
             if self.noise["sigma"] > 0:  # as client_forward: the backward goes through the clip
                 h = clip_by_norm(h, self.embed_clip, dim=-1)
             for slot, i in enumerate(positions):

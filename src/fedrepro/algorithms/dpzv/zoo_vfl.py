@@ -154,8 +154,8 @@ class ZOOVFL(VFLAlgorithm):
     @torch.no_grad()
     def query(self, client, ids: torch.Tensor, source, noises: tuple | None = None):
         x = client.x[ids]
-        h = client.model(x)
-        h_pert = self._perturbed_copy(client, client.model, source)(x)
+        h = self.client_embed(client.model, x)
+        h_pert = self.client_embed(self._perturbed_copy(client, client.model, source), x)
         return self.message(client, ids, h, h_pert, noises), source
 
     @torch.no_grad()
@@ -173,7 +173,7 @@ class ZOOVFL(VFLAlgorithm):
                 stack.snapshot(client.model, count + slot)
                 Direction(stack.trainable(count + slot), seeds[-1], self.direction).add_(self.zo_lambda)
             x = self.stacked_inputs(turns, positions)
-            h = stack.forward(torch.cat([x, x]))
+            h = self.client_embed(stack.forward, torch.cat([x, x]))
             for slot, (i, seed) in enumerate(zip(positions, seeds)):
                 m, ids = turns[i]
                 out[i] = self.message(self.clients[m], self.ids_tensor(ids), h[slot], h[count + slot]), seed
