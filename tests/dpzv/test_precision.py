@@ -5,10 +5,11 @@
 * bf16 runs the clients' forwards under torch.autocast(bfloat16) (seen inside, by a forward hook on a BERT
   linear layer) while the server's head stays fp32 (test_zo_bf16.py: its loss difference would lose its
   digits in bf16), and the embedding reaches the server as fp32.
-* One round's client update with bf16 is within tolerance of fp32's from the same weights and draws, on a
-  small random BERT (the Amazon client's architecture):
+* One round's client update with bf16 against fp32's from the same weights and draws (8 rounds, relative RMS),
+  on a small random BERT (the Amazon client's architecture):
   - DPZV and ZOO-VFL (zeroth order): the update is lr * Delta * u with the same u, so its relative error is
-    Delta's; tolerance 0.10, the gate of the bf16 zeroth-order lever (test_zo_bf16.py explains the 10 %).
+    Delta's; the bf16 zeroth-order lever's gate is 0.10 (test_zo_bf16.py explains the 10 %). Measured 0.111
+    and 0.113: above it, so the lever is off and the test checks that it is.
   - VAFL and VFL-CZOFO (first order; the backward of an autocast forward runs in bf16 too, parameters,
     gradients and momentum stay fp32): tolerance 0.05 of the update's norm. bf16 rounds each operand to 8
     mantissa bits (2^-9 relative); over this 2-layer forward and backward that compounds to about a percent
