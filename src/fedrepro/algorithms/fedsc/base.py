@@ -34,7 +34,7 @@ from fedrepro.algorithms.fedsc.augment import AugmentConfig, augment, plain
 from fedrepro.algorithms.fedsc.participation import clients_per_round
 from fedrepro.eval.knn import knn_accuracy
 from fedrepro.fl.aggregate import weighted_average
-from fedrepro.fl.optim import SGD
+from fedrepro.fl.optim import SGD, backward_into
 from fedrepro.fl.precision import Precision
 from fedrepro.fl.sampling import sample_clients
 from fedrepro.fl.transport import Wire
@@ -125,8 +125,11 @@ def local_sgd(
     gen: torch.Generator,
     after_step=None,
     params=None,
-) -> float:
-    """E local epochs of SGD on `batch_loss(x_batch)`; returns the mean batch loss."""
+    draw=None,
+) -> Tensor:
+    """E local epochs of SGD on `batch_loss(draw(x_batch))`; returns the mean batch loss, a 0-dim device tensor
+    that the round reads once (`read_losses`). `draw` makes a batch's random inputs (the augmented views) before
+    the step, so the step itself (`sgd_step`) holds no random draw and no host read: ready for CUDA graphs."""
     params = list(params if params is not None else net.parameters())
     opt = SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     net.train()
@@ -137,16 +140,30 @@ def local_sgd(
             batch = x[order[start : start + cfg.batch_size]]
             if batch.shape[0] < 2:  # a single image has no negatives (and breaks BatchNorm)
                 continue
-            loss = batch_loss(batch)
-            opt.zero_grad()
-            loss.backward()
-            if cfg.grad_clip:
-                nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
+            inputs = draw(batch) if draw is not None else batch
+            losses.append(sgd_step(batch_loss, inputs, opt, params, cfg.grad_clip))
             if after_step is not None:
                 after_step()
-            losses.append(loss.detach())
-    return float(torch.stack(losses).mean()) if losses else float("nan")
+    return torch.stack(losses).mean() if losses else torch.tensor(float("nan"), device=x.device)
+
+
+def sgd_step(batch_loss, inputs, opt: SGD, params: list[Tensor], grad_clip: float | None) -> Tensor:
+    """One local step: loss, gradients, clipping by the global norm, the SGD update; returns the detached loss.
+    No host sync: clip_grad_norm_ scales every gradient by min(1, c / (||g|| + 1e-6)), a clamp, not a branch."""
+    loss = batch_loss(inputs)
+    opt.zero_grad()
+    backward_into(loss, params)
+    if grad_clip:  # the run's configuration, not data
+        nn.utils.clip_grad_norm_(params, grad_clip)
+    opt.step()
+    return loss.detach()
+
+
+def read_losses(losses: list) -> list[float]:
+    """The round's per-client losses on the host: device tensors read in one copy, floats as they are."""
+    tensors = [loss for loss in losses if isinstance(loss, Tensor)]
+    read = iter(torch.stack(tensors).tolist() if tensors else [])
+    return [next(read) if isinstance(loss, Tensor) else float(loss) for loss in losses]
 
 
 def uniform_or_size_weights(sizes: list[int], weighting: str) -> list[float]:
@@ -190,9 +207,16 @@ class FedSSL:
 
     def views(self, net: nn.Module, batch: Tensor, count: int | None = None) -> Tensor:
         """Projector outputs of `count` (default 2V) augmented views, shape (2V, B, H)."""
+        return self.project(net, self.augmented(batch, count), count)
+
+    def augmented(self, batch: Tensor, count: int | None = None) -> Tensor:
+        """`count` (default 2V) augmented views of `batch`, stacked along the batch axis (the random draws)."""
+        return torch.cat([augment(batch, self.aug_cfg, self.gen) for _ in range(count or self.train_cfg.views)])
+
+    def project(self, net: nn.Module, x: Tensor, count: int | None = None) -> Tensor:
+        """Projector outputs of stacked views `x` (from `augmented`), shape (count, B, H)."""
         count = count or self.train_cfg.views
-        x = torch.cat([augment(batch, self.aug_cfg, self.gen) for _ in range(count)])
-        return self.forward(net, x).view(count, batch.shape[0], -1)
+        return self.forward(net, x).view(count, x.shape[0] // count, -1)
 
     def global_state(self) -> dict:
         return {k: v.detach().clone() for k, v in self.net.state_dict().items()}
@@ -217,7 +241,7 @@ class FedSSL:
             losses.append(loss)
         self.net.load_state_dict(weighted_average(states))
         info.update(self.after_training(t, participants) or {})
-        return {"lr": lr, "loss": float(np.nanmean(losses)), "participants": len(participants), **info}
+        return {"lr": lr, "loss": float(np.nanmean(read_losses(losses))), "participants": len(participants), **info}
 
     def sync_set(self, t: int, participants: list[int]) -> list[int]:
         """Clients that receive the global weights this round (Algorithm 1, lines 6 and 12)."""

@@ -194,12 +194,24 @@ class FedSC(FedSSL):
             alpha_schedule(t, self.train_cfg.rounds, self.alpha_start, self.alpha_end) if r_minus is not None else 1.0
         )
 
-        def batch_loss(batch):
-            views = normclip(self.views(self.work, batch), self.mu)
-            return local_loss(views, alpha, r_minus, self.loss_scale)
-
-        loss = local_sgd(self.work, self.data.client_x(j), batch_loss, self.train_cfg, lr, self.gen)
+        loss = local_sgd(
+            self.work,
+            self.data.client_x(j),
+            self.step_loss(alpha, r_minus),
+            self.train_cfg,
+            lr,
+            self.gen,
+            draw=self.augmented,
+        )
         return self.work.state_dict(), loss
+
+    def step_loss(self, alpha: float, r_minus: torch.Tensor | None):
+        """Eq. 80 on a batch's augmented views (drawn before the step, `FedSSL.augmented`)."""
+
+        def batch_loss(x):
+            return local_loss(normclip(self.project(self.work, x), self.mu), alpha, r_minus, self.loss_scale)
+
+        return batch_loss
 
     def after_training(self, t, participants):
         alpha = alpha_schedule(t, self.train_cfg.rounds, self.alpha_start, self.alpha_end) if self.received else 1.0
