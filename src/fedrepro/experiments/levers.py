@@ -43,6 +43,7 @@ ZO_BF16_PASSES = max(ZO_BF16_MEASURED, *ZO_BF16_ROUND_MEASURED.values()) <= ZO_B
 BERT_BF16_SPEEDUP = 1979 / 989
 GRAPH_SOURCE = "assumption: a replayed kernel costs 4 us of GPU time instead of the fitted dispatch cost"
 DPZV_GRAPHS, FEDAL_GRAPHS = "tests/dpzv/test_graph_ready.py", "tests/fedal/test_graph_ready.py"
+FEDSC_GRAPHS = "tests/fedsc/test_graph_ready.py"
 DPZV_PRECISION = "tests/dpzv/test_precision.py"
 
 
@@ -124,6 +125,20 @@ LEVERS = (
             f"{FEDAL_GRAPHS}::test_a_stacked_global_step_makes_no_host_sync",
             f"{FEDAL_GRAPHS}::test_a_stacked_local_step_compiles_in_one_graph_and_matches_eager",
             f"{FEDAL_GRAPHS}::test_a_stacked_global_step_compiles_in_one_graph_and_matches_eager",
+        ),
+    ),
+    Lever(
+        "CUDA graphs, FedSC training step (zero host syncs, one graph)",
+        "fedsc",
+        ("fedsc", "fedavg_sc", "centralized_sc"),  # FedSC's class (plan.fedsc_work marks their steps)
+        "launches",
+        GRAPH_SECONDS_PER_KERNEL,
+        GRAPH_SOURCE,
+        (
+            f"{FEDSC_GRAPHS}::test_a_fedsc_local_step_makes_no_host_sync",
+            f"{FEDSC_GRAPHS}::test_a_client_update_makes_no_host_sync",
+            f"{FEDSC_GRAPHS}::test_records_are_bit_identical_to_the_host_read_round",
+            f"{FEDSC_GRAPHS}::test_a_fedsc_local_step_compiles_in_one_graph_and_matches_eager",
         ),
     ),
     Lever(
