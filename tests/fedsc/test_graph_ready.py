@@ -22,6 +22,8 @@ from tests.fedsc.helpers import method_classes, tiny_spec
 from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
 
 SHARING = {"sharing": {"after": 0.0, "every": 1}, "privacy": {"eps": "inf"}}
+METHODS = {"fedsc": SHARING, "fedavg_sc": {}, "fedavg_byol": {}, "fedu": {}, "fedema": {}, "fedx": {}, "fedca": {}}
+BASELINES = ("fedavg_byol", "fedu", "fedema", "fedx", "fedca")
 CLIP = 0.05  # small enough that the clip scales the gradients (factor < 1) in the steps below
 
 
@@ -52,10 +54,43 @@ def test_a_fedsc_local_step_makes_no_host_sync(algo, received):
     assert host_syncs(base.sgd_step, loss, x, opt, params, CLIP) == 0
 
 
-def test_a_client_update_makes_no_host_sync(algo):
-    """A client's whole local training (batches, augmentations, steps) reads nothing on the host."""
-    algo.round(1)  # a sharing round: the client now trains on Eq. 80 with alpha < 1
-    assert 0 in algo.received
+def captured_step(algo, monkeypatch) -> tuple:
+    """The arguments of the last local step of client 0 in round 2 (after round 1): the method's own loss
+    closure, its drawn views, its SGD and parameters, the clip."""
+    algo.round(1)
+    seen = []
+    step = base.sgd_step
+
+    def recording(*args):
+        seen.append(args)
+        return step(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(base, "sgd_step", recording)
+        algo.client_update(0, algo.global_state(), 2, 0.03)
+    return seen[-1]
+
+
+def baseline(tiny_digits, method: str):
+    torch.manual_seed(0)
+    return method_classes()[method](tiny_spec(rounds=3, **METHODS[method]), tiny_digits, seed=0)
+
+
+@pytest.mark.parametrize("method", BASELINES)
+def test_a_baseline_local_step_makes_no_host_sync(tiny_digits, method, monkeypatch):
+    """FedAvg+BYOL, FedU, FedEMA, FedX and FedCA: their steps on views drawn before the step."""
+    args = captured_step(baseline(tiny_digits, method), monkeypatch)
+    assert host_syncs(base.sgd_step, *args) == 0
+
+
+@pytest.mark.parametrize("method", ["fedsc", "fedavg_sc", "fedavg_byol", "fedx", "fedca"])
+def test_a_client_update_makes_no_host_sync(tiny_digits, method):
+    """A client's whole local training (batches, augmentations, steps, BYOL's EMA) reads nothing on the host.
+    FedU and FedEMA read their divergence once per returning client before it (start_local), outside the step."""
+    algo = baseline(tiny_digits, method)
+    algo.round(1)
+    if method == "fedsc":
+        assert 0 in algo.received  # round 2 trains on Eq. 80 with alpha < 1
     with SyncCounter() as counter:
         _, loss = algo.client_update(0, algo.global_state(), 2, 0.03)
     assert counter.syncs == 0 and loss.dim() == 0
@@ -114,25 +149,18 @@ def host_read_local_sgd(net, x, batch_loss, cfg, lr, gen, after_step=None, param
     return float(torch.stack(losses).mean()) if losses else float("nan")
 
 
-METHODS = {"fedsc": SHARING, "fedavg_sc": {}, "fedavg_byol": {}, "fedx": {}, "fedca": {}}
-
-
 def rounds(algo, count: int) -> list[dict]:
     return [algo.round(t) for t in range(1, count + 1)]
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_records_are_bit_identical_to_the_host_read_round(tiny_digits, method, monkeypatch):
-    cls = method_classes()[method]
-    spec = tiny_spec(rounds=3, **METHODS[method])
-    torch.manual_seed(0)  # the networks' initial weights
-    kept_algo = cls(spec, tiny_digits, seed=0)
+    kept_algo = baseline(tiny_digits, method)  # torch.manual_seed(0): the networks' initial weights
     kept = rounds(kept_algo, 3)
     with monkeypatch.context() as patch:
         for module in (fedsc, byol, fedca, fedx):
             patch.setattr(module, "local_sgd", host_read_local_sgd)
-        torch.manual_seed(0)
-        reference_algo = cls(spec, tiny_digits, seed=0)
+        reference_algo = baseline(tiny_digits, method)
         reference = rounds(reference_algo, 3)
     assert kept == reference  # exact float equality, every key of every round
     for key, value in reference_algo.net.state_dict().items():
@@ -159,6 +187,24 @@ def check_the_step_compiles(algo, received: bool):
 @pytest.mark.parametrize("received", [True, False])
 def test_a_fedsc_local_step_compiles_in_one_graph_and_matches_eager(algo, received):
     in_child(check_the_step_compiles, algo, received)
+
+
+def check_the_captured_step_compiles(algo, twin, monkeypatch):
+    step, x, opt, params, clip = captured_step(algo, monkeypatch)
+    twin_step, _, twin_opt, twin_params, _ = captured_step(twin, monkeypatch)
+    with aot_eager_fullgraph() as counters:
+        got = compiled(base.sgd_step)(twin_step, x, twin_opt, twin_params, clip)
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    want = base.sgd_step(step, x, opt, params, clip)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for new, old in zip(twin_params, params, strict=True):
+        torch.testing.assert_close(new, old, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", BASELINES)
+def test_a_baseline_local_step_compiles_in_one_graph_and_matches_eager(tiny_digits, method, monkeypatch):
+    algo = baseline(tiny_digits, method)
+    in_child(check_the_captured_step_compiles, algo, copy.deepcopy(algo), monkeypatch)
 
 
 @pytest.mark.parametrize("host_read", ["tolist", "print"])

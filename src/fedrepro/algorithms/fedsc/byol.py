@@ -60,7 +60,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd
 from fedrepro.algorithms.fedsc.jobs import pretrain
 
@@ -144,15 +143,21 @@ class FedBYOL(FedSSL):
         self.start_local(j, weights)
         self.target.train()
 
-        def batch_loss(batch):
-            x = torch.cat([augment(batch, self.aug_cfg, self.gen) for _ in range(2)])
-            p = self.work.predictor(self.forward(self.work, x)).view(2, batch.shape[0], -1)
+        def batch_loss(x):  # x: the two augmented views, drawn before the step (FedSSL.augmented)
+            p = self.work.predictor(self.project(self.work, x, 2))
             with torch.no_grad():
-                zt = self.forward(self.target, x).view(2, batch.shape[0], -1)
+                zt = self.project(self.target, x, 2)
             return byol_loss(p[0], zt[1]) + byol_loss(p[1], zt[0])
 
         loss = local_sgd(
-            self.work, self.data.client_x(j), batch_loss, self.train_cfg, lr, self.gen, after_step=self._ema_step
+            self.work,
+            self.data.client_x(j),
+            batch_loss,
+            self.train_cfg,
+            lr,
+            self.gen,
+            after_step=self._ema_step,
+            draw=lambda batch: self.augmented(batch, 2),
         )
         if self.keeps_local:
             self.local[j] = {

@@ -41,12 +41,14 @@ class FedCA(FedSSL):
         self.work.load_state_dict(weights)
         negatives = self.negatives.get(j)
 
-        def batch_loss(batch):
-            z = self.views(self.work, batch, 2)
+        def batch_loss(x):  # x: the two augmented views, drawn before the step (FedSSL.augmented)
+            z = self.project(self.work, x, 2)
             return nt_xent(z[0], z[1], self.tau, negatives)
 
         x_local = self.data.client_x(j)
-        loss = local_sgd(self.work, x_local, batch_loss, self.train_cfg, lr, self.gen)
+        loss = local_sgd(
+            self.work, x_local, batch_loss, self.train_cfg, lr, self.gen, draw=lambda batch: self.augmented(batch, 2)
+        )
         self.own[j] = self.local_dictionary(j, x_local)
         self.dictionaries[j] = self.wire.send(f"client{j}", "server", "dictionary", self.own[j])
         return self.work.state_dict(), loss

@@ -31,7 +31,7 @@ def nt_xent(a: torch.Tensor, b: torch.Tensor, tau: float, extra_negatives: torch
     logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=a.device), float("-inf"))
     if extra_negatives is not None and extra_negatives.numel():
         logits = torch.cat([logits, out @ F.normalize(extra_negatives, dim=1).T / tau], dim=1)
-    target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(a.device)
+    target = torch.cat([torch.arange(n, 2 * n, device=a.device), torch.arange(0, n, device=a.device)])
     return F.cross_entropy(logits, target)
 
 
@@ -62,16 +62,14 @@ class FedX(FedSSL):
         self.frozen.eval()
         x_local = self.data.client_x(j)
 
-        def batch_loss(batch):
+        def draw(batch):
+            """Two views of the batch and one of as many random local anchors, drawn before the step."""
             n = batch.shape[0]
             anchors = x_local[torch.randint(0, x_local.shape[0], (n,), generator=self.gen, device=self.gen.device)]
-            x = torch.cat(
-                [
-                    augment(batch, self.aug_cfg, self.gen),
-                    augment(batch, self.aug_cfg, self.gen),
-                    augment(anchors, self.aug_cfg, self.gen),
-                ]
-            )
+            return torch.cat([augment(images, self.aug_cfg, self.gen) for images in (batch, batch, anchors)])
+
+        def batch_loss(x):
+            n = x.shape[0] // 3
             proj = self.forward(self.work, x)
             pred = self.work.predictor(proj)
             with torch.no_grad():
@@ -86,7 +84,7 @@ class FedX(FedSSL):
                 + js_loss(p_a, p_b, p_r, self.tau, self.tau2)
             )
 
-        loss = local_sgd(self.work, x_local, batch_loss, self.train_cfg, lr, self.gen)
+        loss = local_sgd(self.work, x_local, batch_loss, self.train_cfg, lr, self.gen, draw=draw)
         return self.work.state_dict(), loss
 
     def summary(self):
