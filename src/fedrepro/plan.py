@@ -176,9 +176,8 @@ def _n_train(config: dict, dataset: str) -> int:
 
 
 def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
-    """(one round, one linear-probe epoch) of a FedSC run. The training steps of FedSC's class (FedSC,
-    FedAvg+SC, Centralized SC) are graph-ready; DP-CalR, the kNN monitor and the probe are not."""
-    from fedrepro.algorithms.fedsc import METHODS as SSL_METHODS
+    """(one round, one linear-probe epoch) of a FedSC run. The local training steps are graph-ready
+    (tests/fedsc/test_graph_ready.py); DP-CalR, the kNN monitor and the probe are not."""
     from fedrepro.experiments import fedsc
 
     spec, ds = run.spec, config["fedsc"]["datasets"][run.dataset]
@@ -194,12 +193,10 @@ def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
     participation = spec.get("participation", "full")
     fraction = 1.0 if participation == "full" else int(participation) / int(ds["clients"])
     samples = n_train * fraction  # the participating clients' data (class splits of similar size)
-    step = step.autocast()  # precision: bf16 runs these in bf16
-    if "sc" in SSL_METHODS[run.method].traits:  # FedSC's class: its local step (base.sgd_step) is graph-ready
-        step = step.graphed()
-    work = step * (train["local_epochs"] * samples / batch)
-    if run.method in FROZEN_FORWARD:  # the target / frozen global network's forward of the same views
-        work = work + forward * (train["local_epochs"] * samples * views / batch)
+    # every method's local step (base.sgd_step, views drawn before it) is graph-ready; bf16 runs its FLOPs in bf16
+    work = step.autocast().graphed() * (train["local_epochs"] * samples / batch)
+    if run.method in FROZEN_FORWARD:  # the target / frozen global network's forward of the same views, in the step
+        work = work + forward.graphed() * (train["local_epochs"] * samples * views / batch)
     chunk = int({**DPCALR, **spec.get("dpcalr", {})}["batch_size"])  # DP-CalR forwards in chunks of its own
     dpcalr = counts(Step.of(encoder["name"], options, info.input_shape, chunk, "forward", head=head))
     work = work + dpcalr * (dpcalr_images(spec, int(ds["clients"]), n_train) / chunk)

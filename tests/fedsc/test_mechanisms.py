@@ -250,7 +250,9 @@ def test_byol_loss_is_symmetric_with_stop_gradient_on_the_target(tiny_digits, mo
     algo = FedBYOL(_one_step_spec(), tiny_digits, seed=0)
     captured = {}
     monkeypatch.setattr(
-        byol_mod, "local_sgd", lambda net, x, batch_loss, *a, **k: captured.setdefault("f", batch_loss) and 0.0
+        byol_mod,
+        "local_sgd",
+        lambda net, x, batch_loss, *a, draw, **k: captured.setdefault("f", lambda b: batch_loss(draw(b))) and 0.0,
     )
     algo.client_update(0, algo.global_state(), 1, 0.1)
     with torch.no_grad():  # make the target differ from the online network
@@ -453,7 +455,9 @@ def test_fedx_loss_has_the_local_and_the_global_terms(tiny_digits, monkeypatch):
     algo = FedX(_one_step_spec(fedx={"tau": 0.5, "tau2": 0.2}), tiny_digits, seed=0)
     captured = {}
     monkeypatch.setattr(
-        fedx_mod, "local_sgd", lambda net, x, batch_loss, *a, **k: captured.setdefault("f", batch_loss) and 0.0
+        fedx_mod,
+        "local_sgd",
+        lambda net, x, batch_loss, *a, draw, **k: captured.setdefault("f", lambda b: batch_loss(draw(b))) and 0.0,
     )
     algo.client_update(1, algo.global_state(), 1, 0.1)
     with torch.no_grad():  # a global model that differs from the local one

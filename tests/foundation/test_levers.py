@@ -44,7 +44,7 @@ def test_fedsc_bf16_channels_last_update_within_tolerance_of_fp32(tiny_digits): 
     size = sum(fp32[k].square().sum() for k in fp32).sqrt()
     assert 0 < error, "bf16 was not applied"
     assert error / size < 0.02
-    assert loss16 == pytest.approx(loss32, rel=0.01)
+    assert float(loss16) == pytest.approx(float(loss32), rel=0.01)  # the losses stay on the device
 
 
 def test_bert_client_forward_compiles_fullgraph_equal_to_eager():
@@ -128,9 +128,11 @@ def _run(config: dict, paper_name: str, dataset: str, method: str):
 
 
 def test_a_fedsc_round_marks_its_training_steps_and_not_dp_calr_or_the_knn_monitor(paper):
+    """bf16 and CUDA graphs (tests/fedsc/test_graph_ready.py) both apply to the local steps only: DP-CalR's
+    and the kNN monitor's forwards and the linear probe stay fp32 and eager."""
     config, counts = paper
     run = _run(config, "fedsc", "cifar10", "fedsc")
-    work, _ = plan.fedsc_work(config, run, counts)
+    work, probe_epoch = plan.fedsc_work(config, run, counts)
     spec, info = run.spec, plan.DATASETS["cifar10"]
     batch, encoder = int(spec["train"]["batch_size"]), spec["encoder"]
     options = {**encoder.get("kwargs", {}), "num_classes": 0}
@@ -139,7 +141,25 @@ def test_a_fedsc_round_marks_its_training_steps_and_not_dp_calr_or_the_knn_monit
     samples = plan._n_train(config, "cifar10")  # full participation
     assert work.autocast_flops == pytest.approx(step.flops * spec["train"]["local_epochs"] * samples / batch)
     assert work.flops > work.autocast_flops  # DP-CalR's and the monitor's forwards stay fp32
-    assert work.graphed_launches == 0
+    steps = spec["train"]["local_epochs"] * samples / batch
+    assert work.graphed_launches == pytest.approx(step.launches * steps)
+    assert work.launches > work.graphed_launches and probe_epoch.graphed_launches == 0
+
+
+def test_a_fedx_round_graphs_its_frozen_forwards_inside_the_step(paper):
+    """FedX's frozen global network forwards the step's three views inside the step: graph-ready with it."""
+    config, counts = paper
+    run = _run(config, "fedsc", "cifar10", "fedx")
+    fedx, _ = plan.fedsc_work(config, run, counts)
+    spec, info = run.spec, plan.DATASETS["cifar10"]
+    batch, encoder = int(spec["train"]["batch_size"]), spec["encoder"]
+    options = {**encoder.get("kwargs", {}), "num_classes": 0}
+    head = (spec["projector"]["hidden"], spec["projector"]["out"])
+    step = counts(Step.of(encoder["name"], options, info.input_shape, 3 * batch, "train", "sgd", head))
+    frozen = counts(Step.of(encoder["name"], options, info.input_shape, batch, "forward", head=head))
+    assert spec["participation"] == "full"
+    steps = spec["train"]["local_epochs"] * plan._n_train(config, "cifar10") / batch
+    assert fedx.graphed_launches == pytest.approx((step.launches + 3 * frozen.launches) * steps)
 
 
 def test_a_dpzv_epoch_graphs_its_rounds_not_its_evaluations(paper):

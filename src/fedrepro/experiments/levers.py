@@ -130,15 +130,17 @@ LEVERS = (
     Lever(
         "CUDA graphs, FedSC training step (zero host syncs, one graph)",
         "fedsc",
-        ("fedsc", "fedavg_sc", "centralized_sc"),  # FedSC's class (plan.fedsc_work marks their steps)
+        None,  # FedSC, FedAvg+SC, Centralized SC and the SSL baselines: one local step (base.sgd_step)
         "launches",
         GRAPH_SECONDS_PER_KERNEL,
         GRAPH_SOURCE,
         (
             f"{FEDSC_GRAPHS}::test_a_fedsc_local_step_makes_no_host_sync",
+            f"{FEDSC_GRAPHS}::test_a_baseline_local_step_makes_no_host_sync",
             f"{FEDSC_GRAPHS}::test_a_client_update_makes_no_host_sync",
             f"{FEDSC_GRAPHS}::test_records_are_bit_identical_to_the_host_read_round",
             f"{FEDSC_GRAPHS}::test_a_fedsc_local_step_compiles_in_one_graph_and_matches_eager",
+            f"{FEDSC_GRAPHS}::test_a_baseline_local_step_compiles_in_one_graph_and_matches_eager",
         ),
     ),
     Lever(
