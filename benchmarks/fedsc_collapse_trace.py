@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+
+from fedsc_seed_cost import run_arguments, stored_run  # noqa: E402
 
 from fedrepro.algorithms.fedsc.augment import plain  # noqa: E402
 from fedrepro.algorithms.fedsc.fedsc import FedSC  # noqa: E402
@@ -89,14 +90,7 @@ def embedding_measures(alg: FedSC) -> dict:
 
 
 def trace(results: Path, dataset: str, run: str, seed: int, change: dict) -> pd.DataFrame:
-    spec = json.loads((results / "fedsc" / "runs" / dataset / run / f"s{seed}" / "summary.json").read_text())["spec"]
-    for key, value in change.items():
-        both = isinstance(value, dict) and isinstance(spec.get(key), dict)
-        spec[key] = {**spec[key], **value} if both else value
-    partition = next((results / "partitions" / dataset).glob("classes-c*-s0.npz"))
-    job = types.SimpleNamespace(
-        input={"data": str(results / "data" / dataset / "arrays.npz"), "partition": str(partition)}, spec=spec
-    )
+    spec, job = stored_run(results, dataset, run, seed, change)
     torch.set_num_threads(1)
     seeding.seed_everything(seed)
     alg = TracedFedSC(spec, load_data(job, "cpu"), seed, "cpu")
@@ -120,10 +114,7 @@ def trace(results: Path, dataset: str, run: str, seed: int, change: dict) -> pd.
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path, help="results folder of a finished fedsc_standin")
-    parser.add_argument("dataset", help="a stand-in: shapes or textures")
-    parser.add_argument("run", help="method/setting, e.g. fedsc/full_epsinf or fedavg_sc/full")
-    parser.add_argument("seed", type=int)
+    run_arguments(parser)
     parser.add_argument(
         "change", nargs="?", default="{}", help="JSON merged into the run's spec, e.g. '{\"mu\": null}'"
     )

@@ -27,18 +27,31 @@ from fedrepro.algorithms.fedsc.jobs import load_data  # noqa: E402
 from fedrepro.fl import seeding  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The stored run a script re-runs: RESULTS DATASET RUN SEED."""
     parser.add_argument("results", type=Path, help="results folder of a finished fedsc_standin")
     parser.add_argument("dataset", help="a stand-in: shapes or textures")
     parser.add_argument("run", help="method/setting, e.g. fedsc/full_epsinf or fedavg_sc/full")
     parser.add_argument("seed", type=int)
-    args = parser.parse_args()
-    folder = args.results / "fedsc" / "runs" / args.dataset / args.run / f"s{args.seed}"
+
+
+def stored_run(results: Path, dataset: str, run: str, seed: int, change: dict | None = None):
+    """The run's spec (with `change` merged, one level deep) and a job naming its prepared data and partition."""
+    folder = results / "fedsc" / "runs" / dataset / run / f"s{seed}"
     spec = json.loads((folder / "summary.json").read_text())["spec"]
-    partition = next((args.results / "partitions" / args.dataset).glob("classes-c*-s0.npz"))
-    data = str(args.results / "data" / args.dataset / "arrays.npz")
-    job = types.SimpleNamespace(input={"data": data, "partition": str(partition)}, spec=spec)
+    for key, value in (change or {}).items():
+        both = isinstance(value, dict) and isinstance(spec.get(key), dict)
+        spec[key] = {**spec[key], **value} if both else value
+    partition = next((results / "partitions" / dataset).glob("classes-c*-s0.npz"))
+    data = str(results / "data" / dataset / "arrays.npz")
+    return spec, types.SimpleNamespace(input={"data": data, "partition": str(partition)}, spec=spec)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    run_arguments(parser)
+    args = parser.parse_args()
+    spec, job = stored_run(args.results, args.dataset, args.run, args.seed)
     torch.set_num_threads(1)
     seeding.seed_everything(args.seed)
     algorithm = FedSC(spec, load_data(job, "cpu"), args.seed, "cpu")

@@ -32,19 +32,12 @@ from fedrepro.data.partition import vertical_partition
 from fedrepro.experiments import levers
 from tests.dpzv.conftest import tiny_settings
 from tests.dpzv.quick_round import SHARED, digits_data, parameters, quick_algorithm, records
+from tests.dpzv.test_zo_bf16 import BERT  # the same small bert-base as the gate's client
 
 pytest.importorskip("transformers")
 
 METHODS = {"dpzv": DPZV, "zoo_vfl": ZOOVFL, "vafl": VAFL, "vfl_czofo": VFLCZOFO}
 ZO_TOLERANCE, FIRST_ORDER_TOLERANCE = levers.ZO_BF16_THRESHOLD, 0.05
-BERT = {  # bert-base's layers at tiny widths (test_zo_bf16.py's client)
-    "vocab_size": 200,
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 128,
-    "max_position_embeddings": 64,
-}
 
 
 def _tokens(clients: int = 2, n: int = 48, length: int = 16):

@@ -68,23 +68,20 @@ def test_dpzvs_sensitivities_are_the_replace_one_bounds_of_its_clipped_releases(
 
 def test_changing_dpzvs_constant_in_one_place_moves_every_mechanism_and_accountant(monkeypatch):
     sigma, clip, batch, samples, rounds = 0.3, 0.05, 8, 32, 16
-    before = (
-        dpzv.noise_multiplier(sigma, clip, batch),
-        dpzv.dpzv_mechanism(sigma, clip, batch, samples, rounds).noise_multiplier,
-        dpzv.dp_head_multipliers(1.0)[0],
-        dpzv.embedding_noise(1.0, 1e-3, 0.5, rounds, samples, batch, 2),
-        dpzv.dpzv_noise(1.0, 1e-3, clip, rounds, samples, batch),
-        dpzv.secret_subsample_noise(1.0, 1e-3, clip, batch, 0.5, (8, 4), "none"),
-    )
+
+    def released():
+        return (
+            dpzv.noise_multiplier(sigma, clip, batch),
+            dpzv.dpzv_mechanism(sigma, clip, batch, samples, rounds).noise_multiplier,
+            dpzv.dp_head_multipliers(1.0)[0],
+            dpzv.embedding_noise(1.0, 1e-3, 0.5, rounds, samples, batch, 2),
+            dpzv.dpzv_noise(1.0, 1e-3, clip, rounds, samples, batch),
+            dpzv.secret_subsample_noise(1.0, 1e-3, clip, batch, 0.5, (8, 4), "none"),
+        )
+
+    before = released()
     _doubled(monkeypatch, dpzv, "dpzv_sensitivities")
-    after = (
-        dpzv.noise_multiplier(sigma, clip, batch),
-        dpzv.dpzv_mechanism(sigma, clip, batch, samples, rounds).noise_multiplier,
-        dpzv.dp_head_multipliers(1.0)[0],
-        dpzv.embedding_noise(1.0, 1e-3, 0.5, rounds, samples, batch, 2),
-        dpzv.dpzv_noise(1.0, 1e-3, clip, rounds, samples, batch),
-        dpzv.secret_subsample_noise(1.0, 1e-3, clip, batch, 0.5, (8, 4), "none"),
-    )
+    after = released()
     # at a given sigma each accountant sees half the multiplier
     assert after[:3] == pytest.approx((before[0] / 2, before[1] / 2, before[2] / 2))
     # the calibrated noise of each mechanism doubles and the multiplier its record gives stays
