@@ -810,7 +810,7 @@ def _jobs_line(name: str, jobs: list[Job]) -> str:
     return f"| {name} | {count} | {floor:,.1f} | {hours:,.1f} | {with_levers:,.1f} | {measured:,.1f} |"
 
 
-LEVER_GOAL_HOURS = 400  # issue 42: the whole paper scale with the ready levers applied
+LEVER_GOAL_HOURS = 400  # the whole paper scale with the ready levers applied (docs/benchmarks.md)
 
 
 def levers_report(planned: dict, constants: Constants | None) -> list[str]:
