@@ -111,6 +111,8 @@ class Stack:
         for k in range(len(self.opt.params)):
             self.opt.m[k] = torch.stack([opt.m[k] for opt in self.optimizers])
             self.opt.v[k] = torch.stack([opt.v[k] for opt in self.optimizers])
+        self._bound: dict[str, _Bound] = {}  # `call`'s wrappers, built once (a module built in a traced step
+        # breaks torch.compile's graph: "getattr() on nn.Module with pending mutation", torch 2.14)
 
     def __len__(self) -> int:
         return len(self.models)
@@ -128,7 +130,9 @@ class Stack:
     def call(self, method: str, x: torch.Tensor, shared_input: bool = False):
         """Every client's `model.<method>(x)` (e.g. a ClientModel's `features` or `forward_both`), stacked
         like `forward`; a method returning a tuple gives a tuple of stacked tensors."""
-        bound = _Bound(self.template, method)
+        bound = self._bound.get(method)
+        if bound is None:
+            bound = self._bound[method] = _Bound(self.template, method)
 
         def one(p: Params, b: Params, xb: torch.Tensor):
             tensors = {f"model.{k}": v for k, v in (p | b).items()}

@@ -62,7 +62,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch.func import vmap
 
-from fedrepro.algorithms.fedal.base import FedData, Federation, PrivateGroup, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.base import FedData, Federation, PrivateGroup, TrainConfig, device_mean, mean_of
 from fedrepro.algorithms.fedal.client import cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.kd import cross_correlation_loss, kl_to_logits, non_target_kl, similarity_logits
 from fedrepro.fl.batched import Stack
@@ -201,17 +201,19 @@ class FCCL(Federation):
         """round() with each architecture group's clients stacked (class docstring of base.Federation)."""
         stacks = self.stacks()
         inter = [stack.freeze() for stack in stacks]
-        col = [self._collaborative_iteration_batched(stacks) for _ in range(self.cfg.tau)]
+        col = [self.collaborative_step_stacked(stacks, self.shared_public_batch()) for _ in range(self.cfg.tau)]
         intra = self._intra_teachers()
         local = []
         for group, stack, inter_g, intra_g in zip(self._groups, stacks, inter, intra):
             local += self._local_updates_batched(group, stack, inter_g, intra_g)
         self._write_back_intra()
-        return {"collab": mean_of(col), "local": mean_of(local)}
+        # each iteration's mean read in one copy, then averaged on the host as the per-client loop does
+        return {"collab": mean_of(torch.stack(col).tolist()), "local": mean_of(local)}
 
-    def _collaborative_iteration_batched(self, stacks: list[Stack]) -> float:
-        """_collaborative_iteration on the shared public batch: same uploads, replies and losses."""
-        xb = self.shared_public_batch()
+    def collaborative_step_stacked(self, stacks: list[Stack], xb: torch.Tensor) -> torch.Tensor:
+        """_collaborative_iteration on the shared public batch `xb`: same uploads, replies and losses. A device
+        program with no host sync (the clients' mean loss stays a 0-dim tensor, read at the round's end), which
+        torch.compile(fullgraph=True) traces whole."""
         outputs = [stack.call("forward_both", xb, shared_input=True) for stack in stacks]
         sims = [stacked_similarity(h, self.sim_temperature) if self.plus else None for h, _ in outputs]
         up_logits, up_sims = [None] * self.num_clients, [None] * self.num_clients
@@ -238,27 +240,31 @@ class FCCL(Federation):
             stack.step(loss.sum())
             losses.append(loss.detach())
         self.iteration += 1
-        return mean_of(losses)
+        return device_mean(losses)
 
     def _local_updates_batched(self, group: PrivateGroup, stack: Stack, inter, intra) -> list[torch.Tensor]:
         """_local_updates of one group's clients at once; each client's loss per step (G,)."""
-        losses = []
-        for _ in range(self.local_steps):
-            x, y = group.batch(self.clients, self.cfg.batch_size)
-            f = stack.forward(x)
-            with torch.no_grad():
-                inter_f = stack.forward(x, frozen=inter)
-                intra_f = None if self.plus else stack.forward(x, frozen=intra)
-            loss = cross_entropy(f, y)
-            if self.plus:
-                t = self.nt_temperature
-                loss = loss + t * t * stacked_non_target_kl(inter_f, f, y, t)
-            else:
-                temperature = self.cfg.kd_temperature
-                loss = loss + kl_to_logits(inter_f, f, temperature) + kl_to_logits(intra_f, f, temperature)
-            stack.step(loss.sum())
-            losses.append(loss.detach())
-        return losses
+        return [
+            self.local_step_stacked(stack, *group.batch(self.clients, self.cfg.batch_size), inter, intra)
+            for _ in range(self.local_steps)
+        ]
+
+    def local_step_stacked(self, stack: Stack, x: torch.Tensor, y: torch.Tensor, inter, intra) -> torch.Tensor:
+        """One local-updating step of a group's stacked clients on their private batches (x, y); each client's
+        loss (G,). A device program with no host sync, which torch.compile(fullgraph=True) traces whole."""
+        f = stack.forward(x)
+        with torch.no_grad():
+            inter_f = stack.forward(x, frozen=inter)
+            intra_f = None if self.plus else stack.forward(x, frozen=intra)
+        loss = cross_entropy(f, y)
+        if self.plus:
+            t = self.nt_temperature
+            loss = loss + t * t * stacked_non_target_kl(inter_f, f, y, t)
+        else:
+            temperature = self.cfg.kd_temperature
+            loss = loss + kl_to_logits(inter_f, f, temperature) + kl_to_logits(intra_f, f, temperature)
+        stack.step(loss.sum())
+        return loss.detach()
 
     def _intra_teachers(self) -> list:
         """Per group, the intra-domain teachers' stacked (parameters, buffers) (None for FCCL+). Their

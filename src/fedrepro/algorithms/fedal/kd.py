@@ -101,9 +101,8 @@ def cross_correlation_loss(
 
     batch = own_logits.shape[0]
     corr = standardise(own_logits).T @ standardise(target_logits.detach()) / batch
-    eye = torch.eye(corr.shape[0], dtype=torch.bool, device=corr.device)
     on_diag = ((1 - torch.diagonal(corr)) ** 2).sum()
-    off_diag = ((1 + corr[~eye]) ** 2).sum()
+    off_diag = ((1 + off_diagonal(corr).reshape(-1)) ** 2).sum()
     return on_diag + off_diagonal_weight * off_diag
 
 
@@ -112,6 +111,11 @@ def similarity_logits(features: torch.Tensor, temperature: float = 0.02) -> torc
     learning): cosine similarities of the L2-normalised features divided by the temperature,
     each row without its diagonal (self-similarity) entry; (B, B - 1) logits."""
     z = F.normalize(features, dim=-1)
-    sim = z @ z.T / temperature
-    off = ~torch.eye(sim.shape[0], dtype=torch.bool, device=sim.device)
-    return sim[off].reshape(sim.shape[0], sim.shape[0] - 1)
+    return off_diagonal(z @ z.T / temperature)
+
+
+def off_diagonal(m: torch.Tensor) -> torch.Tensor:
+    """The off-diagonal entries of a square (n, n) matrix, row by row, as (n, n - 1): `m[~eye]` by slicing
+    (static shapes, so a vmapped loss compiles in one graph; a boolean mask's size is data-dependent)."""
+    n = m.shape[0]
+    return m.flatten()[1:].view(n - 1, n + 1)[:, :-1].reshape(n, n - 1)

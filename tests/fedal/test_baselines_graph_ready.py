@@ -1,0 +1,286 @@
+"""The stacked steps of FedAL's baselines are ready for CUDA graphs, proven on the CPU (the "CUDA graphs" lever
+of fedrepro.plan), as tests/fedal/test_graph_ready.py proves FedAL's own.
+
+FCCL and FCCL+ (fccl.py) run two stacked steps: a collaborative step (`FCCL.collaborative_step_stacked`: logits
+(and FCCL+'s similarity matrices) up, the average back, eq. (3)'s loss, one Adam step per stack) and a local step
+(`FCCL.local_step_stacked`: CE + the teachers' distillation, one Adam step of the stack). FedMD and FedMD-LF are
+FedAL with terms off (fedal.py `SWITCHES`): FedAL's two stacked steps. Each makes no host sync (the losses stay
+device tensors, read at the round's or stage's end) and compiles with torch.compile(fullgraph=True) in one graph
+with eager's numbers. The batches are drawn on the host before a step, as in the run.
+"""
+
+import copy
+
+import pytest
+import torch
+
+from fedrepro.algorithms.fedal import fccl
+from fedrepro.algorithms.fedal.fccl import FCCL
+from fedrepro.algorithms.fedal.fedal import SWITCHES, FedAL
+from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
+
+from .helpers import config, make_data
+from .test_graph_ready import POOL, assert_close_state
+
+BATCH = 32
+FCCL_METHODS = {"fccl": False, "fccl_plus": True}
+FEDMD_METHODS = ("fedmd", "fedmd_lf")
+
+
+def make_fccl(method: str) -> FCCL:
+    """FCCL or FCCL+, two stacks of two clients, after one round (Adam state exists, teachers pretrained)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    run = FCCL(
+        make_data(num_clients=4),
+        POOL,
+        config(tau=3, batch_size=BATCH),
+        seed=0,
+        plus=FCCL_METHODS[method],
+        pretrain_iters=2,
+        local_steps=2,
+        assignment=[0, 1, 0, 1],
+        batched=True,
+    )
+    run.round(1)
+    return run
+
+
+def make_fedmd(method: str) -> FedAL:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    use_al, use_lf = SWITCHES[method]
+    run = FedAL(
+        make_data(num_clients=4),
+        POOL,
+        config(tau=3, batch_size=BATCH),
+        seed=0,
+        use_al=use_al,
+        use_lf=use_lf,
+        assignment=[0, 1, 0, 1],
+        batched=True,
+    )
+    run.round(1)
+    return run
+
+
+def fccl_local_inputs(algo: FCCL) -> tuple:
+    stack, group = algo.stacks()[0], algo._groups[0]
+    x, y = group.batch(algo.clients, BATCH)
+    return stack, x, y, stack.freeze(), algo._intra_teachers()[0]
+
+
+def stack_state(algo) -> dict[str, torch.Tensor]:
+    out = {}
+    for i, stack in enumerate(algo.stacks()):
+        out.update({f"stack{i}.{k}": p.detach().clone() for k, p in stack.params.items()})
+        out.update({f"stack{i}.buffer.{k}": b.clone() for k, b in stack.buffers.items()})
+        out.update({f"stack{i}.adam_m{k}": m.clone() for k, m in enumerate(stack.opt.m)})
+        out.update({f"stack{i}.adam_v{k}": v.clone() for k, v in enumerate(stack.opt.v)})
+    return out
+
+
+# ---------------------------------------------------------------------- FCCL, FCCL+: no host sync
+@pytest.mark.parametrize("method", FCCL_METHODS)
+def test_an_fccl_collaborative_step_makes_no_host_sync(method):
+    algo = make_fccl(method)
+    xb = algo.shared_public_batch()
+    assert host_syncs(algo.collaborative_step_stacked, algo.stacks(), xb) == 0
+
+
+@pytest.mark.parametrize("method", FCCL_METHODS)
+def test_an_fccl_local_step_makes_no_host_sync(method):
+    algo = make_fccl(method)
+    assert host_syncs(algo.local_step_stacked, *fccl_local_inputs(algo)) == 0
+
+
+@pytest.mark.parametrize("method", FCCL_METHODS)
+def test_the_sync_test_sees_one_item_put_back_into_an_fccl_step(method, monkeypatch):
+    """The checks above fail when a step reads its loss on the host (the old per-iteration float())."""
+    entropy, correlation = fccl.cross_entropy, fccl.stacked_cross_correlation
+
+    def reading_entropy(f, y):
+        loss = entropy(f, y)
+        loss.sum().item()
+        return loss
+
+    def reading_correlation(f, target):
+        loss = correlation(f, target)
+        loss.sum().item()
+        return loss
+
+    monkeypatch.setattr(fccl, "cross_entropy", reading_entropy)
+    monkeypatch.setattr(fccl, "stacked_cross_correlation", reading_correlation)
+    algo = make_fccl(method)
+    assert host_syncs(algo.local_step_stacked, *fccl_local_inputs(algo)) == 1
+    assert host_syncs(algo.collaborative_step_stacked, algo.stacks(), algo.shared_public_batch()) == 2  # 2 stacks
+
+
+@pytest.mark.parametrize("method", FCCL_METHODS)
+def test_fccl_records_are_bit_identical_to_the_host_read_round(method, monkeypatch):
+    """The round's `collab` is the host mean of each collaborative iteration's mean read by float() after the
+    iteration (the path before the step kept it on the device), now read in one copy at the round's end; `local`
+    is unchanged (one device mean at the end). Exact equality, and the round makes only those reads."""
+    algo = make_fccl(method)
+    seen, step = [], FCCL.collaborative_step_stacked
+
+    def host_read(self, *args):
+        out = step(self, *args)
+        seen.append(float(out))  # what each iteration was read as before
+        return out
+
+    monkeypatch.setattr(FCCL, "collaborative_step_stacked", host_read)
+    twin = copy.deepcopy(algo)
+    with SyncCounter() as counter:
+        row = algo.round(2)
+    assert len(seen) == algo.cfg.tau
+    assert row["collab"] == sum(seen) / len(seen)  # exact
+    assert counter.syncs == algo.cfg.tau + 2  # the rebuilt float() per iteration, one copy, the local mean
+    monkeypatch.setattr(FCCL, "collaborative_step_stacked", step)
+    assert twin.round(2) == row
+
+
+# ---------------------------------------------------------------------- FedMD, FedMD-LF: FedAL's steps
+@pytest.mark.parametrize("method", FEDMD_METHODS)
+def test_a_fedmd_stacked_local_step_makes_no_host_sync(method):
+    algo = make_fedmd(method)
+    stack, group = algo.stacks()[0], algo._groups[0]
+    x, y = group.batch(algo.clients, BATCH)
+    anchor = stack.freeze() if algo.use_lf else None
+    for first in (True, False):
+        assert host_syncs(algo.local_step_stacked, stack, x, y, anchor, first) == 0
+
+
+@pytest.mark.parametrize("method", FEDMD_METHODS)
+def test_a_fedmd_stacked_global_step_makes_no_host_sync(method):
+    algo = make_fedmd(method)
+    anchors = [s.freeze() if algo.use_lf else None for s in algo.stacks()]
+    for live in (True, False):
+        xb = algo.shared_public_batch()
+        assert host_syncs(algo.global_step_stacked, algo.stacks(), anchors, live, xb) == 0
+
+
+# ---------------------------------------------------------------------- one graph, eager's numbers
+def check_fccl_collaborative_step_compiles(method):
+    algo = make_fccl(method)
+    twin = copy.deepcopy(algo)
+    xb = algo.shared_public_batch()
+    before = stack_state(algo)
+    with aot_eager_fullgraph() as counters:
+        got = compiled(twin.collaborative_step_stacked)(twin.stacks(), xb)
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    want = algo.collaborative_step_stacked(algo.stacks(), xb)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_close_state(stack_state(twin), stack_state(algo))
+    assert twin.iteration == algo.iteration and twin.wire.bytes_by_direction == algo.wire.bytes_by_direction
+    assert not torch.equal(stack_state(algo)["stack0.head.weight"], before["stack0.head.weight"])
+
+
+def check_fccl_local_step_compiles(method):
+    algo = make_fccl(method)
+    twin = copy.deepcopy(algo)
+    stack, x, y, inter, intra = fccl_local_inputs(algo)
+    before = stack_state(algo)
+    with aot_eager_fullgraph() as counters:
+        twin_inputs = (twin.stacks()[0], x, y, copy.deepcopy(inter), copy.deepcopy(intra))
+        got = compiled(twin.local_step_stacked)(*twin_inputs)
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    want = algo.local_step_stacked(stack, x, y, inter, intra)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_close_state(stack_state(twin), stack_state(algo))
+    assert not torch.equal(stack_state(algo)["stack0.head.weight"], before["stack0.head.weight"])
+
+
+def check_fedmd_steps_compile(method):
+    for step in ("local", "global"):
+        algo = make_fedmd(method)
+        twin = copy.deepcopy(algo)
+        stack = algo.stacks()[0]
+        if step == "local":
+            x, y = algo._groups[0].batch(algo.clients, BATCH)
+            anchor = stack.freeze() if algo.use_lf else None
+            args = (x, y, anchor, False)
+            fn, twin_args = "local_step_stacked", (twin.stacks()[0], *copy.deepcopy(args))
+            args = (stack, *args)
+        else:
+            anchors = [s.freeze() if algo.use_lf else None for s in algo.stacks()]
+            args = (anchors, False, algo.shared_public_batch())
+            fn, twin_args = "global_step_stacked", (twin.stacks(), *copy.deepcopy(args))
+            args = (algo.stacks(), *args)
+        with aot_eager_fullgraph() as counters:
+            got = compiled(getattr(twin, fn))(*twin_args)
+            assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], step
+        want = getattr(algo, fn)(*args)
+        assert_close_state(got, want)
+        assert_close_state(stack_state(twin), stack_state(algo))
+
+
+@pytest.mark.parametrize("method", FCCL_METHODS)
+def test_an_fccl_collaborative_step_compiles_in_one_graph_and_matches_eager(method):
+    in_child(check_fccl_collaborative_step_compiles, method)
+
+
+@pytest.mark.parametrize("method", FCCL_METHODS)
+def test_an_fccl_local_step_compiles_in_one_graph_and_matches_eager(method):
+    in_child(check_fccl_local_step_compiles, method)
+
+
+@pytest.mark.parametrize("method", FEDMD_METHODS)
+def test_fedmd_stacked_steps_compile_in_one_graph_and_match_eager(method):
+    in_child(check_fedmd_steps_compile, method)
+
+
+@pytest.mark.parametrize("host_read", ["tolist", "print"])
+def test_a_graph_break_in_an_fccl_step_fails_the_fullgraph_compile(monkeypatch, host_read):
+    """The compile checks above fail when a step breaks its graph (a host read of a loss, a print)."""
+    entropy = fccl.cross_entropy
+
+    def broken(f, y):
+        loss = entropy(f, y)
+        print(loss) if host_read == "print" else loss.tolist()
+        return loss
+
+    monkeypatch.setattr(fccl, "cross_entropy", broken)
+    algo = make_fccl("fccl_plus")
+    inputs = fccl_local_inputs(algo)
+
+    def check():
+        with aot_eager_fullgraph(), pytest.raises(torch._dynamo.exc.Unsupported):
+            compiled(algo.local_step_stacked)(*inputs)
+
+    in_child(check)
+
+
+def test_off_diagonal_slicing_is_the_boolean_mask_bit_for_bit():
+    """kd.off_diagonal (static shapes) replaced `m[~eye]` in FCCL's eq. (3) and FCCL+'s similarity logits: the
+    same entries in the same order, so the losses and their gradients are bit-identical (float32)."""
+    from fedrepro.algorithms.fedal.kd import cross_correlation_loss, off_diagonal, similarity_logits
+
+    def masked(m):
+        return m[~torch.eye(m.shape[0], dtype=torch.bool)].reshape(m.shape[0], m.shape[0] - 1)
+
+    def old_correlation(own, target, weight=0.0051):  # the loss as it read before, with the mask
+        def standardise(z):
+            return (z - z.mean(0)) / (z.std(0) + 1e-8)
+
+        corr = standardise(own).T @ standardise(target.detach()) / own.shape[0]
+        return ((1 - torch.diagonal(corr)) ** 2).sum() + weight * ((1 + masked(corr)) ** 2).sum()
+
+    def old_similarity(features, temperature=0.02):
+        z = torch.nn.functional.normalize(features, dim=-1)
+        return masked(z @ z.T / temperature)
+
+    gen = torch.Generator().manual_seed(0)
+    m = torch.randn(7, 7, generator=gen)
+    assert torch.equal(off_diagonal(m), masked(m))
+    own, target = torch.randn(32, 10, generator=gen), torch.randn(32, 10, generator=gen)
+    for new, old, args in (
+        (cross_correlation_loss, old_correlation, (target,)),
+        (similarity_logits, old_similarity, ()),
+    ):
+        a, b = own.clone().requires_grad_(), own.clone().requires_grad_()
+        got, want = new(a, *args), old(b, *args)
+        assert torch.equal(got, want)
+        (got * torch.arange(got.numel()).reshape(got.shape)).sum().backward()
+        (want * torch.arange(want.numel()).reshape(want.shape)).sum().backward()
+        assert torch.equal(a.grad, b.grad)
