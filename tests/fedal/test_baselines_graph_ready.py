@@ -15,8 +15,11 @@ import pytest
 import torch
 
 from fedrepro.algorithms.fedal import fccl
+from fedrepro.algorithms.fedal.base import supervised_step_stacked
+from fedrepro.algorithms.fedal.cfd import CFD
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fedal import SWITCHES, FedAL
+from fedrepro.algorithms.fedal.fedproto import FedProto
 from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
 
 from .helpers import config, make_data
@@ -25,6 +28,7 @@ from .test_graph_ready import POOL, assert_close_state
 BATCH = 32
 FCCL_METHODS = {"fccl": False, "fccl_plus": True}
 FEDMD_METHODS = ("fedmd", "fedmd_lf")
+PUBLIC_KD = ("cfd", "fedproto")
 
 
 def make_fccl(method: str) -> FCCL:
@@ -62,6 +66,25 @@ def make_fedmd(method: str) -> FedAL:
     )
     run.round(1)
     return run
+
+
+def make_public_kd(method: str):
+    """CFD or FedProto (public features, the paper's adaptation), two stacks of two clients, after one round."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cls = {"cfd": CFD, "fedproto": FedProto}[method]
+    run = cls(make_data(num_clients=4), POOL, config(tau=3, batch_size=BATCH), 0, assignment=[0, 1, 0, 1], batched=True)
+    run.round(1)
+    return run
+
+
+def global_inputs(algo) -> tuple:
+    """The arguments of a CFD or FedProto `global_step_stacked`, drawn as `_global_iteration_batched` draws them."""
+    xb = algo.shared_public_batch()
+    if isinstance(algo, CFD):
+        idx = torch.as_tensor(algo._server_public.next(BATCH))
+        return algo.stacks(), xb, algo.data.public_x[idx]
+    return algo.stacks(), xb
 
 
 def fccl_local_inputs(algo: FCCL) -> tuple:
@@ -160,6 +183,41 @@ def test_a_fedmd_stacked_global_step_makes_no_host_sync(method):
         assert host_syncs(algo.global_step_stacked, algo.stacks(), anchors, live, xb) == 0
 
 
+# ---------------------------------------------------------------------- CFD, FedProto; the supervised step
+@pytest.mark.parametrize("method", PUBLIC_KD)
+def test_a_public_kd_global_step_makes_no_host_sync(method):
+    algo = make_public_kd(method)
+    assert host_syncs(algo.global_step_stacked, *global_inputs(algo)) == 0
+
+
+def test_a_supervised_step_makes_no_host_sync():
+    """base.supervised_step_stacked: the CE stage of CFD and FedProto, FCCL's teacher pretraining."""
+    algo = make_public_kd("cfd")
+    x, y = algo._groups[0].batch(algo.clients, BATCH)
+    assert host_syncs(supervised_step_stacked, algo.stacks()[0], x, y) == 0
+
+
+@pytest.mark.parametrize("method", PUBLIC_KD)
+def test_public_kd_records_are_bit_identical_to_the_host_read_round(method, monkeypatch):
+    """CFD's `kd` and FedProto's `proto_mse`: the host mean of each iteration's mean read by float() after the
+    iteration (as before), now read in one copy at the round's end. Exact."""
+    algo = make_public_kd(method)
+    cls, key = type(algo), {"cfd": "kd", "fedproto": "proto_mse"}[method]
+    seen, step = [], cls.global_step_stacked
+
+    def host_read(self, *args):
+        out = step(self, *args)
+        seen.append(float(out[0] if isinstance(out, tuple) else out))  # what each iteration was read as before
+        return out
+
+    monkeypatch.setattr(cls, "global_step_stacked", host_read)
+    twin = copy.deepcopy(algo)
+    row = algo.round(2)
+    assert len(seen) == algo.cfg.tau and row[key] == sum(seen) / len(seen)  # exact
+    monkeypatch.setattr(cls, "global_step_stacked", step)
+    assert twin.round(2) == row
+
+
 # ---------------------------------------------------------------------- one graph, eager's numbers
 def check_fccl_collaborative_step_compiles(method):
     algo = make_fccl(method)
@@ -213,6 +271,42 @@ def check_fedmd_steps_compile(method):
         want = getattr(algo, fn)(*args)
         assert_close_state(got, want)
         assert_close_state(stack_state(twin), stack_state(algo))
+
+
+def check_public_kd_step_compiles(method):
+    algo = make_public_kd(method)
+    twin = copy.deepcopy(algo)
+    inputs = global_inputs(algo)
+    with aot_eager_fullgraph() as counters:
+        got = compiled(twin.global_step_stacked)(twin.stacks(), *inputs[1:])
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    want = algo.global_step_stacked(*inputs)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_close_state(stack_state(twin), stack_state(algo))
+    if method == "cfd":  # the server's model stepped alike
+        server = {k: v.clone() for k, v in algo.server.model.state_dict().items()}
+        assert_close_state({k: v.clone() for k, v in twin.server.model.state_dict().items()}, server)
+
+
+def check_supervised_step_compiles():
+    algo = make_public_kd("cfd")
+    twin = copy.deepcopy(algo)
+    x, y = algo._groups[0].batch(algo.clients, BATCH)
+    with aot_eager_fullgraph() as counters:
+        got = compiled(supervised_step_stacked)(twin.stacks()[0], x, y)
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    want = supervised_step_stacked(algo.stacks()[0], x, y)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_close_state(stack_state(twin), stack_state(algo))
+
+
+@pytest.mark.parametrize("method", PUBLIC_KD)
+def test_a_public_kd_global_step_compiles_in_one_graph_and_matches_eager(method):
+    in_child(check_public_kd_step_compiles, method)
+
+
+def test_a_supervised_step_compiles_in_one_graph_and_matches_eager():
+    in_child(check_supervised_step_compiles)
 
 
 @pytest.mark.parametrize("method", FCCL_METHODS)

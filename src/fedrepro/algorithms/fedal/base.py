@@ -273,10 +273,7 @@ class Federation:
         if self.batched:
             for group, stack in zip(self._groups, self.stacks()):
                 for _ in range(self.cfg.tau):
-                    x, y = group.batch(self.clients, self.cfg.batch_size)
-                    loss = cross_entropy(stack.forward(x), y)
-                    stack.step(loss.sum())
-                    losses.append(loss.detach())
+                    losses.append(supervised_step_stacked(stack, *group.batch(self.clients, self.cfg.batch_size)))
             return mean_of(losses)
         for client in self.clients:
             for _ in range(self.cfg.tau):
@@ -288,6 +285,14 @@ class Federation:
 
     def round(self, t: int) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def supervised_step_stacked(stack: Stack, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One cross-entropy step of a group's stacked clients on their private batches; each client's loss (G,).
+    A device program with no host sync, which torch.compile(fullgraph=True) traces whole."""
+    loss = cross_entropy(stack.forward(x), y)
+    stack.step(loss.sum())
+    return loss.detach()
 
 
 def architecture_groups(assignment: Sequence[int]) -> list[list[int]]:

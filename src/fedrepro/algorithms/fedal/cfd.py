@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, device_mean, mean_of
 from fedrepro.algorithms.fedal.client import build_client_model
 from fedrepro.algorithms.fedal.kd import kl_to_logits
 from fedrepro.fl.optim import Adam
@@ -85,6 +85,8 @@ class CFD(Federation):
             k, s = self._global_iteration()
             kd.append(k)
             server_kd.append(s)
+        if self.batched:  # each iteration's mean read in one copy, then averaged on the host as the loop does
+            kd = torch.stack(kd).tolist()
         return {"ce": ce, "kd": mean_of(kd), "server_kd": mean_of(server_kd)}
 
     def _global_iteration(self):
@@ -109,20 +111,27 @@ class CFD(Federation):
 
     def _global_iteration_batched(self):
         """_global_iteration with each architecture's clients stacked: same batch, messages and steps."""
-        logits, per_client = self.stacked_logits(self.shared_public_batch())
+        xb = self.shared_public_batch()
+        idx = torch.as_tensor(self._server_public.next(self.cfg.batch_size), device=self.data.public_x.device)
+        return self.global_step_stacked(self.stacks(), xb, self.data.public_x[idx])
+
+    def global_step_stacked(self, stacks: list, xb: torch.Tensor, server_xb: torch.Tensor) -> tuple:
+        """One global iteration of the stacked clients on the public batch `xb` (the server's own draw of it:
+        `server_xb`): (the clients' mean KD loss, the server's loss), 0-dim device tensors read at the round's
+        end. A device program with no host sync, which torch.compile(fullgraph=True) traces whole."""
+        logits, per_client = self.stacked_logits(xb)
         uploads = [
             self.wire.send(c.name, "server", "logits", per_client[n].detach()) for n, c in enumerate(self.clients)
         ]
-        idx = torch.as_tensor(self._server_public.next(self.cfg.batch_size), device=self.data.public_x.device)
-        server_logits, server_loss = self.server.respond(self.data.public_x[idx], uploads)
+        server_logits, server_loss = self.server.respond(server_xb, uploads)
         targets = [self.wire.send("server", c.name, "server_logits", server_logits) for c in self.clients]
         losses = []
-        for group, stack, f in zip(self._groups, self.stacks(), logits):
+        for group, stack, f in zip(self._groups, stacks, logits):
             loss = kl_to_logits(targets[group.members[0]], f, self.cfg.kd_temperature)  # the same for every client
             stack.step(loss.sum())
             losses.append(loss.detach())
         self.iteration += 1
-        return mean_of(losses), server_loss
+        return device_mean(losses), server_loss
 
     def extra_state(self) -> dict:
         return {"server": self.server.state_dict(), "public": self._server_public.state_dict()}

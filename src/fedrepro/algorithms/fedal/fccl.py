@@ -62,7 +62,15 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch.func import vmap
 
-from fedrepro.algorithms.fedal.base import FedData, Federation, PrivateGroup, TrainConfig, device_mean, mean_of
+from fedrepro.algorithms.fedal.base import (
+    FedData,
+    Federation,
+    PrivateGroup,
+    TrainConfig,
+    device_mean,
+    mean_of,
+    supervised_step_stacked,
+)
 from fedrepro.algorithms.fedal.client import cross_entropy, frozen_logits
 from fedrepro.algorithms.fedal.kd import cross_correlation_loss, kl_to_logits, non_target_kl, similarity_logits
 from fedrepro.fl.batched import Stack
@@ -126,8 +134,7 @@ class FCCL(Federation):
             for group in self._groups:
                 stack = Stack([models[n] for n in group.members], [opts[n] for n in group.members])
                 for _ in range(iters):
-                    x, y = group.batch(self.clients, self.cfg.batch_size)
-                    stack.step(cross_entropy(stack.forward(x), y).sum())
+                    supervised_step_stacked(stack, *group.batch(self.clients, self.cfg.batch_size))
                 stack.write_back()
         else:
             for client, model, opt in zip(self.clients, models, opts):

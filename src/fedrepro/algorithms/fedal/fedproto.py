@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, mean_of
+from fedrepro.algorithms.fedal.base import FedData, Federation, TrainConfig, device_mean, mean_of
 from fedrepro.algorithms.fedal.client import cross_entropy
 from fedrepro.algorithms.fedal.kd import leave_one_out
 
@@ -111,6 +111,8 @@ class FedProto(Federation):
         mse = []
         for _ in range(self.cfg.tau):
             mse.append(self._global_iteration())
+        if self.batched:  # each iteration's mean read in one copy, then averaged on the host as the loop does
+            mse = torch.stack(mse).tolist()
         return {"ce": ce, "proto_mse": mean_of(mse)}
 
     def _global_iteration(self) -> torch.Tensor:
@@ -134,19 +136,24 @@ class FedProto(Federation):
 
     def _global_iteration_batched(self) -> torch.Tensor:
         """_global_iteration with each architecture's clients stacked: same batch, messages and steps."""
-        xb = self.shared_public_batch()
-        feats = [stack.call("features", xb, shared_input=True) for stack in self.stacks()]
+        return self.global_step_stacked(self.stacks(), self.shared_public_batch())
+
+    def global_step_stacked(self, stacks: list, xb: torch.Tensor) -> torch.Tensor:
+        """One feature-distillation iteration of the stacked clients on the public batch `xb`; their mean loss, a
+        0-dim device tensor read at the round's end. A device program with no host sync, which
+        torch.compile(fullgraph=True) traces whole."""
+        feats = [stack.call("features", xb, shared_input=True) for stack in stacks]
         uploads = [self.wire.send(c.name, "server", "features", h.detach()) for c, h in self._per_client(feats)]
         mean = self.server.respond(uploads)
         targets = [self.wire.send("server", c.name, "mean_features", mean) for c in self.clients]
         losses = []
-        for group, stack, h in zip(self._groups, self.stacks(), feats):
+        for group, stack, h in zip(self._groups, stacks, feats):
             target = leave_one_out(targets[group.members[0]], h.detach(), self.num_clients)  # per client
             loss = self.proto_weight * (h - target).square().mean(dim=(-2, -1))
             stack.step(loss.sum())
             losses.append(loss.detach())
         self.iteration += 1
-        return mean_of(losses)
+        return device_mean(losses)
 
     def _per_client(self, stacked: Sequence[torch.Tensor]) -> list[tuple]:
         """(client, its slice) in client order from one stacked tensor per architecture group."""
