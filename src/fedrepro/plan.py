@@ -160,6 +160,10 @@ FEDAL_STACKED = {  # algorithms/fedal: Federation(batched=spec["batched"])
     *("fedproto", "fd", "fedavg", "feddf", "feddf_al"),  # feddf: the clients' steps and the teachers' forwards
     *("fccl", "fccl_plus"),  # FCCL's teacher pretraining stacked too
 }
+FEDAL_GRAPH_READY = {  # methods whose stacked steps are proven graph-ready (levers.py's FedAL graph levers)
+    *("fedal", "fedmd_lf", "fedmd"),  # tests/fedal/test_graph_ready.py, test_baselines_graph_ready.py
+    *("fccl", "fccl_plus", "cfd", "fedproto"),  # fedproto: the `public_features` variant only (`_graph_ready`)
+}
 FEDAL_SERVER_DISTILL = {"feddf", "feddf_al"}  # feddf.py: an iteration is one local step per client and one step
 # of each group's server model toward the N teachers' logits (a forward per client, counted as a frozen forward)
 BYOL_METHODS = {"fedavg_byol", "fedu", "fedema"}
@@ -275,10 +279,19 @@ def fedal_work(
         if stacked:  # one step of the architecture's clients: their FLOPs, its launches once
             group = counts(Step.of(*model, batch, "train_stacked")) * trains
             group = group + counts(Step.of(*model, batch, "forward_stacked")) * frozen
-            work = work + Work(group.flops * share, group.launches * min(1.0, share)).graphed()
+            group = Work(group.flops * share, group.launches * min(1.0, share))
+            work = work + (group.graphed() if _graph_ready(run) else group)
         else:
             work = work + (train * trains + counts(Step.of(*model, batch, "forward")) * frozen) * share
     return work
+
+
+def _graph_ready(run) -> bool:
+    """Whether a stacked FedAL-family run's steps are proven graph-ready (`FEDAL_GRAPH_READY`); FedProto's own
+    `prototypes` variant (its regulariser's record selects rows on the host) is not."""
+    if run.method == "fedproto":
+        return run.spec.get("variant", "public_features") == "public_features"
+    return run.method in FEDAL_GRAPH_READY
 
 
 def dpzv_work(config: dict, run, counts: Counts) -> Work:

@@ -8,6 +8,7 @@ CUDA graphs need of DPZV's Amazon rounds besides the round code, tests/dpzv/test
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,31 @@ def test_a_stacked_fedal_iteration_graphs_its_stacked_steps_only(paper):
     assert alone.graphed_launches == 0
 
 
+def test_fedal_family_launches_are_marked_graph_ready_on_proven_methods_only(paper):
+    """A stacked FedAL-family run's step launches are marked graph-ready exactly when a FedAL graph lever whose
+    tests are in the checkout covers its method (tests/fedal/test_graph_ready.py, test_baselines_graph_ready.py):
+    dropping a proven method's mark, or marking FD, FedAvg, FedDF or FedProto's own variant, fails."""
+    config, counts = paper
+    graph_levers = [lv for lv in levers.active() if lv.paper == "fedal" and lv.kind == "launches"]
+    proven = {m for lv in graph_levers for m in lv.methods}
+    assert proven == plan.FEDAL_GRAPH_READY == {"fedal", "fedmd_lf", "fedmd", "fccl", "fccl_plus", "cfd", "fedproto"}
+    seen = set()
+    for run in importlib.import_module("fedrepro.experiments.fedal").runs(config):
+        if (run.method, run.dataset) in seen:
+            continue
+        seen.add((run.method, run.dataset))
+        stacked = {**run.spec, "batched": True}
+        work = plan.fedal_work(config, dataclasses.replace(run, spec=stacked), counts, plan._fedal_clients(run.setting))
+        marked = run.method in proven and stacked.get("variant", "public_features") == "public_features"
+        assert (work.graphed_launches > 0) is marked, run.method
+        if marked:
+            assert work.graphed_launches < work.launches  # evaluation stays eager
+    assert {"fedal", "fccl", "fccl_plus", "cfd", "fedproto", "fedmd", "fedavg"} <= {m for m, _ in seen}
+    own = _run(config, "fedal", next(d for m, d in seen if m == "fedproto"), "fedproto")
+    own = dataclasses.replace(own, spec={**own.spec, "batched": True, "variant": "prototypes"})
+    assert plan.fedal_work(config, own, counts, plan._fedal_clients(own.setting)).graphed_launches == 0
+
+
 def test_the_planner_prices_the_lever_column_by_each_units_ratio(paper, monkeypatch):
     config, counts = paper
     today, constants = plan.plan_and_constants(config, counts=counts)
@@ -200,8 +226,8 @@ def test_the_planner_prices_the_lever_column_by_each_units_ratio(paper, monkeypa
         for job in per["all runs"]:
             expected = levers.ratio(constants, job.work, job.paper, job.key[1], applied)
             assert job.lever_hours == pytest.approx(job.gpu_hours * expected)
-            if job.paper == "fedal" and job.key[1] != "fedal":
-                assert job.lever_ratio == 1.0  # only FedAL's own stacked step is graph-ready
+            if job.paper == "fedal" and job.key[1] not in plan.FEDAL_GRAPH_READY:
+                assert job.lever_ratio == 1.0  # only the proven stacked steps are graph-ready
     for paper_name in ("fedsc", "dpzv", "fedal"):
         assert sum(j.lever_hours for j in planned[paper_name]["all runs"]) < hours[paper_name]
     text = plan.report(planned, plan.load_costs(), constants)

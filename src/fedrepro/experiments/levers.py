@@ -44,6 +44,7 @@ BERT_BF16_SPEEDUP = 1979 / 989
 GRAPH_SOURCE = "assumption: a replayed kernel costs 4 us of GPU time instead of the fitted dispatch cost"
 DPZV_GRAPHS, FEDAL_GRAPHS = "tests/dpzv/test_graph_ready.py", "tests/fedal/test_graph_ready.py"
 FEDSC_GRAPHS = "tests/fedsc/test_graph_ready.py"
+FEDAL_BASELINE_GRAPHS = "tests/fedal/test_baselines_graph_ready.py"
 DPZV_PRECISION = "tests/dpzv/test_precision.py"
 
 
@@ -125,6 +126,30 @@ LEVERS = (
             f"{FEDAL_GRAPHS}::test_a_stacked_global_step_makes_no_host_sync",
             f"{FEDAL_GRAPHS}::test_a_stacked_local_step_compiles_in_one_graph_and_matches_eager",
             f"{FEDAL_GRAPHS}::test_a_stacked_global_step_compiles_in_one_graph_and_matches_eager",
+        ),
+    ),
+    Lever(
+        "CUDA graphs, stacked steps of FedAL's baselines and ablations (zero host syncs, one graph)",
+        "fedal",
+        ("fedmd", "fedmd_lf", "fccl", "fccl_plus", "cfd", "fedproto"),  # FedProto: public features (plan.py)
+        "launches",
+        GRAPH_SECONDS_PER_KERNEL,
+        GRAPH_SOURCE,
+        (
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_fedmd_stacked_local_step_makes_no_host_sync",
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_fedmd_stacked_global_step_makes_no_host_sync",
+            f"{FEDAL_BASELINE_GRAPHS}::test_fedmd_stacked_steps_compile_in_one_graph_and_match_eager",
+            f"{FEDAL_BASELINE_GRAPHS}::test_an_fccl_collaborative_step_makes_no_host_sync",
+            f"{FEDAL_BASELINE_GRAPHS}::test_an_fccl_local_step_makes_no_host_sync",
+            f"{FEDAL_BASELINE_GRAPHS}::test_fccl_records_are_bit_identical_to_the_host_read_round",
+            f"{FEDAL_BASELINE_GRAPHS}::test_an_fccl_collaborative_step_compiles_in_one_graph_and_matches_eager",
+            f"{FEDAL_BASELINE_GRAPHS}::test_an_fccl_local_step_compiles_in_one_graph_and_matches_eager",
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_public_kd_global_step_makes_no_host_sync",
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_supervised_step_makes_no_host_sync",
+            f"{FEDAL_BASELINE_GRAPHS}::test_public_kd_records_are_bit_identical_to_the_host_read_round",
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_public_kd_global_step_compiles_in_one_graph_and_matches_eager",
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_supervised_step_compiles_in_one_graph_and_matches_eager",
+            f"{FEDAL_BASELINE_GRAPHS}::test_off_diagonal_slicing_is_the_boolean_mask_bit_for_bit",
         ),
     ),
     Lever(
