@@ -18,6 +18,7 @@ from fedrepro.algorithms.fedal import fccl
 from fedrepro.algorithms.fedal.base import supervised_step_stacked
 from fedrepro.algorithms.fedal.cfd import CFD
 from fedrepro.algorithms.fedal.fccl import FCCL
+from fedrepro.algorithms.fedal.fd import FD
 from fedrepro.algorithms.fedal.fedal import SWITCHES, FedAL
 from fedrepro.algorithms.fedal.fedproto import FedProto
 from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
@@ -72,10 +73,18 @@ def make_public_kd(method: str):
     """CFD or FedProto (public features, the paper's adaptation), two stacks of two clients, after one round."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    cls = {"cfd": CFD, "fedproto": FedProto}[method]
+    cls = {"cfd": CFD, "fedproto": FedProto, "fd": FD}[method]
     run = cls(make_data(num_clients=4), POOL, config(tau=3, batch_size=BATCH), 0, assignment=[0, 1, 0, 1], batched=True)
     run.round(1)
     return run
+
+
+def fd_inputs(algo: FD) -> tuple:
+    """The arguments of FD's `local_step_stacked` for its first group, as `_round_batched` makes them."""
+    group, k = algo._groups[0], algo.data.num_classes
+    x, y = group.batch(algo.clients, BATCH)
+    sums, counts = torch.randn(len(group.members), k, k), torch.rand(len(group.members), k)
+    return algo.stacks()[0], x, y, torch.as_tensor(group.members), sums, counts
 
 
 def global_inputs(algo) -> tuple:
@@ -218,6 +227,13 @@ def test_public_kd_records_are_bit_identical_to_the_host_read_round(method, monk
     assert twin.round(2) == row
 
 
+def test_an_fd_local_step_makes_no_host_sync():
+    """FD (Jeong et al.): CE + the per-label logit distillation toward the known labels, the sums added."""
+    algo = make_public_kd("fd")
+    assert algo.known.any()  # after one round: the KL term is on
+    assert host_syncs(algo.local_step_stacked, *fd_inputs(algo)) == 0
+
+
 # ---------------------------------------------------------------------- one graph, eager's numbers
 def check_fccl_collaborative_step_compiles(method):
     algo = make_fccl(method)
@@ -298,6 +314,25 @@ def check_supervised_step_compiles():
     want = supervised_step_stacked(algo.stacks()[0], x, y)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert_close_state(stack_state(twin), stack_state(algo))
+
+
+def check_fd_local_step_compiles():
+    algo = make_public_kd("fd")
+    twin = copy.deepcopy(algo)
+    inputs = fd_inputs(algo)
+    twin_inputs = (twin.stacks()[0], *copy.deepcopy(inputs[1:]))
+    with aot_eager_fullgraph() as counters:
+        got = compiled(twin.local_step_stacked)(*twin_inputs)
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    want = algo.local_step_stacked(*inputs)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for a, b in zip(twin_inputs[4:], inputs[4:]):  # the per-label sums and counts added alike
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert_close_state(stack_state(twin), stack_state(algo))
+
+
+def test_an_fd_local_step_compiles_in_one_graph_and_matches_eager():
+    in_child(check_fd_local_step_compiles)
 
 
 @pytest.mark.parametrize("method", PUBLIC_KD)

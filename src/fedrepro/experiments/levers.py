@@ -131,7 +131,7 @@ LEVERS = (
     Lever(
         "CUDA graphs, stacked steps of FedAL's baselines and ablations (zero host syncs, one graph)",
         "fedal",
-        ("fedmd", "fedmd_lf", "fccl", "fccl_plus", "cfd", "fedproto"),  # FedProto: public features (plan.py)
+        ("fedmd", "fedmd_lf", "fccl", "fccl_plus", "cfd", "fedproto", "fd"),  # FedProto: public features (plan.py)
         "launches",
         GRAPH_SECONDS_PER_KERNEL,
         GRAPH_SOURCE,
@@ -150,6 +150,8 @@ LEVERS = (
             f"{FEDAL_BASELINE_GRAPHS}::test_a_public_kd_global_step_compiles_in_one_graph_and_matches_eager",
             f"{FEDAL_BASELINE_GRAPHS}::test_a_supervised_step_compiles_in_one_graph_and_matches_eager",
             f"{FEDAL_BASELINE_GRAPHS}::test_off_diagonal_slicing_is_the_boolean_mask_bit_for_bit",
+            f"{FEDAL_BASELINE_GRAPHS}::test_an_fd_local_step_makes_no_host_sync",
+            f"{FEDAL_BASELINE_GRAPHS}::test_an_fd_local_step_compiles_in_one_graph_and_matches_eager",
         ),
     ),
     Lever(

@@ -108,18 +108,7 @@ class FD(Federation):
             counts = torch.zeros(len(members), k, device=self.targets.device)
             for _ in range(self.cfg.tau):
                 x, y = group.batch(self.clients, self.cfg.batch_size)
-                f = stack.forward(x)
-                mask = self.known[members[:, None], y].to(f.dtype)  # (G, B)
-                kl = per_sample_kl(self.targets[members[:, None], y], f, self.cfg.kd_temperature)  # (G, B)
-                held = mask.sum(-1)
-                # per client: the KL's mean over its known rows times their fraction of the batch (as `round`)
-                fd = (kl * mask).sum(-1) / held.clamp_min(1) * (held / y.shape[-1])
-                loss = cross_entropy(f, y) + self.fd_weight * fd
-                stack.step(loss.sum())
-                losses.append(loss.detach())
-                onehot = torch.nn.functional.one_hot(y, k).to(f.dtype)
-                sums += torch.einsum("gbk,gbc->gkc", onehot, f.detach())
-                counts += onehot.sum(1)
+                losses.append(self.local_step_stacked(stack, x, y, members, sums, counts))
             for j, n in enumerate(group.members):
                 own[n] = (sums[j], counts[j])
         uploads = [
@@ -127,6 +116,24 @@ class FD(Federation):
             for n, c in enumerate(self.clients)
         ]
         return self._exchange(uploads, own, losses)
+
+    def local_step_stacked(self, stack, x, y, members: torch.Tensor, sums: torch.Tensor, counts: torch.Tensor):
+        """One local step of a group's stacked clients (`members`) on their batches (x, y), adding their per-label
+        logit sums and counts into `sums` (G, K, K) and `counts` (G, K); each client's loss (G,). A device program
+        with no host sync, which torch.compile(fullgraph=True) traces whole."""
+        f = stack.forward(x)
+        mask = self.known[members[:, None], y].to(f.dtype)  # (G, B)
+        kl = per_sample_kl(self.targets[members[:, None], y], f, self.cfg.kd_temperature)  # (G, B)
+        held = mask.sum(-1)
+        # per client: the KL's mean over its known rows times their fraction of the batch (as `round`)
+        fd = (kl * mask).sum(-1) / held.clamp_min(1) * (held / y.shape[-1])
+        loss = cross_entropy(f, y) + self.fd_weight * fd
+        stack.step(loss.sum())
+        # one_hot's range checks read y's min and max on the host (CPU); this is the same 0/1 matrix without them
+        onehot = (y[..., None] == torch.arange(self.data.num_classes, device=y.device)).to(f.dtype)
+        sums += torch.einsum("gbk,gbc->gkc", onehot, f.detach())
+        counts += onehot.sum(1)
+        return loss.detach()
 
     def _exchange(self, uploads: list, own: list, losses: list) -> dict:
         total = self.server.respond(uploads)
