@@ -163,6 +163,7 @@ FEDAL_STACKED = {  # algorithms/fedal: Federation(batched=spec["batched"])
 FEDAL_GRAPH_READY = {  # methods whose stacked steps are proven graph-ready (levers.py's FedAL graph levers)
     *("fedal", "fedmd_lf", "fedmd"),  # tests/fedal/test_graph_ready.py, test_baselines_graph_ready.py
     *("fccl", "fccl_plus", "cfd", "fedproto", "fd"),  # fedproto: the `public_features` variant only
+    *("fedavg", "feddf", "feddf_al"),  # the clients' step and FedDF's teachers' forward (not the server's step)
 }
 FEDAL_SERVER_DISTILL = {"feddf", "feddf_al"}  # feddf.py: an iteration is one local step per client and one step
 # of each group's server model toward the N teachers' logits (a forward per client, counted as a frozen forward)

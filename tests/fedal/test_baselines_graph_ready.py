@@ -20,6 +20,8 @@ from fedrepro.algorithms.fedal.cfd import CFD
 from fedrepro.algorithms.fedal.fccl import FCCL
 from fedrepro.algorithms.fedal.fd import FD
 from fedrepro.algorithms.fedal.fedal import SWITCHES, FedAL
+from fedrepro.algorithms.fedal.fedavg import local_step_stacked
+from fedrepro.algorithms.fedal.feddf import FedDF
 from fedrepro.algorithms.fedal.fedproto import FedProto
 from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
 
@@ -77,6 +79,23 @@ def make_public_kd(method: str):
     run = cls(make_data(num_clients=4), POOL, config(tau=3, batch_size=BATCH), 0, assignment=[0, 1, 0, 1], batched=True)
     run.round(1)
     return run
+
+
+def make_feddf(use_lf: bool) -> FedDF:
+    """FedDF (LF on: FedDF-AL's `use_lf`), two stacks of two clients, after one round (teachers received)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    data, cfg = make_data(num_clients=4), config(tau=3, batch_size=BATCH)
+    run = FedDF(data, POOL, cfg, 0, use_lf=use_lf, assignment=[0, 1, 0, 1], batched=True)
+    run.round(1)
+    return run
+
+
+def fedavg_inputs(algo: FedDF) -> tuple:
+    """The arguments of fedavg.local_step_stacked (FedAvg's and FedDF's clients) for the first group."""
+    stack = algo.stacks()[0]
+    x, y = algo._groups[0].batch(algo.clients, BATCH)
+    return stack, x, y, stack.freeze() if algo.use_lf else None
 
 
 def fd_inputs(algo: FD) -> tuple:
@@ -234,6 +253,19 @@ def test_an_fd_local_step_makes_no_host_sync():
     assert host_syncs(algo.local_step_stacked, *fd_inputs(algo)) == 0
 
 
+@pytest.mark.parametrize("use_lf", [False, True])
+def test_a_fedavg_local_step_makes_no_host_sync(use_lf):
+    """fedavg.local_step_stacked: FedAvg's and FedDF's (FedDF-AL's) client step, r_loc's anchor or not."""
+    algo = make_feddf(use_lf)
+    assert host_syncs(local_step_stacked, *fedavg_inputs(algo)) == 0
+
+
+def test_a_feddf_ensemble_forward_makes_no_host_sync():
+    """FedDF's teacher: the received models' stacked eval-mode forwards, their logits averaged."""
+    algo = make_feddf(False)
+    assert host_syncs(algo.ensemble_logits, algo.data.public_x[:BATCH]) == 0
+
+
 # ---------------------------------------------------------------------- one graph, eager's numbers
 def check_fccl_collaborative_step_compiles(method):
     algo = make_fccl(method)
@@ -329,6 +361,25 @@ def check_fd_local_step_compiles():
     for a, b in zip(twin_inputs[4:], inputs[4:]):  # the per-label sums and counts added alike
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert_close_state(stack_state(twin), stack_state(algo))
+
+
+def check_fedavg_and_feddf_steps_compile(use_lf):
+    algo = make_feddf(use_lf)
+    twin = copy.deepcopy(algo)
+    inputs = fedavg_inputs(algo)
+    with aot_eager_fullgraph() as counters:
+        got = compiled(local_step_stacked)(twin.stacks()[0], *copy.deepcopy(inputs[1:]))
+        xb = algo.data.public_x[:BATCH]
+        teacher = compiled(twin.ensemble_logits)(xb)
+        assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
+    torch.testing.assert_close(got, local_step_stacked(*inputs), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(teacher, algo.ensemble_logits(xb), rtol=1e-5, atol=1e-6)
+    assert_close_state(stack_state(twin), stack_state(algo))
+
+
+@pytest.mark.parametrize("use_lf", [False, True])
+def test_fedavg_and_feddf_steps_compile_in_one_graph_each_and_match_eager(use_lf):
+    in_child(check_fedavg_and_feddf_steps_compile, use_lf)
 
 
 def test_an_fd_local_step_compiles_in_one_graph_and_matches_eager():

@@ -188,13 +188,13 @@ def test_a_stacked_fedal_iteration_graphs_its_stacked_steps_only(paper):
 def test_fedal_family_launches_are_marked_graph_ready_on_proven_methods_only(paper):
     """A stacked FedAL-family run's step launches are marked graph-ready exactly when a FedAL graph lever whose
     tests are in the checkout covers its method (tests/fedal/test_graph_ready.py, test_baselines_graph_ready.py):
-    dropping a proven method's mark, or marking FedAvg, FedDF or FedProto's own variant, fails."""
+    dropping a proven method's mark, or marking FedProto's own variant (its record selects rows on the host) or
+    a method no lever covers, fails."""
     config, counts = paper
     graph_levers = [lv for lv in levers.active() if lv.paper == "fedal" and lv.kind == "launches"]
     proven = {m for lv in graph_levers for m in lv.methods}
-    assert (
-        proven == plan.FEDAL_GRAPH_READY == {"fedal", "fedmd_lf", "fedmd", "fccl", "fccl_plus", "cfd", "fedproto", "fd"}
-    )
+    family = {"fedal", "fedmd_lf", "fedmd", "fccl", "fccl_plus", "cfd", "fedproto", "fd", "fedavg", "feddf", "feddf_al"}
+    assert proven == plan.FEDAL_GRAPH_READY == family
     seen = set()
     for run in importlib.import_module("fedrepro.experiments.fedal").runs(config):
         if (run.method, run.dataset) in seen:
@@ -206,7 +206,7 @@ def test_fedal_family_launches_are_marked_graph_ready_on_proven_methods_only(pap
         assert (work.graphed_launches > 0) is marked, run.method
         if marked:
             assert work.graphed_launches < work.launches  # evaluation stays eager
-    assert {"fedal", "fccl", "fccl_plus", "cfd", "fedproto", "fedmd", "fd", "fedavg"} <= {m for m, _ in seen}
+    assert family <= {m for m, _ in seen}  # every method checked on the paper's runs
     own = _run(config, "fedal", next(d for m, d in seen if m == "fedproto"), "fedproto")
     own = dataclasses.replace(own, spec={**own.spec, "batched": True, "variant": "prototypes"})
     assert plan.fedal_work(config, own, counts, plan._fedal_clients(own.setting)).graphed_launches == 0

@@ -131,7 +131,8 @@ LEVERS = (
     Lever(
         "CUDA graphs, stacked steps of FedAL's baselines and ablations (zero host syncs, one graph)",
         "fedal",
-        ("fedmd", "fedmd_lf", "fccl", "fccl_plus", "cfd", "fedproto", "fd"),  # FedProto: public features (plan.py)
+        # FedProto: public features only (plan.py); FedDF(-AL): the clients' steps and the teachers' forwards
+        ("fedmd", "fedmd_lf", "fccl", "fccl_plus", "cfd", "fedproto", "fd", "fedavg", "feddf", "feddf_al"),
         "launches",
         GRAPH_SECONDS_PER_KERNEL,
         GRAPH_SOURCE,
@@ -152,6 +153,9 @@ LEVERS = (
             f"{FEDAL_BASELINE_GRAPHS}::test_off_diagonal_slicing_is_the_boolean_mask_bit_for_bit",
             f"{FEDAL_BASELINE_GRAPHS}::test_an_fd_local_step_makes_no_host_sync",
             f"{FEDAL_BASELINE_GRAPHS}::test_an_fd_local_step_compiles_in_one_graph_and_matches_eager",
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_fedavg_local_step_makes_no_host_sync",
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_feddf_ensemble_forward_makes_no_host_sync",
+            f"{FEDAL_BASELINE_GRAPHS}::test_fedavg_and_feddf_steps_compile_in_one_graph_each_and_match_eager",
         ),
     ),
     Lever(

@@ -63,19 +63,25 @@ def local_updates_batched(
                 t.copy_(torch.stack([starts[n][name] for n in group.members]))
         anchor = stack.freeze() if use_lf else None  # r_loc's anchor: the model each client loaded
         for _ in range(steps):
-            x, y = group.batch(fed.clients, fed.cfg.batch_size)
-            f = stack.forward(x)
-            loss = cross_entropy(f, y)
-            if use_lf:
-                with torch.no_grad():
-                    anchor_f = stack.forward(x, frozen=anchor)
-                loss = loss + less_forgetting(anchor_f, f)
-            stack.step(loss.sum())
-            losses.append(loss.detach())
+            losses.append(local_step_stacked(stack, *group.batch(fed.clients, fed.cfg.batch_size), anchor))
         tensors = stack.params | stack.buffers
         for j, n in enumerate(group.members):
             states[n] = {name: tensors[name][j].detach().clone() for name in starts[n]}
     return losses, states
+
+
+def local_step_stacked(stack, x: torch.Tensor, y: torch.Tensor, anchor) -> torch.Tensor:
+    """One local step of a group's stacked clients on their batches (x, y): CE, + r_loc toward the frozen `anchor`
+    when given; each client's loss (G,). A device program with no host sync, which torch.compile(fullgraph=True)
+    traces whole."""
+    f = stack.forward(x)
+    loss = cross_entropy(f, y)
+    if anchor is not None:
+        with torch.no_grad():
+            anchor_f = stack.forward(x, frozen=anchor)
+        loss = loss + less_forgetting(anchor_f, f)
+    stack.step(loss.sum())
+    return loss.detach()
 
 
 def state_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
