@@ -26,9 +26,8 @@ from fedrepro.algorithms.fedal.fedproto import FedProto
 from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
 
 from .helpers import config, make_data
-from .test_graph_ready import POOL, assert_close_state
+from .test_graph_ready import BATCH, POOL, assert_close_state
 
-BATCH = 32
 FCCL_METHODS = {"fccl": False, "fccl_plus": True}
 FEDMD_METHODS = ("fedmd", "fedmd_lf")
 PUBLIC_KD = ("cfd", "fedproto")

@@ -128,17 +128,22 @@ def _run(config: dict, paper_name: str, dataset: str, method: str):
     return next(r for r in module.runs(config) if (r.dataset, r.method) == (dataset, method))
 
 
+def _encoder_step(spec: dict, counts, images: int, kind: str, optimizer: str = "adam"):
+    """The counted work of one CIFAR-10 step of a FedSC run's encoder and projector on `images` images."""
+    encoder, head = spec["encoder"], (spec["projector"]["hidden"], spec["projector"]["out"])
+    options = {**encoder.get("kwargs", {}), "num_classes": 0}
+    shape = plan.DATASETS["cifar10"].input_shape
+    return counts(Step.of(encoder["name"], options, shape, images, kind, optimizer, head))
+
+
 def test_a_fedsc_round_marks_its_training_steps_and_not_dp_calr_or_the_knn_monitor(paper):
     """bf16 and CUDA graphs (tests/fedsc/test_graph_ready.py) both apply to the local steps only: DP-CalR's
     and the kNN monitor's forwards and the linear probe stay fp32 and eager."""
     config, counts = paper
     run = _run(config, "fedsc", "cifar10", "fedsc")
     work, probe_epoch = plan.fedsc_work(config, run, counts)
-    spec, info = run.spec, plan.DATASETS["cifar10"]
-    batch, encoder = int(spec["train"]["batch_size"]), spec["encoder"]
-    options = {**encoder.get("kwargs", {}), "num_classes": 0}
-    head = (spec["projector"]["hidden"], spec["projector"]["out"])
-    step = counts(Step.of(encoder["name"], options, info.input_shape, 2 * batch, "train", "sgd", head))
+    spec, batch = run.spec, int(run.spec["train"]["batch_size"])
+    step = _encoder_step(spec, counts, 2 * batch, "train", "sgd")
     samples = plan._n_train(config, "cifar10")  # full participation
     assert work.autocast_flops == pytest.approx(step.flops * spec["train"]["local_epochs"] * samples / batch)
     assert work.flops > work.autocast_flops  # DP-CalR's and the monitor's forwards stay fp32
@@ -152,12 +157,9 @@ def test_a_fedx_round_graphs_its_frozen_forwards_inside_the_step(paper):
     config, counts = paper
     run = _run(config, "fedsc", "cifar10", "fedx")
     fedx, _ = plan.fedsc_work(config, run, counts)
-    spec, info = run.spec, plan.DATASETS["cifar10"]
-    batch, encoder = int(spec["train"]["batch_size"]), spec["encoder"]
-    options = {**encoder.get("kwargs", {}), "num_classes": 0}
-    head = (spec["projector"]["hidden"], spec["projector"]["out"])
-    step = counts(Step.of(encoder["name"], options, info.input_shape, 3 * batch, "train", "sgd", head))
-    frozen = counts(Step.of(encoder["name"], options, info.input_shape, batch, "forward", head=head))
+    spec, batch = run.spec, int(run.spec["train"]["batch_size"])
+    step = _encoder_step(spec, counts, 3 * batch, "train", "sgd")
+    frozen = _encoder_step(spec, counts, batch, "forward")
     assert spec["participation"] == "full"
     steps = spec["train"]["local_epochs"] * plan._n_train(config, "cifar10") / batch
     assert fedx.graphed_launches == pytest.approx((step.launches + 3 * frozen.launches) * steps)
