@@ -28,7 +28,7 @@ from fedrepro.algorithms.fedsc import prefix as shared_prefix
 from fedrepro.algorithms.fedsc.participation import clients_per_round
 from fedrepro.data.partition import make_tag
 from fedrepro.experiments import Run, index, seed_tags, training_options
-from fedrepro.pipeline import number_tag, seed_tag
+from fedrepro.pipeline import number_tag, seed_batches, seed_tag
 
 PAPER = "fedsc"
 DATASET_NAMES = {"svhn": "SVHN", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
@@ -488,23 +488,18 @@ def _claim(by_key: dict, a_row: str, b_row: str, column: str, claim: str, kind: 
 
 
 def _with_more_seeds(config: dict, claims_list: list[dict]) -> list[dict]:
-    """Claims named by `more_seeds.claims` get the cells of `more_seeds.seeds` on both sides (paired), and
-    `more_seeds` lists those seeds; the probe tables keep the section's seeds."""
+    """Claims named by `more_seeds.claims` get the cells of their extra seeds on both sides (paired), and
+    `more_seeds` lists those seeds; the probe tables keep the section's seeds. A claim's extra seeds are its
+    entry's `seeds`, else `more_seeds.seeds`, in jobs of `more_seeds.seeds_per_job` (default: one job)."""
     more = config[PAPER].get("more_seeds") or {}
-    wanted = {_selector(c) for c in more.get("claims", [])}
-    if not wanted:
-        return claims_list
-    tag = seed_tag(list(more["seeds"]))  # one job per run for all of them (a job's start costs more than a seed)
+    seeds_of = {_selector(c): list(c.get("seeds", more.get("seeds", []))) for c in more.get("claims", [])}
     out = []
     for claim in claims_list:
-        if _selector(claim) in wanted:
-            extra = {side: [_reseeded(c, tag) for c in _one_per_run(claim[side])] for side in "ab"}
-            claim = {
-                **claim,
-                "a": claim["a"] + extra["a"],
-                "b": claim["b"] + extra["b"],
-                "more_seeds": list(more["seeds"]),
-            }
+        seeds = seeds_of.get(_selector(claim))
+        if seeds:
+            tags = [seed_tag(b) for b in seed_batches(seeds, more.get("seeds_per_job", len(seeds)))]
+            extra = {side: [_reseeded(c, t) for c in _one_per_run(claim[side]) for t in tags] for side in "ab"}
+            claim = {**claim, "a": claim["a"] + extra["a"], "b": claim["b"] + extra["b"], "more_seeds": seeds}
         out.append(claim)
     return out
 
@@ -540,9 +535,12 @@ def more_seeds_errors(config: dict, private_vs_untrained: bool = False) -> list[
         for c in more.get("claims", [])
         if _selector(c) not in known
     ]
-    shared = sorted(set(more.get("seeds", [])) & set(section["seeds"]))
-    if shared:
-        errors.append(f"{PAPER}.more_seeds.seeds: {shared} already in fedsc.seeds; list only extra seeds")
+    for where, seeds in [("seeds", more.get("seeds", []))] + [
+        (f"claims[{i}].seeds", c["seeds"]) for i, c in enumerate(more.get("claims", [])) if "seeds" in c
+    ]:
+        shared = sorted(set(seeds) & set(section["seeds"]))
+        if shared:
+            errors.append(f"{PAPER}.more_seeds.{where}: {shared} already in fedsc.seeds; list only extra seeds")
     return errors
 
 
