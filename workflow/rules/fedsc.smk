@@ -301,6 +301,7 @@ if FEDSC_STANDIN:
             spec={
                 **FEDSC_REPORT,
                 "note": config["fedsc"]["standin"].get("note", ""),
+                "collapse_counted": config["fedsc"]["standin"].get("collapse_counted", []),
                 "title": f"FedSC claims on the generated stand-ins {', '.join(FEDSC_STANDIN_DATASETS)}",
                 "claims": FEDSC_STANDIN_CLAIMS,
             },

@@ -743,6 +743,11 @@ def standin_errors(config: dict) -> list[str]:
             errors.append(f"{where}.datasets: {name!r} has no entry in fedsc.datasets")
         elif name in section["run_datasets"]:
             errors.append(f"{where}.datasets: {name!r} is also in fedsc.run_datasets; its runs would be planned twice")
+    errors += [
+        f"{where}.collapse_counted: {name!r} is not a stand-in; allowed: {', '.join(standin['datasets'])}"
+        for name in standin.get("collapse_counted", [])
+        if name not in standin["datasets"]
+    ]
     if errors:
         return errors
     from fedrepro.experiments.fit import dataset_size_errors
