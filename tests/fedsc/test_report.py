@@ -374,3 +374,9 @@ def test_ablation_table_pairs_each_variant_with_its_run_and_with_fedavg_sc(tmp_p
     frame = claims_report.ablation_frame(cells, {"shapes": 0.1}).set_index("run")
     assert frame.loc["FedSC ε=∞, mu1", "health"].startswith("collapsed: ")
     assert frame.loc["FedSC ε=∞, mu1", "vs FedAvg+SC"].startswith("FedAvg+SC: not tested")
+    runs = tmp_path / "runs" / "shapes" / "fedsc"  # a FedSC run's folder: on a counted stand-in, judged
+    counted = _write_run(runs / "full_epsinf_mu1" / "s0_1_2", {0: 0.2, 1: 0.2, 2: 0.2}, {0: ("collapsed", "rank 1")})
+    cells[2] = {**cells[2], "path": counted}
+    frame = claims_report.ablation_frame(cells, {"shapes": 0.1}, frozenset({"shapes"})).set_index("run")
+    assert frame.loc["FedSC ε=∞, mu1", "health"].startswith("ok: rank 1 (1/3 seeds collapsed), counted as FedSC's")
+    assert frame.loc["FedSC ε=∞, mu1", "vs FedAvg+SC"].startswith("FedAvg+SC: does not hold: -10.00")

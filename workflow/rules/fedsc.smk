@@ -357,7 +357,12 @@ if FEDSC_STANDIN:
             **cpu_resources(),
         params:
             entry="fedrepro.report.fedsc_claims:ablation_table",
-            spec={**FEDSC_REPORT, "note": "", "cells": FEDSC_ABLATION_CELLS},
+            spec={
+                **FEDSC_REPORT,
+                "note": "",
+                "cells": FEDSC_ABLATION_CELLS,
+                "collapse_counted": config["fedsc"]["standin"].get("collapse_counted", []),
+            },
         script:
             ENTRY
 

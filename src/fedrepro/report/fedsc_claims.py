@@ -241,13 +241,16 @@ def _joint_outcome(label: str) -> str:
     return "inconclusive"
 
 
-def ablation_frame(cells: list[dict], resolution: dict[str, float]) -> pd.DataFrame:
+def ablation_frame(
+    cells: list[dict], resolution: dict[str, float], counted: frozenset[str] = frozenset()
+) -> pd.DataFrame:
     """Per stand-in and row (FedAvg+SC, each FedSC run an ablation changes, each variant): the per-seed
-    probe accuracies, their mean, and the paired verdicts against the run it changes and against FedAvg+SC."""
+    probe accuracies, their mean, and the paired verdicts against the run it changes and against FedAvg+SC
+    (FedSC's collapses on the data sets `counted` judged as its results)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for cell in cells:
         groups.setdefault((cell["column"], cell["row"]), []).append(cell)
-    values = {key: _side(group) for key, group in groups.items()}
+    values = {key: _side(group, counted) for key, group in groups.items()}
     out = []
     for (col, row), group in groups.items():
         first, (mine, health) = group[0], values[(col, row)]
@@ -258,7 +261,7 @@ def ablation_frame(cells: list[dict], resolution: dict[str, float]) -> pd.DataFr
             "change": json.dumps(first.get("change", {}), sort_keys=True) if "change" in first else "",
             "per seed (%)": _per_seed(mine),
             "mean (%)": round(float(np.mean(list(mine.values()))), 2),
-            "health": "ok" if health.ok else f"{health.status}: {health.reason}",
+            "health": f"{health.status}: {health.reason}" if health.reason else health.status,
         }
         for label, ref in (("vs the run it changes", first.get("against")), ("vs FedAvg+SC", "FedAvg+SC")):
             if ref is None or ref == row or (col, ref) not in values:
@@ -272,7 +275,8 @@ def ablation_frame(cells: list[dict], resolution: dict[str, float]) -> pd.DataFr
 
 
 def ablation_table(job) -> None:
-    frame = ablation_frame(job.spec["cells"], resolutions(job.input["meta"]))
+    counted = frozenset(job.spec.get("collapse_counted", []))
+    frame = ablation_frame(job.spec["cells"], resolutions(job.input["meta"]), counted)
     caption = (
         "FedSC ablations on the generated stand-ins (full participation, the stand-ins' rounds and local epochs): "
         "each variant changes one setting (column 'change') of the FedSC run named in its label; linear-probe "
@@ -280,6 +284,6 @@ def ablation_table(job) -> None:
         "and against FedAvg+SC (differences equal within one test image go to the sign test; an inconclusive "
         "verdict names the seeds the observed effect and spread would need); column 'health': a row whose "
         "encoder collapsed or diverged (fedrepro.eval.health) is not tested against another, its accuracies "
-        "printed as measured"
+        f"printed as measured{_counted_text(counted)}"
     )
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
