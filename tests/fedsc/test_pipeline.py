@@ -387,3 +387,13 @@ def test_standin_errors_name_the_key(change, message):
     config = _config()
     change(config["fedsc"])
     assert any(message in e and "fedsc." in e for e in plan.check(config)), plan.check(config)
+
+
+def test_the_standin_budget_names_rounds_epochs_batch_and_learning_rate_and_says_when_methods_differ():
+    config = _config()
+    standin = config["fedsc"]["standin"]
+    text = plan.standin_budget(config)
+    assert f"{standin['rounds']} rounds x {standin['local_epochs']} local epochs" in text
+    assert "batch 64, SGD lr 0.03 (cosine), gradient clip 3;" in text
+    config["fedsc"]["methods"]["fedavg_sc"] = {**config["fedsc"]["methods"]["fedavg_sc"], "lr": 0.1}
+    assert "(per method: fedsc.methods)" in plan.standin_budget(config)

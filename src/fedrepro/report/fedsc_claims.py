@@ -286,4 +286,6 @@ def ablation_table(job) -> None:
         "encoder collapsed or diverged (fedrepro.eval.health) is not tested against another, its accuracies "
         f"printed as measured{_counted_text(counted)}"
     )
+    if job.spec.get("note"):
+        caption += ". " + job.spec["note"]
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
