@@ -62,7 +62,7 @@ def test_fedsc_table6_and_claims_name_what_their_epsilon_covers(captured, monkey
     claims = pd.DataFrame(
         {"claim": ["FedSC (ε=3, δ=0.01) > FedAvg+SC (Table 3)"], "column": ["digits"], "verdict": ["holds"]}
     )
-    monkeypatch.setattr(fedsc_claims, "claims_frame", lambda claims_spec, resolution: (claims, []))
+    monkeypatch.setattr(fedsc_claims, "claims_frame", lambda claims_spec, resolution, counted=frozenset(): (claims, []))
     monkeypatch.setattr(fedsc_claims, "resolutions", lambda paths: {})
     job = SimpleNamespace(
         spec={"claims": [], "scale": "quick", "decimals": 2}, input={"meta": []}, output={"md": "x.md"}
