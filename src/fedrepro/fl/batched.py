@@ -107,7 +107,7 @@ class Stack:
         if len(first.params) != len(self.params):
             raise ValueError("every parameter of a stacked model must be trained by its Adam")
         self.opt = Adam(self.params.values(), lr=first.lr, betas=first.betas, eps=first.eps)
-        self.opt.step_count = first.step_count
+        self.opt.steps.copy_(first.steps)
         for k in range(len(self.opt.params)):
             self.opt.m[k] = torch.stack([opt.m[k] for opt in self.optimizers])
             self.opt.v[k] = torch.stack([opt.v[k] for opt in self.optimizers])
@@ -156,11 +156,10 @@ class Stack:
 
     def reset_optimizer(self) -> None:
         """Fresh Adam state for every client (as each client's `Adam(...)` anew)."""
-        self.opt.step_count = 0
-        for t in self.opt.m + self.opt.v:
+        for t in [self.opt.steps, *self.opt.m, *self.opt.v]:
             t.zero_()
         for opt in self.optimizers:
-            opt.step_count = 0
+            opt.steps.zero_()
 
     @torch.no_grad()
     def write_back(self) -> None:
@@ -176,7 +175,7 @@ class Stack:
             for k in range(len(opt.m)):
                 dst += [opt.m[k], opt.v[k]]
                 src += [self.opt.m[k][i], self.opt.v[k][i]]
-            opt.step_count = self.opt.step_count
+            opt.steps.copy_(self.opt.steps)
         torch._foreach_copy_(dst, src)
 
 
