@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from fedrepro.fl.optim import _groups
+from fedrepro.fl.optim import Adam, _groups
 
 
 class HostSGD:
@@ -66,3 +66,34 @@ def host_adam_step(self) -> None:
         torch._foreach_div_(denom, bias2_sqrt)
         torch._foreach_add_(denom, self.eps)
         torch._foreach_addcdiv_(params, m, denom, value=-self.lr / bias1)
+
+
+class HostAdam(Adam):
+    """Adam whose step count lives on the host (a Python int, `step_count`), its step `host_adam_step` without the
+    device count: how it was, for the capture counts to see a graph per step."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.host_steps = 0
+
+    @property
+    def step_count(self) -> int:
+        return self.host_steps
+
+    @step_count.setter
+    def step_count(self, value: int) -> None:
+        self.host_steps = value
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.host_steps += 1
+        beta1, beta2 = self.betas
+        bias1, bias2_sqrt = 1 - beta1**self.host_steps, math.sqrt(1 - beta2**self.host_steps)
+        grads = [p.grad for p in self.params]
+        torch._foreach_lerp_(self.m, grads, 1 - beta1)
+        torch._foreach_mul_(self.v, beta2)
+        torch._foreach_addcmul_(self.v, grads, grads, value=1 - beta2)
+        denom = torch._foreach_sqrt(self.v)
+        torch._foreach_div_(denom, bias2_sqrt)
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(self.params, self.m, denom, value=-self.lr / bias1)

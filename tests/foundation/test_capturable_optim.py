@@ -13,11 +13,9 @@ from fedrepro.fl import optim
 from fedrepro.fl.optim import SGD, Adam
 from tests.foundation.test_optim_foreach import ADAM_OPTIONS, set_grads, tensors
 from tests.graph_ready import capture_counting, compiled_static
-from tests.host_optim import HostSGD, host_adam_step
+from tests.host_optim import HostAdam, HostSGD, host_adam_step
 
 ROUND_LRS = [0.1, 0.07, 0.02]  # a cosine schedule's falling rates, one per round
-
-
 
 
 @pytest.mark.parametrize("group_elements", [optim.CPU_GROUP_ELEMENTS, 500], ids=["one-group", "groups"])
@@ -46,7 +44,7 @@ def test_the_device_step_count_adam_is_bit_identical_to_the_host_count(group_ele
     monkeypatch.setattr(optim, "CPU_GROUP_ELEMENTS", group_elements)
     ours, host = tensors(), tensors()
     mine, theirs = Adam(ours, **ADAM_OPTIONS), Adam(host, **ADAM_OPTIONS)
-    for phase in range(2):
+    for _ in range(2):
         for step in range(30):
             set_grads(ours, step)
             set_grads(host, step)
@@ -100,36 +98,8 @@ def make_adam(params, lr):
     return Adam(params, **ADAM_OPTIONS)
 
 
-class HostAdam(Adam):
-    """Adam with its step count and bias corrections on the host, as it was."""
-
-    @property
-    def step_count(self) -> int:
-        return self._host_steps
-
-    @step_count.setter
-    def step_count(self, value: int) -> None:
-        self._host_steps = value
-
-    @torch.no_grad()
-    def step(self) -> None:
-        self.step_count += 1
-        beta1, beta2 = self.betas
-        bias1, bias2_sqrt = 1 - beta1**self.step_count, (1 - beta2**self.step_count) ** 0.5
-        grads, m, v = [p.grad for p in self.params], self.m, self.v
-        torch._foreach_lerp_(m, grads, 1 - beta1)
-        torch._foreach_mul_(v, beta2)
-        torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
-        denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, bias2_sqrt)
-        torch._foreach_add_(denom, self.eps)
-        torch._foreach_addcdiv_(self.params, m, denom, value=-self.lr / bias1)
-
-
 def make_host_adam(params, lr):
-    opt = HostAdam(params, **ADAM_OPTIONS)
-    opt.step_count = 0
-    return opt
+    return HostAdam(params, **ADAM_OPTIONS)
 
 
 def check_graphs(make, rounds, steps, expected):

@@ -94,9 +94,9 @@ class Stack:
     def __init__(self, models: Sequence[torch.nn.Module], optimizers: Sequence[Adam]):
         self.models, self.optimizers = list(models), list(optimizers)
         self.template = self.models[0]
-        steps = {opt.step_count for opt in self.optimizers}
-        if len(steps) != 1:
-            raise ValueError(f"stacked clients must have taken the same number of Adam steps, got {sorted(steps)}")
+        steps = torch.stack([opt.steps for opt in self.optimizers])  # one host read when built (none on meta)
+        if not steps.is_meta and bool((steps != steps[0]).any()):
+            raise ValueError(f"stacked clients must have taken the same number of Adam steps, got {steps.tolist()}")
         per_model = [dict(m.named_parameters()) for m in self.models]
         self.params = {
             name: torch.stack([p[name].detach() for p in per_model]).requires_grad_(True) for name in per_model[0]

@@ -5,8 +5,8 @@
 * `SSLNet`: backbone -> projector (Linear-ReLU-Linear, 512-1024-512 at paper
   scale, Section 5.3: H = 512) and, for the BYOL family, a predictor of the same shape.
 * `TrainConfig` and `local_sgd`: the client optimiser of the official code
-  (the paper gives none): SGD momentum 0.9, weight decay 5e-4, re-created every round (the
-  momentum buffer is reset), gradient-norm clipping, shuffled batches with the
+  (the paper gives none): SGD momentum 0.9, weight decay 5e-4, fresh every round (the momentum
+  buffer is reset; `local_optimizer` restarts one SGD in place), gradient-norm clipping, shuffled batches with the
   last partial batch kept; the round's learning rate comes from the server's
   cosine schedule lr_t = lr0 (1 + cos(pi (t-1)/T))/2 (the code's schedule, without its
   extra cosine factor from calling `get_lr()`). `local_epochs`
