@@ -415,9 +415,9 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
 
 # A stacked segment's launches per client besides its direction: ZO, two parameter snapshots (one multi-tensor
 # copy each); first order, one snapshot and its own SGD step (fl/optim.py with momentum: mul and add of the
-# buffers, add to the parameters; tests/dpzv/test_stacked_cost.py counts both).
+# buffers, mul by the rate tensor and add to the parameters; tests/dpzv/test_stacked_cost.py counts both).
 STACKED_SNAPSHOTS = 2
-STACKED_SGD_STEP = 3
+STACKED_SGD_STEP = 4
 
 
 def expected_segment_length(clients: int, weights=None) -> float:

@@ -69,7 +69,9 @@ class SGD:
     def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
         self.params = [p for p in params if p.requires_grad]
         self.momentum, self.weight_decay = momentum, weight_decay
-        self.lr = scalar(0.0, self.params)  # set_lr: filled in place, so a captured step reads each round's
+        # set_lr: filled in place, so a captured step reads each round's; float64, the Python float's value (a
+        # step casts it to the parameters' dtype as it cast the float)
+        self.lr = scalar(0.0, self.params, torch.float64)
         self.set_lr(lr)
         self.buffers = [torch.zeros_like(p) for p in self.params] if momentum else []
 
@@ -105,11 +107,15 @@ class SGD:
             # p - lr * d as one fused multiply-add, the rounding of add_(d, alpha=-lr): bit for bit the update
             # with the learning rate a Python float (on the CPU a foreach op runs per tensor anyway)
             torch._foreach_addcmul_(params, directions, [self.lr] * len(params), value=-1)
-        else:  # a GPU: two multi-tensor kernels (torch.optim.SGD's capturable form), not one per tensor
+        else:  # a GPU (and the meta device the planner counts on): two multi-tensor kernels, torch.optim.SGD's
+            # capturable form, not one kernel per tensor
             torch._foreach_add_(params, torch._foreach_mul(directions, self.lr), alpha=-1)
 
     def _momentum(self, group: list[int], directions: list[torch.Tensor]) -> list[torch.Tensor]:
         """b = momentum * b + d from b = 0 (equals torch.optim.SGD's b = d at a tensor's first step); returns the b's."""
+        for k, i in enumerate(group):
+            if self.buffers[i].dtype != directions[k].dtype:  # the parameters changed dtype after construction
+                self.buffers[i] = torch.zeros_like(directions[k])
         running = [self.buffers[i] for i in group]
         torch._foreach_mul_(running, self.momentum)
         torch._foreach_add_(running, directions)
