@@ -49,3 +49,15 @@ def test_partial_below_one_client_a_round_is_still_named_where_clients_divide_th
     message = error_of(config)
     assert "config key 'fedsc.datasets.shapes.partial': 0.1 of 5 clients is 0.5 clients a round" in message
     assert ".clients'" not in message
+
+
+def test_collapse_counted_on_a_data_set_not_a_standin_names_the_key_and_the_standins(config):
+    config["fedsc"]["standin"]["collapse_counted"] = ["digits"]
+    message = error_of(config)
+    assert "fedsc.standin.collapse_counted: 'digits' is not a stand-in; allowed: shapes, textures" in message
+
+
+def test_a_more_seeds_claim_whose_own_seeds_overlap_the_standins_names_its_entry(config):
+    config["fedsc"]["standin"]["more_seeds"]["claims"][0]["seeds"] = [2, 3]
+    message = error_of(config)
+    assert "more_seeds.claims[0].seeds: [2] already in fedsc.seeds" in message

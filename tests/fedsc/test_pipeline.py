@@ -223,10 +223,12 @@ def test_standin_plans_its_own_runs_and_the_claims_of_tables_2_and_3():
     assert ("Centralized SC > untrained encoder (Table 2)", "textures 10/10") in names
     assert len(claims) == len(names) == 22
     seeds = {f"s{s}" for s in standin["seeds"]}
-    more = "s" + "_".join(str(s) for s in standin["more_seeds"]["seeds"])
+    per_job = standin["more_seeds"]["seeds_per_job"]
     for c in claims:
+        extra = c.get("more_seeds", [])
+        more = {"s" + "_".join(str(s) for s in extra[i : i + per_job]) for i in range(0, len(extra), per_job)}
         for side in "ab":  # every seed of the stand-in, paired, and the extra seeds on both sides if named
-            assert {x["path"].split("/")[-2] for x in c[side]} == seeds | ({more} if c.get("more_seeds") else set())
+            assert {x["path"].split("/")[-2] for x in c[side]} == seeds | more
         assert c["dataset"] == c["column"].split(" ")[0] and c["kind"] in plan_kinds()
     assert plan.check(config) == []
 
@@ -257,6 +259,26 @@ def test_standin_more_seeds_name_stand_in_claims_and_leave_the_default_run_alone
     }
     config["fedsc"]["standin"]["more_seeds"]["claims"][0]["dataset"] = "digits"
     assert any(e.startswith("fedsc.standin.more_seeds.claims: no claim") for e in plan.check(config))
+
+
+def test_a_more_seeds_claim_with_its_own_seeds_gets_them_in_jobs_of_seeds_per_job():
+    """A claim entry's `seeds` replace `more_seeds.seeds` for that claim alone, split into jobs of
+    `seeds_per_job` on both sides; the other named claims keep the shared seeds in one job."""
+    config = _config()
+    claim = {"claim": "FedSC (ε=∞) > FedAvg+SC (Table 2)", "dataset": "shapes", "participation": "full"}
+    other = {"claim": "FedAvg + SC > untrained encoder (Table 2)", "dataset": "shapes", "participation": "full"}
+    config["fedsc"]["standin"]["more_seeds"] = {
+        "seeds": [3, 4],
+        "seeds_per_job": 2,
+        "claims": [{**claim, "seeds": [3, 4, 5, 6, 7]}, other],
+    }
+    assert plan.check(config) == []
+    named = {c["claim"]: c for c in plan.standin_claims(config) if c.get("more_seeds") and "10/10" in c["column"]}
+    own = named[claim["claim"]]
+    assert own["more_seeds"] == [3, 4, 5, 6, 7]
+    for side in "ab":
+        assert [c["path"].split("/")[-2] for c in own[side]] == ["s0", "s1", "s2", "s3_4", "s5_6", "s7"]
+    assert [c["path"].split("/")[-2] for c in named[other["claim"]]["a"]] == ["s0", "s1", "s2", "s3_4"]
 
 
 def plan_kinds():
@@ -365,3 +387,13 @@ def test_standin_errors_name_the_key(change, message):
     config = _config()
     change(config["fedsc"])
     assert any(message in e and "fedsc." in e for e in plan.check(config)), plan.check(config)
+
+
+def test_the_standin_budget_names_rounds_epochs_batch_and_learning_rate_and_says_when_methods_differ():
+    config = _config()
+    standin = config["fedsc"]["standin"]
+    text = plan.standin_budget(config)
+    assert f"{standin['rounds']} rounds x {standin['local_epochs']} local epochs" in text
+    assert "batch 64, SGD lr 0.03 (cosine), gradient clip 3;" in text
+    config["fedsc"]["methods"]["fedavg_sc"] = {**config["fedsc"]["methods"]["fedavg_sc"], "lr": 0.1}
+    assert "(per method: fedsc.methods)" in plan.standin_budget(config)

@@ -256,11 +256,38 @@ def test_claims_caption_names_each_collapsed_side_once_with_its_seeds(tmp_path):
         _claim("FedSC > untrained", bad, ok, column="textures 10/10"),
     ]
     claims[1]["a"] = claims[1]["a"] + [{"path": more, "row": "A", "column": "textures 10/10"}]
-    assert claims_report.untested_sides(claims) == ["FedSC at textures 10/10: rank 1.00 < 2 (3/4 seeds collapsed)"]
-    assert claims_report.untested_sides(claims[:1]) == ["FedSC at textures 10/10: rank 1.00 < 2 (2/3 seeds collapsed)"]
-    assert claims_report.untested_sides([_claim("FedAvg > untrained", ok, ok)]) == []
-    private = claims_report.untested_sides([_claim("ε=6 > FedAvg", more, ok, column="textures 2/10")])
+    assert _untested(claims) == ["FedSC at textures 10/10: rank 1.00 < 2 (3/4 seeds collapsed)"]
+    assert _untested(claims[:1]) == ["FedSC at textures 10/10: rank 1.00 < 2 (2/3 seeds collapsed)"]
+    assert _untested([_claim("FedAvg > untrained", ok, ok)]) == []
+    private = _untested([_claim("ε=6 > FedAvg", more, ok, column="textures 2/10")])
     assert private == ["FedSC ε=6 at textures 2/10: rank 1.1 < 2 (1/1 seeds collapsed)"]  # Table 3's row, named
+
+
+def _untested(claims: list[dict], counted=frozenset()) -> list[str]:
+    healths = claims_report.side_healths(claims, counted)
+    return [f"{side}: {h.reason}" for side, h in healths.items() if not h.ok]
+
+
+def test_a_fedsc_collapse_counted_on_a_standin_is_judged_and_any_other_stays_not_tested(tmp_path):
+    """`collapse_counted`: on those data sets a collapse of a FedSC run (its shared term's doing) is FedSC's
+    result, judged on its accuracies (here 10, 11, 12 points under FedAvg+SC: 'does not hold'); FedSC's
+    collapse elsewhere, and FedAvg+SC's anywhere, still make a comparison 'not tested'."""
+    collapsed = {s: ("collapsed", "rank 1.0 < 2") for s in range(3)}
+    runs = tmp_path / "runs" / "textures"
+    fedsc = _write_run(runs / "fedsc" / "full_epsinf" / "s0_1_2", {0: 0.20, 1: 0.20, 2: 0.20}, collapsed)
+    avg = _write_run(runs / "fedavg_sc" / "full" / "s0_1_2", {0: 0.30, 1: 0.31, 2: 0.32})
+    avg_collapsed = _write_run(runs / "fedavg_sc" / "partial" / "s0_1_2", {0: 0.10, 1: 0.1, 2: 0.1}, collapsed)
+    claim = _claim("FedSC > FedAvg+SC", fedsc, avg, PROPOSED_VS_NO_SHARING, column="textures 10/10")
+    for cells in (claim["a"], claim["b"]):
+        cells[0]["dataset"] = "textures"
+    judged, _, _ = claims_report.judge(claim, 0.1, frozenset({"textures"}))
+    assert judged.outcome == "does not hold" and judged.effect == pytest.approx(-11.0)
+    assert "counted as FedSC's result" in judged.note
+    assert claims_report.judge(claim, 0.1, frozenset({"shapes"}))[0].outcome == "not tested"
+    assert claims_report.judge(claim, 0.1)[0].outcome == "not tested"
+    flipped = {**claim, "a": [{**claim["b"][0], "path": avg_collapsed}]}
+    assert claims_report.judge(flipped, 0.1, frozenset({"textures"}))[0].outcome == "not tested"
+    assert _untested([claim], frozenset({"textures"})) == []
 
 
 def test_uncentered_effective_rank_sees_embeddings_that_are_one_vector_plus_noise():
@@ -347,3 +374,9 @@ def test_ablation_table_pairs_each_variant_with_its_run_and_with_fedavg_sc(tmp_p
     frame = claims_report.ablation_frame(cells, {"shapes": 0.1}).set_index("run")
     assert frame.loc["FedSC ε=∞, mu1", "health"].startswith("collapsed: ")
     assert frame.loc["FedSC ε=∞, mu1", "vs FedAvg+SC"].startswith("FedAvg+SC: not tested")
+    runs = tmp_path / "runs" / "shapes" / "fedsc"  # a FedSC run's folder: on a counted stand-in, judged
+    counted = _write_run(runs / "full_epsinf_mu1" / "s0_1_2", {0: 0.2, 1: 0.2, 2: 0.2}, {0: ("collapsed", "rank 1")})
+    cells[2] = {**cells[2], "path": counted}
+    frame = claims_report.ablation_frame(cells, {"shapes": 0.1}, frozenset({"shapes"})).set_index("run")
+    assert frame.loc["FedSC ε=∞, mu1", "health"].startswith("ok: rank 1 (1/3 seeds collapsed), counted as FedSC's")
+    assert frame.loc["FedSC ε=∞, mu1", "vs FedAvg+SC"].startswith("FedAvg+SC: does not hold: -10.00")

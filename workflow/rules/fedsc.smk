@@ -27,6 +27,7 @@ FEDSC_CELLS = {
 }
 FEDSC_CLAIMS = fedsc_plan.claims(config)
 FEDSC_STANDIN = fedsc_plan.standin_config(config)
+FEDSC_STANDIN_BUDGET = fedsc_plan.standin_budget(config) if FEDSC_STANDIN else ""
 FEDSC_STANDIN_CLAIMS = fedsc_plan.standin_claims(config)
 FEDSC_STANDIN_CELLS = fedsc_plan.standin_table_cells(config)
 FEDSC_STANDIN_DATASETS = fedsc_plan.standin_datasets(config)
@@ -272,7 +273,7 @@ if FEDSC_STANDIN:
             entry="fedrepro.report.fedsc:probe_table",
             spec={
                 **FEDSC_REPORT,
-                "note": "",
+                "note": FEDSC_STANDIN_BUDGET,
                 "table": "standin",
                 "cells": FEDSC_STANDIN_CELLS,
                 "delta": config["fedsc"]["standin"]["delta"],
@@ -300,7 +301,8 @@ if FEDSC_STANDIN:
             entry=FEDSC_CLAIMS_ENTRY,
             spec={
                 **FEDSC_REPORT,
-                "note": config["fedsc"]["standin"].get("note", ""),
+                "note": ". ".join(filter(None, [FEDSC_STANDIN_BUDGET, config["fedsc"]["standin"].get("note", "")])),
+                "collapse_counted": config["fedsc"]["standin"].get("collapse_counted", []),
                 "title": f"FedSC claims on the generated stand-ins {', '.join(FEDSC_STANDIN_DATASETS)}",
                 "claims": FEDSC_STANDIN_CLAIMS,
             },
@@ -356,7 +358,12 @@ if FEDSC_STANDIN:
             **cpu_resources(),
         params:
             entry="fedrepro.report.fedsc_claims:ablation_table",
-            spec={**FEDSC_REPORT, "note": "", "cells": FEDSC_ABLATION_CELLS},
+            spec={
+                **FEDSC_REPORT,
+                "note": FEDSC_STANDIN_BUDGET,
+                "cells": FEDSC_ABLATION_CELLS,
+                "collapse_counted": config["fedsc"]["standin"].get("collapse_counted", []),
+            },
         script:
             ENTRY
 

@@ -616,6 +616,21 @@ def standin_config(config: dict) -> dict | None:
     return {**config, PAPER: stand}
 
 
+def standin_budget(config: dict) -> str:
+    """The stand-in runs' budget, for their tables' captions: every method the same rounds, local epochs,
+    batch, learning rate and gradient clip; Centralized SC as many epochs over all images."""
+    section, standin = config[PAPER], config[PAPER]["standin"]
+    batches = sorted({section["datasets"][d]["batch_size"] for d in standin["datasets"]})
+    learning = {(section["methods"][m]["lr"], section["methods"][m]["grad_clip"]) for m in standin["methods"]}
+    (lr, clip), *rest = sorted(learning)
+    same = "" if not rest else " (per method: fedsc.methods)"
+    return (
+        f"Budget: every federated method {standin['rounds']} rounds x {standin['local_epochs']} local epochs, "
+        f"batch {'/'.join(map(str, batches))}, SGD lr {lr:g} (cosine), gradient clip {clip:g}{same}; Centralized "
+        f"SC {standin['rounds']} x {standin['local_epochs']} epochs over every image, one client"
+    )
+
+
 def standin_table_cells(config: dict) -> list[dict]:
     """The stand-ins' probe table: Table 3's rows (FedAvg+SC, FedSC at each eps and at eps = inf, the untrained
     encoder) and Table 2's Centralized SC (that self-supervision beats the untrained encoder there)."""
@@ -743,6 +758,11 @@ def standin_errors(config: dict) -> list[str]:
             errors.append(f"{where}.datasets: {name!r} has no entry in fedsc.datasets")
         elif name in section["run_datasets"]:
             errors.append(f"{where}.datasets: {name!r} is also in fedsc.run_datasets; its runs would be planned twice")
+    errors += [
+        f"{where}.collapse_counted: {name!r} is not a stand-in; allowed: {', '.join(standin['datasets'])}"
+        for name in standin.get("collapse_counted", [])
+        if name not in standin["datasets"]
+    ]
     if errors:
         return errors
     from fedrepro.experiments.fit import dataset_size_errors

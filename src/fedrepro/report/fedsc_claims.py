@@ -21,7 +21,7 @@ import pandas as pd
 
 from fedrepro.eval import verdict
 from fedrepro.eval.health import Health, cell_status
-from fedrepro.experiments.fedsc import PRIVATE_VS_NO_SHARING, PROPOSED_VS_NO_SHARING
+from fedrepro.experiments.fedsc import PRIVATE_VS_NO_SHARING, PROPOSED, PROPOSED_VS_NO_SHARING
 from fedrepro.report import tables
 from fedrepro.report.claims import counts_text, distinct
 from fedrepro.report.fedsc import probe_frame
@@ -55,10 +55,21 @@ def smallest_effect(kind: str) -> tuple[float, str]:
     return round(gap, 2), f"the paper's smallest such gap ({where})"
 
 
-def _side(cells: list[dict]) -> tuple[dict[int, float], Health]:
+def _side(cells: list[dict], counted: frozenset[str] = frozenset()) -> tuple[dict[int, float], Health]:
+    """Per-seed accuracies and health of one side. A collapse of a FedSC run (any epsilon: the runs that
+    share correlation matrices) on a data set in `counted` is its shared term's doing (the stand-in's
+    diagnosis), so it is the method's result: healthy, with the collapse in its reason."""
     frame = probe_frame(cells)
     seeds = [Health(s, r) for s, r in zip(frame["status"], frame["status_reason"].fillna(""))]
-    return dict(zip(frame["seed"], frame["value"])), cell_status(seeds)
+    health = cell_status(seeds)
+    if counted and health.status == "collapsed" and cells[0]["dataset"] in counted and _shares(cells[0]):
+        health = Health("ok", f"{health.reason}, counted as FedSC's result (its shared term's collapse)")
+    return dict(zip(frame["seed"], frame["value"])), health
+
+
+def _shares(cell: dict) -> bool:
+    """A FedSC run (`.../runs/<dataset>/fedsc/<setting>/<seeds>/probe.json`)."""
+    return cell["path"].split("/")[-4] == PROPOSED
 
 
 def _per_seed(values: dict[int, float]) -> str:
@@ -74,20 +85,22 @@ def resolutions(meta_paths: list[str]) -> dict[str, float]:
     return out
 
 
-def judge(claim: dict, resolution: float) -> tuple[verdict.Verdict, dict, dict]:
+def judge(claim: dict, resolution: float, counted: frozenset[str] = frozenset()) -> tuple[verdict.Verdict, dict, dict]:
     """The paired verdict of one claim, and both sides' per-seed accuracies (%)."""
-    (a, health_a), (b, health_b) = _side(claim["a"]), _side(claim["b"])
+    (a, health_a), (b, health_b) = _side(claim["a"], counted), _side(claim["b"], counted)
     effect, _ = smallest_effect(claim["kind"])
     sides = {claim["a_name"]: health_a, claim["b_name"]: health_b}
     return verdict.paired(a, b, sides, smallest_effect=effect, resolution=resolution), a, b
 
 
-def claims_frame(claims: list[dict], resolution: dict[str, float]) -> tuple[pd.DataFrame, list[dict]]:
+def claims_frame(
+    claims: list[dict], resolution: dict[str, float], counted: frozenset[str] = frozenset()
+) -> tuple[pd.DataFrame, list[dict]]:
     """One row per distinct comparison (claim, column, both sides per seed, the verdict, the claims that
-    restate it in 'also'), and every claim's row."""
+    restate it in 'also'), and every claim's row; FedSC's collapses on the data sets `counted` are results."""
     rows = []
     for claim in claims:
-        found, a, b = judge(claim, resolution[claim["dataset"]])
+        found, a, b = judge(claim, resolution[claim["dataset"]], counted)
         effect, source = smallest_effect(claim["kind"])
         rows.append(
             {
@@ -137,7 +150,8 @@ def _joint_label(outcomes: dict[str, str]) -> str:
 
 
 def claims_table(job) -> None:
-    frame, rows = claims_frame(job.spec["claims"], resolutions(job.input["meta"]))
+    counted = frozenset(job.spec.get("collapse_counted", []))
+    frame, rows = claims_frame(job.spec["claims"], resolutions(job.input["meta"]), counted)
     datasets = list(dict.fromkeys(c["dataset"] for c in job.spec["claims"]))
     joint = across(rows, datasets)
     caption = (
@@ -147,15 +161,14 @@ def claims_table(job) -> None:
         "within the claim's smallest effect (the paper's smallest reported gap of that kind, beside each claim), "
         "'inconclusive' otherwise (with the seeds the observed effect and spread would need); differences equal "
         "within one test image go to the sign test (6 seeds at 95 %); a comparison with a collapsed, diverged or "
-        "chance-level side is 'not tested'. One row per distinct comparison: claims whose per-seed accuracies "
+        f"chance-level side is 'not tested'{_counted_text(counted)}. One row per distinct comparison: claims whose per-seed accuracies "
         f"are the same on both sides are one row (column 'also'). {counts_text(frame['verdict'])}"
     )
-    more = sorted({f"{c['claim']} @ {c['column']}" for c in job.spec["claims"] if c.get("more_seeds")})
+    more = _more_seeds_text(job.spec["claims"])
     if more:
-        seeds = next(c["more_seeds"] for c in job.spec["claims"] if c.get("more_seeds"))
         caption += (
-            f". Rows given seeds {seeds} on both sides, paired (at the tables' seeds the observed effect and spread "
-            "would have decided them with 4-7 seeds): " + "; ".join(more)
+            ". Rows given more seeds on both sides, paired (at the tables' seeds, the observed effect and spread "
+            f"would have decided them with these seeds): {more}"
         )
     if not joint.empty:
         caption += (
@@ -166,27 +179,57 @@ def claims_table(job) -> None:
         from fedrepro.privacy import fedsc as fedsc_privacy
 
         caption += f". {fedsc_privacy.THREAT_NOTE}"
-    untested = untested_sides(job.spec["claims"])
+    healths = side_healths(job.spec["claims"], counted)
+    untested = [f"{side}: {h.reason}" for side, h in healths.items() if not h.ok]
     if untested:
         caption += ". Sides not tested: " + "; ".join(untested)
+    kept = [f"{side}: {h.reason}" for side, h in healths.items() if h.ok and h.reason]
+    if kept:
+        caption += ". Sides that collapsed and are judged: " + "; ".join(kept)
     if job.spec.get("note"):
         caption += ". " + job.spec["note"]
     out = pd.concat([frame, joint], ignore_index=True) if not joint.empty else frame
     tables.write_table(out, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
 
 
-def untested_sides(claims: list[dict]) -> list[str]:
-    """'<side> at <column>: <why>' for every side of a claim whose encoder is degenerate (collapsed, diverged,
-    at chance), over the most seeds any claim gives it; its comparisons read 'not tested'."""
+def _counted_text(counted: frozenset[str]) -> str:
+    if not counted:
+        return ""
+    return (
+        f", except a collapse of FedSC (any ε) on {', '.join(sorted(counted))}: there its shared term collapses "
+        "the encoder (the note below), which is FedSC's result, judged on its accuracies"
+    )
+
+
+def _more_seeds_text(claims: list[dict]) -> str:
+    """'seeds [..]: claim @ column; ...' per list of extra seeds, for the claims that got some."""
+    by_seeds: dict[tuple, list[str]] = {}
+    for c in claims:
+        if c.get("more_seeds"):
+            by_seeds.setdefault(tuple(c["more_seeds"]), []).append(f"{c['claim']} @ {c['column']}")
+    return "; ".join(
+        f"seeds {_seed_range(seeds)}: {'; '.join(sorted(set(names)))}" for seeds, names in by_seeds.items()
+    )
+
+
+def _seed_range(seeds: tuple) -> str:
+    """'3-69' for a run of consecutive seeds, else the list."""
+    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 2:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(str(s) for s in seeds)
+
+
+def side_healths(claims: list[dict], counted: frozenset[str] = frozenset()) -> dict[str, Health]:
+    """'<side> at <column>' -> its health over the most seeds any claim gives it: a degenerate encoder
+    (collapsed, diverged, at chance) makes its comparisons 'not tested', unless `_side` counts it."""
     sides: dict[tuple[str, str], list[dict]] = {}
     for claim in claims:
         for side in ("a", "b"):
             key = (claim[f"{side}_name"], claim["column"])
             if len(claim[side]) > len(sides.get(key, [])):
                 sides[key] = claim[side]
-    found = {key: _side(cells)[1] for key, cells in sides.items()}
-    named = {name: f"FedSC {name}" if name.startswith("ε=") else name for name, _ in found}  # Tables 3-5's rows
-    return [f"{named[name]} at {column}: {h.reason}" for (name, column), h in found.items() if not h.ok]
+    named = {name: f"FedSC {name}" if name.startswith("ε=") else name for name, _ in sides}  # Tables 3-5's rows
+    return {f"{named[name]} at {column}": _side(cells, counted)[1] for (name, column), cells in sides.items()}
 
 
 def _joint_outcome(label: str) -> str:
@@ -198,13 +241,16 @@ def _joint_outcome(label: str) -> str:
     return "inconclusive"
 
 
-def ablation_frame(cells: list[dict], resolution: dict[str, float]) -> pd.DataFrame:
+def ablation_frame(
+    cells: list[dict], resolution: dict[str, float], counted: frozenset[str] = frozenset()
+) -> pd.DataFrame:
     """Per stand-in and row (FedAvg+SC, each FedSC run an ablation changes, each variant): the per-seed
-    probe accuracies, their mean, and the paired verdicts against the run it changes and against FedAvg+SC."""
+    probe accuracies, their mean, and the paired verdicts against the run it changes and against FedAvg+SC
+    (FedSC's collapses on the data sets `counted` judged as its results)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for cell in cells:
         groups.setdefault((cell["column"], cell["row"]), []).append(cell)
-    values = {key: _side(group) for key, group in groups.items()}
+    values = {key: _side(group, counted) for key, group in groups.items()}
     out = []
     for (col, row), group in groups.items():
         first, (mine, health) = group[0], values[(col, row)]
@@ -215,7 +261,7 @@ def ablation_frame(cells: list[dict], resolution: dict[str, float]) -> pd.DataFr
             "change": json.dumps(first.get("change", {}), sort_keys=True) if "change" in first else "",
             "per seed (%)": _per_seed(mine),
             "mean (%)": round(float(np.mean(list(mine.values()))), 2),
-            "health": "ok" if health.ok else f"{health.status}: {health.reason}",
+            "health": f"{health.status}: {health.reason}" if health.reason else health.status,
         }
         for label, ref in (("vs the run it changes", first.get("against")), ("vs FedAvg+SC", "FedAvg+SC")):
             if ref is None or ref == row or (col, ref) not in values:
@@ -229,7 +275,8 @@ def ablation_frame(cells: list[dict], resolution: dict[str, float]) -> pd.DataFr
 
 
 def ablation_table(job) -> None:
-    frame = ablation_frame(job.spec["cells"], resolutions(job.input["meta"]))
+    counted = frozenset(job.spec.get("collapse_counted", []))
+    frame = ablation_frame(job.spec["cells"], resolutions(job.input["meta"]), counted)
     caption = (
         "FedSC ablations on the generated stand-ins (full participation, the stand-ins' rounds and local epochs): "
         "each variant changes one setting (column 'change') of the FedSC run named in its label; linear-probe "
@@ -237,6 +284,8 @@ def ablation_table(job) -> None:
         "and against FedAvg+SC (differences equal within one test image go to the sign test; an inconclusive "
         "verdict names the seeds the observed effect and spread would need); column 'health': a row whose "
         "encoder collapsed or diverged (fedrepro.eval.health) is not tested against another, its accuracies "
-        "printed as measured"
+        f"printed as measured{_counted_text(counted)}"
     )
+    if job.spec.get("note"):
+        caption += ". " + job.spec["note"]
     tables.write_table(frame, job.output["md"].removesuffix(".md"), caption, job.spec["scale"], job.spec["decimals"])
