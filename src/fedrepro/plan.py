@@ -306,29 +306,25 @@ def fedal_work(
             if not _graph_ready(run):
                 work = work + group
                 continue
-            # the exchange steps (FEDAL_EXCHANGE_STEPS) record their messages on the host inside the step: traced
-            # anew at every iteration (tests/fedal/test_graph_ready.py), so priced as today
+            # the exchange steps that log their messages inside the step (FEDAL_EXCHANGE_STEPS): traced anew at every
+            # iteration, so priced as today
             up_train, up_frozen = _exchange_steps(run, trains, frozen)
             exchange = _group_share(one_train * up_train + one_frozen * up_frozen, share)
-            local = group + exchange * -1
-            forms = 2 if run.method in LIVE_FIRST_ANCHOR else 1  # a stage's first step (live anchor) and the others
-            captures = local.launches * forms * levers.CAPTURE_PASSES / float(spec["iterations"])
-            work = work + local.graphed() + exchange + Work(capture_launches=captures)
+            graphed = group + exchange * -1
+            forms = 2 if run.method in LIVE_FIRST_ANCHOR else 1  # a stage's first steps (live anchor) and the others
+            captures = graphed.launches * forms * levers.CAPTURE_PASSES / float(spec["iterations"])
+            work = work + graphed.graphed() + exchange + Work(capture_launches=captures)
         else:
             work = work + (train * trains + counts(Step.of(*model, batch, "forward")) * frozen) * share
     return work
 
 
-# Steps per client and iteration that exchange messages with the server (the Wire's byte and message records are
-# host state the step reads and writes): (training steps, frozen forwards) of `FEDAL_STEPS` / FCCL's count. FedAL and
-# FedMD-LF: the global step and its anchor forward; FedMD, FedProto (public features) and CFD: the global step;
-# FCCL(+): the collaborative step. The local steps (and FD's, FedAvg's, FedDF's) send nothing.
+# Steps per client and iteration that exchange messages with the server and log them on the Wire inside the step
+# (its byte and message records are host state the step reads and writes, so a graph of it is traced anew at every
+# iteration): (training steps, frozen forwards) of FCCL's count, its collaborative step. FedAL's global step
+# (FedAL, FedMD-LF, FedMD), CFD's and FedProto's carry their messages and log them after the step (Wire.carry /
+# Wire.log; tests/fedal/test_graph_ready.py, test_baselines_graph_ready.py); the local steps send nothing.
 FEDAL_EXCHANGE_STEPS = {
-    "fedal": (1, 1),
-    "fedmd_lf": (1, 1),
-    "fedmd": (1, 0),
-    "fedproto": (1, 0),
-    "cfd": (1, 0),
     "fccl": (1, 0),
     "fccl_plus": (1, 0),
 }

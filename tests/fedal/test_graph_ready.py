@@ -16,7 +16,7 @@ import torch
 from fedrepro.algorithms.fedal import fedal
 from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.server import AdversarialConfig
-from fedrepro.fl import batched
+from fedrepro.fl import batched, transport
 from fedrepro.fl.optim import Adam
 from tests.graph_ready import (
     SyncCounter,
@@ -250,3 +250,35 @@ def test_the_capture_count_sees_adam_s_step_count_on_the_host(algo, monkeypatch)
     monkeypatch.setattr(batched, "Adam", HostAdam)
     algo._stacks = None  # the stacks rebuilt with the host-count Adam
     in_child(check_local_stage_graphs, algo, None)
+
+
+def global_stage_graphs(algo) -> int:
+    """Graphs compiled by `STAGES` global stages (tau iterations each) with the global step compiled."""
+    algo.global_step_stacked = compiled_static(algo.global_step_stacked)
+    with capture_counting() as counters:
+        for _ in range(STAGES):
+            algo._global_stage_batched()
+        return counters["stats"]["unique_graphs"]
+
+
+def check_global_stage_graphs(algo, expected: int | None):
+    graphs = global_stage_graphs(algo)
+    assert graphs == expected if expected is not None else graphs > 2, graphs
+
+
+def test_a_stacked_global_step_is_captured_once_per_form_over_two_stages(algo):
+    """2 stages x 5 iterations: 2 graphs (the stage's first, its anchor the live forward, and the others). The step
+    carries its messages (Wire.carry) and the iteration logs them after it (Wire.log), so it reads no host counter."""
+    in_child(check_global_stage_graphs, algo, 2)
+
+
+def test_the_capture_count_sees_the_wire_logged_inside_the_step(algo, monkeypatch):
+    """The count above fails when the step logs its messages itself (the Wire's byte counters read in the step)."""
+    wire = algo.wire
+
+    def logged_carry(payload):  # what `send` did inside the step
+        wire.log("client", "server", "logits", payload)
+        return transport._copy(payload)
+
+    monkeypatch.setattr(transport.Wire, "carry", staticmethod(logged_carry))
+    in_child(check_global_stage_graphs, algo, None)

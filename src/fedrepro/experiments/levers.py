@@ -125,7 +125,7 @@ LEVERS = (
         ),
     ),
     Lever(
-        "CUDA graphs, stacked FedAL local step (zero host syncs, one graph per form a run; the global step as today)",
+        "CUDA graphs, stacked FedAL steps (zero host syncs, one graph per step and form a run)",
         "fedal",
         ("fedal",),
         "launches",
@@ -138,12 +138,13 @@ LEVERS = (
             f"{FEDAL_GRAPHS}::test_a_stacked_global_step_compiles_in_one_graph_and_matches_eager",
             f"{FEDAL_GRAPHS}::test_records_are_bit_identical_to_the_host_adam_step",
             f"{FEDAL_GRAPHS}::test_a_stacked_local_step_is_captured_once_per_form_over_two_stages",
+            f"{FEDAL_GRAPHS}::test_a_stacked_global_step_is_captured_once_per_form_over_two_stages",
             *ADAM_CAPTURED_ONCE,
         ),
     ),
     Lever(
-        "CUDA graphs, stacked local steps of FedAL's baselines and ablations (zero host syncs, one graph; exchange "
-        "steps as today)",
+        "CUDA graphs, stacked steps of FedAL's baselines and ablations (zero host syncs, one graph; FCCL's "
+        "collaborative step as today)",
         "fedal",
         # FedProto: public features only (plan.py); FedDF(-AL): the clients' steps and the teachers' forwards
         ("fedmd", "fedmd_lf", "fccl", "fccl_plus", "cfd", "fedproto", "fd", "fedavg", "feddf", "feddf_al"),
@@ -170,6 +171,7 @@ LEVERS = (
             f"{FEDAL_BASELINE_GRAPHS}::test_a_fedavg_local_step_makes_no_host_sync",
             f"{FEDAL_BASELINE_GRAPHS}::test_a_feddf_ensemble_forward_makes_no_host_sync",
             f"{FEDAL_BASELINE_GRAPHS}::test_fedavg_and_feddf_steps_compile_in_one_graph_each_and_match_eager",
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_public_kd_global_step_is_captured_once_over_its_iterations",
             *ADAM_CAPTURED_ONCE,
         ),
     ),
