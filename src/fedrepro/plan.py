@@ -321,13 +321,11 @@ def fedal_work(
 
 # Steps per client and iteration that exchange messages with the server and log them on the Wire inside the step
 # (its byte and message records are host state the step reads and writes, so a graph of it is traced anew at every
-# iteration): (training steps, frozen forwards) of FCCL's count, its collaborative step. FedAL's global step
-# (FedAL, FedMD-LF, FedMD), CFD's and FedProto's carry their messages and log them after the step (Wire.carry /
-# Wire.log; tests/fedal/test_graph_ready.py, test_baselines_graph_ready.py); the local steps send nothing.
-FEDAL_EXCHANGE_STEPS = {
-    "fccl": (1, 0),
-    "fccl_plus": (1, 0),
-}
+# iteration): (training steps, frozen forwards), priced as today. None now: FedAL's global step (FedAL, FedMD-LF,
+# FedMD), CFD's, FedProto's and FCCL's collaborative step carry their messages and log them after the step
+# (Wire.carry / Wire.log; tests/fedal/test_graph_ready.py, test_baselines_graph_ready.py). A new method's exchange
+# step that logs inside the step goes here.
+FEDAL_EXCHANGE_STEPS: dict[str, tuple[int, int]] = {}
 
 
 def _group_share(work: Work, share: float) -> Work:
@@ -381,7 +379,7 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
     bert = text and bool(kwargs.get("pretrained_dir") or kwargs.get("bert_config") is not None)
     stacked = bool(spec.get("stack_clients", True)) and not bert  # algorithms/dpzv/stacked.py `stackable`
     zo = run.method in ZO_METHODS
-    epoch, segment = Work(), {}
+    epoch, segment, round_graphs = Work(), {}, 0.0
     for shape in shapes:
         options = {**kwargs, "embed_dim": embed}
         if not text:
@@ -403,10 +401,13 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
             client = Work(client.flops, own + (STACKED_SNAPSHOTS if zo else 1))
         evaluation = forward * (int(spec.get("evals_per_epoch", 1)) * (n_train - rows + info.n_test) / batch)
         epoch = epoch + (client + server).graphed() * (rows // batch) + evaluation
+        round_graphs += (client + server).launches  # a client's round: one graph per client a run
     if stacked:
         length = expected_segment_length(len(shapes), spec.get("client_weights"))
         epoch = epoch + Work(0.0, sum(segment.values()) * len(shapes) * (rows // batch) / length).graphed()
-    return epoch
+        round_graphs += sum(segment.values()) * len(shapes)  # a stacked program per segment length, at most M
+    # each captured once per run (the Wire logged after the round, tests/dpzv/test_graph_ready.py), over its epochs
+    return epoch + Work(capture_launches=levers.CAPTURE_PASSES * round_graphs / float(spec["epochs"]))
 
 
 # A stacked segment's launches per client besides its direction: ZO, two parameter snapshots (one multi-tensor

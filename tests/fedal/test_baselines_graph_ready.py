@@ -477,7 +477,7 @@ def test_off_diagonal_slicing_is_the_boolean_mask_bit_for_bit():
 # ---------------------------------------------------------------- one capture per run
 # CFD's and FedProto's global step carries its messages (Wire.carry) and the iteration logs them after it (Wire.log)
 # and counts itself, so the step reads no host counter: one graph over every iteration (`capture_counting`: a
-# compile stands for a CUDA-graph capture). FCCL's collaborative step still logs inside the step (priced as today).
+# compile stands for a CUDA-graph capture); FCCL's collaborative step likewise.
 ITERATIONS = 6
 
 
@@ -508,3 +508,19 @@ def test_the_capture_count_sees_a_public_kd_step_logging_its_messages(method, mo
 
     monkeypatch.setattr(transport.Wire, "carry", staticmethod(logged_carry))
     in_child(check_public_kd_step_captured_once, method, None)
+
+
+def check_fccl_collaborative_step_captured_once(method: str, expected: int | None):
+    algo = make_fccl(method)
+    algo.collaborative_step_stacked = compiled_static(algo.collaborative_step_stacked)
+    with capture_counting() as counters:
+        for _ in range(ITERATIONS):
+            algo._collaborative_iteration_batched(algo.stacks())
+        graphs = counters["stats"]["unique_graphs"]
+    assert graphs == expected if expected is not None else graphs > 1, graphs
+
+
+@pytest.mark.parametrize("method", FCCL_METHODS)
+def test_an_fccl_collaborative_step_is_captured_once_over_its_iterations(method):
+    """FCCL's collaborative step (FCCL+: the similarities too) logs its messages after the step, as CFD's does."""
+    in_child(check_fccl_collaborative_step_captured_once, method, 1)

@@ -100,7 +100,7 @@ LEVERS = (
         ),
     ),
     Lever(
-        "CUDA graphs, DPZV rounds (zero host syncs, one graph)",
+        "CUDA graphs, DPZV rounds (zero host syncs, one graph per client a run)",
         "dpzv",
         ("dpzv",),
         "launches",
@@ -109,6 +109,7 @@ LEVERS = (
         (
             f"{DPZV_GRAPHS}::test_a_server_round_makes_no_host_sync",
             f"{DPZV_GRAPHS}::test_a_dpzv_round_compiles_in_one_graph_and_matches_eager",
+            f"{DPZV_GRAPHS}::test_a_round_is_captured_once_per_client_over_a_run",
             "tests/foundation/test_levers.py::test_bert_client_forward_compiles_fullgraph_equal_to_eager",
         ),
     ),
@@ -122,6 +123,7 @@ LEVERS = (
         (
             f"{DPZV_GRAPHS}::test_a_server_round_makes_no_host_sync",
             f"{DPZV_GRAPHS}::test_a_baseline_round_compiles_in_one_graph_and_matches_eager",
+            f"{DPZV_GRAPHS}::test_a_round_is_captured_once_per_client_over_a_run",
         ),
     ),
     Lever(
@@ -143,8 +145,8 @@ LEVERS = (
         ),
     ),
     Lever(
-        "CUDA graphs, stacked steps of FedAL's baselines and ablations (zero host syncs, one graph; FCCL's "
-        "collaborative step as today)",
+        "CUDA graphs, stacked steps of FedAL's baselines and ablations (zero host syncs, one graph per step and form "
+        "a run)",
         "fedal",
         # FedProto: public features only (plan.py); FedDF(-AL): the clients' steps and the teachers' forwards
         ("fedmd", "fedmd_lf", "fccl", "fccl_plus", "cfd", "fedproto", "fd", "fedavg", "feddf", "feddf_al"),
@@ -172,6 +174,7 @@ LEVERS = (
             f"{FEDAL_BASELINE_GRAPHS}::test_a_feddf_ensemble_forward_makes_no_host_sync",
             f"{FEDAL_BASELINE_GRAPHS}::test_fedavg_and_feddf_steps_compile_in_one_graph_each_and_match_eager",
             f"{FEDAL_BASELINE_GRAPHS}::test_a_public_kd_global_step_is_captured_once_over_its_iterations",
+            f"{FEDAL_BASELINE_GRAPHS}::test_an_fccl_collaborative_step_is_captured_once_over_its_iterations",
             *ADAM_CAPTURED_ONCE,
         ),
     ),
