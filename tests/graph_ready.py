@@ -77,6 +77,23 @@ def compiled(fn):
     return torch.compile(fn, backend="aot_eager", fullgraph=True)
 
 
+@contextlib.contextmanager
+def capture_counting():
+    """`aot_eager_fullgraph` whose compiles stand for CUDA-graph captures: static shapes, and a Python float
+    that a step reads is a constant of its graph (`specialize_float`), as a captured kernel's arguments are;
+    so a value that changes between calls without living in a tensor compiles a new graph, which the
+    yielded counters show (counters["stats"]["unique_graphs"])."""
+    import torch._dynamo
+
+    with aot_eager_fullgraph() as counters, torch._dynamo.config.patch(specialize_float=True, cache_size_limit=64):
+        yield counters
+
+
+def compiled_static(fn):
+    """`fn` compiled in one graph per distinct input shape (dynamic=False), as a CUDA graph is captured."""
+    return torch.compile(fn, backend="aot_eager", fullgraph=True, dynamic=False)
+
+
 def in_child(check, *args) -> None:
     """Run check(*args) in a forked child and fail with its traceback if it fails. A traced round leaves dynamo
     state that torch._dynamo.reset() does not clear (torch 2.14): a later compile in the same process of a

@@ -223,6 +223,28 @@ def fedsc_work(config: dict, run, counts: Counts) -> tuple[Work, Work]:
     return work, probe_epoch
 
 
+def fedsc_captures(config: dict, run, counts: Counts) -> Work:
+    """The launches that capture a FedSC run's step graphs (`levers.CAPTURE_PASSES` eager steps each): one graph per
+    form of the loss (FedSC: local SC before its first share, Eq. 80 after; the others one) and per batch shape (the
+    full batch and each client's short last batch: at most one per client, the bound priced here), each captured
+    once per run: the learning rate, alpha and the restarted momentum are device tensors (fl/optim.SGD,
+    fedsc/loss.AlphaTerms; tests/fedsc/test_graph_ready.py)."""
+    from fedrepro.algorithms.fedsc.prefix import rounds_before_sharing
+
+    spec, info = run.spec, DATASETS[run.dataset]
+    train, clients = spec["train"], int(config["fedsc"]["datasets"][run.dataset]["clients"])
+    batch, views = int(train["batch_size"]), FEDX_VIEWS if run.method == "fedx" else int(train.get("views", 2))
+    encoder = spec["encoder"]
+    options = {**encoder.get("kwargs", {}), "num_classes": 0}
+    head = (spec["projector"]["hidden"], spec["projector"]["out"])
+    step = counts(Step.of(encoder["name"], options, info.input_shape, views * batch, "train", "sgd", head)).launches
+    if run.method in FROZEN_FORWARD:
+        step += counts(Step.of(encoder["name"], options, info.input_shape, batch, "forward", head=head)).launches
+    sharing = spec.get("sharing") is not None
+    forms = 1 + (sharing and 0 < rounds_before_sharing(spec) < int(spec["rounds"]))
+    return Work(capture_launches=levers.CAPTURE_PASSES * forms * (1 + clients) * step)
+
+
 def dpcalr_images(spec: dict, clients: int, n_train: int) -> float:
     """Images DP-CalR forwards per round, averaged over the run's rounds (fedsc.py FedSC.before_training): on
     every sharing round, whatever epsilon (eps = inf shares with sigma 0), each syncing client forwards
@@ -278,13 +300,47 @@ def fedal_work(
         if run.method in FEDAL_SERVER_DISTILL:  # one step of the group's server model
             work = work + train
         if stacked:  # one step of the architecture's clients: their FLOPs, its launches once
-            group = counts(Step.of(*model, batch, "train_stacked")) * trains
-            group = group + counts(Step.of(*model, batch, "forward_stacked")) * frozen
-            group = Work(group.flops * share, group.launches * min(1.0, share))
-            work = work + (group.graphed() if _graph_ready(run) else group)
+            one_train = counts(Step.of(*model, batch, "train_stacked"))
+            one_frozen = counts(Step.of(*model, batch, "forward_stacked"))
+            group = _group_share(one_train * trains + one_frozen * frozen, share)
+            if not _graph_ready(run):
+                work = work + group
+                continue
+            # the exchange steps that log their messages inside the step (FEDAL_EXCHANGE_STEPS): traced anew at every
+            # iteration, so priced as today
+            up_train, up_frozen = _exchange_steps(run, trains, frozen)
+            exchange = _group_share(one_train * up_train + one_frozen * up_frozen, share)
+            graphed = group + exchange * -1
+            forms = 2 if run.method in LIVE_FIRST_ANCHOR else 1  # a stage's first steps (live anchor) and the others
+            captures = graphed.launches * forms * levers.CAPTURE_PASSES / float(spec["iterations"])
+            work = work + graphed.graphed() + exchange + Work(capture_launches=captures)
         else:
             work = work + (train * trains + counts(Step.of(*model, batch, "forward")) * frozen) * share
     return work
+
+
+# Steps per client and iteration that exchange messages with the server and log them on the Wire inside the step
+# (its byte and message records are host state the step reads and writes, so a graph of it is traced anew at every
+# iteration): (training steps, frozen forwards), priced as today. None now: FedAL's global step (FedAL, FedMD-LF,
+# FedMD), CFD's, FedProto's and FCCL's collaborative step carry their messages and log them after the step
+# (Wire.carry / Wire.log; tests/fedal/test_graph_ready.py, test_baselines_graph_ready.py). A new method's exchange
+# step that logs inside the step goes here.
+FEDAL_EXCHANGE_STEPS: dict[str, tuple[int, int]] = {}
+
+
+def _group_share(work: Work, share: float) -> Work:
+    """A stacked step's work for `share` clients of its architecture: every client's FLOPs, its launches once."""
+    return Work(work.flops * share, work.launches * min(1.0, share))
+
+
+def _exchange_steps(run, trains: float, frozen: float) -> tuple[float, float]:
+    """(training steps, frozen forwards) of an iteration's `trains` and `frozen` that exchange messages; the
+    anchor forwards split as the steps do (FedAL's live first anchor counted out of both)."""
+    up_train, up_frozen = FEDAL_EXCHANGE_STEPS.get(run.method, (0, 0))
+    if run.method == "fedproto" and run.spec.get("variant") == "prototypes":
+        up_train = 0
+    base_frozen = FEDAL_STEPS.get(run.method, (2, 0))[1]
+    return float(up_train), frozen * up_frozen / base_frozen if base_frozen else 0.0
 
 
 def _graph_ready(run) -> bool:
@@ -323,7 +379,7 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
     bert = text and bool(kwargs.get("pretrained_dir") or kwargs.get("bert_config") is not None)
     stacked = bool(spec.get("stack_clients", True)) and not bert  # algorithms/dpzv/stacked.py `stackable`
     zo = run.method in ZO_METHODS
-    epoch, segment = Work(), {}
+    epoch, segment, round_graphs = Work(), {}, 0.0
     for shape in shapes:
         options = {**kwargs, "embed_dim": embed}
         if not text:
@@ -345,17 +401,20 @@ def dpzv_work(config: dict, run, counts: Counts) -> Work:
             client = Work(client.flops, own + (STACKED_SNAPSHOTS if zo else 1))
         evaluation = forward * (int(spec.get("evals_per_epoch", 1)) * (n_train - rows + info.n_test) / batch)
         epoch = epoch + (client + server).graphed() * (rows // batch) + evaluation
+        round_graphs += (client + server).launches  # a client's round: one graph per client a run
     if stacked:
         length = expected_segment_length(len(shapes), spec.get("client_weights"))
         epoch = epoch + Work(0.0, sum(segment.values()) * len(shapes) * (rows // batch) / length).graphed()
-    return epoch
+        round_graphs += sum(segment.values()) * len(shapes)  # a stacked program per segment length, at most M
+    # each captured once per run (the Wire logged after the round, tests/dpzv/test_graph_ready.py), over its epochs
+    return epoch + Work(capture_launches=levers.CAPTURE_PASSES * round_graphs / float(spec["epochs"]))
 
 
 # A stacked segment's launches per client besides its direction: ZO, two parameter snapshots (one multi-tensor
 # copy each); first order, one snapshot and its own SGD step (fl/optim.py with momentum: mul and add of the
-# buffers, add to the parameters; tests/dpzv/test_stacked_cost.py counts both).
+# buffers, mul by the rate tensor and add to the parameters; tests/dpzv/test_stacked_cost.py counts both).
 STACKED_SNAPSHOTS = 2
-STACKED_SGD_STEP = 3
+STACKED_SGD_STEP = 4
 
 
 def expected_segment_length(clients: int, weights=None) -> float:
@@ -601,6 +660,7 @@ def _fedsc_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
         done = prefixes[(dataset, prefix.start)].rounds if prefix.start else 0
         own = prefix.rounds - done
         work = train + monitor * (evals(done, prefix.rounds, knn_every(prefix.spec)) / own)
+        work = work + fedsc_captures(config, replace(run, spec=identity(run.spec)), counts) * (1 / own)
         for tag in tags:
             key = (dataset, "fedavg_sc", setting, tag)
             prefix_jobs[key] = _job("fedsc", key, own, "round", _seeds(tag), run.spec["encoder"]["name"], work)
@@ -617,6 +677,7 @@ def _fedsc_jobs(config: dict, counts: Counts) -> dict[str, list[Job]]:
             round_work = (round_work * rounds + train * -done + monitor * -(done // knn_every(run.spec))) * (
                 1 / (rounds - done)
             )
+        round_work = round_work + fedsc_captures(config, run, counts) * (1 / (rounds - done))  # this job's captures
         probe_epochs = fedsc.probe_spec(config, run)["probe"]["epochs"]
         for tag in tags:
             folder = f"{config['results']}/fedsc/runs/{run.dataset}/{run.method}/{run.setting}/{tag}"

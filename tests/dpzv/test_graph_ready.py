@@ -24,8 +24,17 @@ import torch
 from fedrepro.algorithms.dpzv import base
 from fedrepro.algorithms.dpzv.dpzv import DPZV
 from fedrepro.algorithms.dpzv.zo import Direction, draw_buckets
+from fedrepro.fl import transport
 from tests.dpzv.quick_round import digits_data, parameters, quick_algorithm, records
-from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
+from tests.graph_ready import (
+    SyncCounter,
+    aot_eager_fullgraph,
+    capture_counting,
+    compiled,
+    compiled_static,
+    host_syncs,
+    in_child,
+)
 
 SETTINGS = {  # (method, shared options changed): the default run's, and the variants' code paths
     "dpzv": ("dpzv", {}),
@@ -217,3 +226,42 @@ def test_a_graph_break_in_the_round_fails_the_fullgraph_compile(digits, monkeypa
             compiled(algo.exchange_drawn)(*drawn_round(algo))
 
     in_child(check)
+
+
+# ---------------------------------------------------------------- one capture per run
+# A round carries its two messages and `log_sent` logs them on the Wire after its device program (base.serve), so the
+# round reads no host counter: a compile of `exchange_drawn` (standing for a CUDA-graph capture, `capture_counting`)
+# is made once per client (its own modules and parameters) and replays every later round of that client.
+CAPTURE_ROUNDS = 8
+
+
+def check_one_graph_per_client(data, method: str, extra: dict, logged_inside: bool):
+    algo = warm(method, data, **extra)
+    step = compiled_static(algo.exchange_drawn)
+    clients = set()
+    with capture_counting() as counters:
+        for _ in range(CAPTURE_ROUNDS):
+            args = drawn_round(algo)
+            clients.add(args[0])
+            step(*args)
+            algo.log_sent()
+        graphs = counters["stats"]["unique_graphs"]
+    assert CAPTURE_ROUNDS > len(clients)
+    assert graphs > len(clients) if logged_inside else graphs == len(clients), graphs
+
+
+@pytest.mark.parametrize("setting", COMPILED)
+def test_a_round_is_captured_once_per_client_over_a_run(digits, setting):
+    in_child(check_one_graph_per_client, digits, *COMPILED[setting], False)
+
+
+def test_the_capture_count_sees_the_wire_logged_inside_the_round(digits, monkeypatch):
+    """The count above fails when the round logs its messages itself (the Wire's byte counters read inside it)."""
+    wire = transport.Wire()
+
+    def logged_carry(payload):  # what `send` did inside the round
+        wire.log("client", "server", "embeddings", payload)
+        return transport._copy(payload)
+
+    monkeypatch.setattr(transport.Wire, "carry", staticmethod(logged_carry))
+    in_child(check_one_graph_per_client, digits, *COMPILED["dpzv"], True)

@@ -169,8 +169,8 @@ def test_vafl_sends_the_autograd_embedding_gradient_and_client_takes_its_sgd_ste
     expected_grad_w = client_grad(algo, m, idx)
     before = flat(client.params).detach().clone()
     sent = []
-    original = algo.wire.send
-    algo.wire.send = lambda s, r, k, p: sent.append((k, p)) or original(s, r, k, p)
+    original = algo.wire.log  # a round's messages are logged after it (base.serve, Wire.log)
+    algo.wire.log = lambda s, r, k, p: sent.append((k, p)) or original(s, r, k, p)
     algo.exchange(m, ids)
     kind, grad_h = sent[1]
     assert kind == "embedding_grad"
@@ -235,8 +235,8 @@ def test_baseline_noise_on_the_wire_has_std_sigma_and_clip_binds(cls, tiny_data)
     algo = cls(tiny_data, tiny_settings(eps=1.0, extra={"embed_clip": 0.05, "server_update": "sgd"}), seed=0)
     client = algo.clients[0]
     sent = []
-    original = algo.wire.send
-    algo.wire.send = lambda s, r, k, p: sent.append(p) or original(s, r, k, p)
+    original = algo.wire.log  # a round's messages are logged after it (base.serve, Wire.log)
+    algo.wire.log = lambda s, r, k, p: sent.append(p) or original(s, r, k, p)
     residuals = []
     for _ in range(60):
         ids = client.next_batch()

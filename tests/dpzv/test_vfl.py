@@ -44,13 +44,13 @@ def test_wire_carries_exactly_the_papers_messages(cls, tiny_data):
 def test_dpzv_message_payload_holds_ids_and_two_embeddings(tiny_data, monkeypatch):
     algo = DPZV(tiny_data, tiny_settings(), seed=0)
     seen = []
-    original = algo.wire.send
+    original = algo.wire.log  # a round's messages are logged after it (base.serve, Wire.log)
 
     def spy(sender, receiver, kind, payload):
         seen.append((receiver, payload))
         return original(sender, receiver, kind, payload)
 
-    monkeypatch.setattr(algo.wire, "send", spy)
+    monkeypatch.setattr(algo.wire, "log", spy)
     algo.exchange(0, algo.clients[0].next_batch())
     (to_server, up), (to_client, down) = seen
     assert to_server == "server" and set(up) == {"ids", "h_plus", "h_minus"}

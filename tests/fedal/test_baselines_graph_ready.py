@@ -23,7 +23,16 @@ from fedrepro.algorithms.fedal.fedal import SWITCHES, FedAL
 from fedrepro.algorithms.fedal.fedavg import local_step_stacked
 from fedrepro.algorithms.fedal.feddf import FedDF
 from fedrepro.algorithms.fedal.fedproto import FedProto
-from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
+from fedrepro.fl import transport
+from tests.graph_ready import (
+    SyncCounter,
+    aot_eager_fullgraph,
+    capture_counting,
+    compiled,
+    compiled_static,
+    host_syncs,
+    in_child,
+)
 
 from .helpers import config, make_data
 from .test_graph_ready import BATCH, POOL, assert_close_state
@@ -463,3 +472,55 @@ def test_off_diagonal_slicing_is_the_boolean_mask_bit_for_bit():
         (got * torch.arange(got.numel()).reshape(got.shape)).sum().backward()
         (want * torch.arange(want.numel()).reshape(want.shape)).sum().backward()
         assert torch.equal(a.grad, b.grad)
+
+
+# ---------------------------------------------------------------- one capture per run
+# CFD's and FedProto's global step carries its messages (Wire.carry) and the iteration logs them after it (Wire.log)
+# and counts itself, so the step reads no host counter: one graph over every iteration (`capture_counting`: a
+# compile stands for a CUDA-graph capture); FCCL's collaborative step likewise.
+ITERATIONS = 6
+
+
+def check_public_kd_step_captured_once(method: str, expected: int | None):
+    algo = make_public_kd(method)
+    algo.global_step_stacked = compiled_static(algo.global_step_stacked)
+    with capture_counting() as counters:
+        for _ in range(ITERATIONS):
+            algo._global_iteration_batched()
+        graphs = counters["stats"]["unique_graphs"]
+    assert graphs == expected if expected is not None else graphs > 1, graphs
+
+
+@pytest.mark.parametrize("method", PUBLIC_KD)
+def test_a_public_kd_global_step_is_captured_once_over_its_iterations(method):
+    in_child(check_public_kd_step_captured_once, method, 1)
+
+
+@pytest.mark.parametrize("method", PUBLIC_KD)
+def test_the_capture_count_sees_a_public_kd_step_logging_its_messages(method, monkeypatch):
+    """The count above fails when the step logs on the Wire itself (its byte counters read inside the step)."""
+
+    wire = transport.Wire()
+
+    def logged_carry(payload):  # what `send` did inside the step: a wire's counters read and written
+        wire.log("client", "server", "logits", payload)
+        return transport._copy(payload)
+
+    monkeypatch.setattr(transport.Wire, "carry", staticmethod(logged_carry))
+    in_child(check_public_kd_step_captured_once, method, None)
+
+
+def check_fccl_collaborative_step_captured_once(method: str, expected: int | None):
+    algo = make_fccl(method)
+    algo.collaborative_step_stacked = compiled_static(algo.collaborative_step_stacked)
+    with capture_counting() as counters:
+        for _ in range(ITERATIONS):
+            algo._collaborative_iteration_batched(algo.stacks())
+        graphs = counters["stats"]["unique_graphs"]
+    assert graphs == expected if expected is not None else graphs > 1, graphs
+
+
+@pytest.mark.parametrize("method", FCCL_METHODS)
+def test_an_fccl_collaborative_step_is_captured_once_over_its_iterations(method):
+    """FCCL's collaborative step (FCCL+: the similarities too) logs its messages after the step, as CFD's does."""
+    in_child(check_fccl_collaborative_step_captured_once, method, 1)

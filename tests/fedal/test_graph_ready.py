@@ -16,7 +16,18 @@ import torch
 from fedrepro.algorithms.fedal import fedal
 from fedrepro.algorithms.fedal.fedal import FedAL
 from fedrepro.algorithms.fedal.server import AdversarialConfig
-from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
+from fedrepro.fl import batched, transport
+from fedrepro.fl.optim import Adam
+from tests.graph_ready import (
+    SyncCounter,
+    aot_eager_fullgraph,
+    capture_counting,
+    compiled,
+    compiled_static,
+    host_syncs,
+    in_child,
+)
+from tests.host_optim import HostAdam, host_adam_step
 
 from .helpers import config, make_data
 
@@ -171,3 +182,103 @@ def test_a_graph_break_in_the_step_fails_the_fullgraph_compile(algo, monkeypatch
             compiled(algo.local_step_stacked)(stack, x, y, anchor, False)
 
     in_child(check)
+
+
+# ---------------------------------------------------------------- one capture per run
+# A CUDA graph replays its kernels with the arguments they had when captured: Adam's step count and bias
+# corrections are device tensors (fl/optim.Adam), so one graph of a stacked step serves every step of the run, and a
+# stage's fresh Adam (`reset_optimizer`) zeroes them in place. `capture_counting`: a compile stands for a capture.
+STAGES = 2
+
+
+def fresh_run():
+    torch.manual_seed(0)
+    return FedAL(
+        make_data(num_clients=4),
+        POOL,
+        config(tau=5, batch_size=BATCH),
+        seed=0,
+        adversarial=AdversarialConfig(hidden=(32, 256)),
+        assignment=[0, 1, 0, 1],
+        batched=True,
+    )
+
+
+def test_records_are_bit_identical_to_the_host_adam_step(monkeypatch):
+    """Two rounds of stacked FedAL with the device step count against Adam's step as it was (tests/host_optim.py):
+    every record and every client's parameters and Adam state, bit for bit."""
+    torch.set_num_threads(1)
+    kept_run = fresh_run()
+    kept = [kept_run.round(t) for t in (1, 2)]
+    with monkeypatch.context() as patch:
+        patch.setattr(Adam, "step", host_adam_step)
+        host_run = fresh_run()
+        host = [host_run.round(t) for t in (1, 2)]
+    assert kept == host
+    for got, want in zip(stack_state(kept_run).values(), stack_state(host_run).values(), strict=True):
+        assert torch.equal(got, want)
+    assert [c.opt.step_count for c in kept_run.clients] == [c.opt.step_count for c in host_run.clients]
+
+
+def local_stage_graphs(algo) -> int:
+    """Graphs compiled by `STAGES` local stages of tau steps of stack 0, each stage with a fresh Adam (in place)."""
+    step = compiled_static(algo.local_step_stacked)
+    stack, group = algo.stacks()[0], algo._groups[0]
+    with capture_counting() as counters:
+        for _ in range(STAGES):
+            stack.reset_optimizer()
+            anchor = stack.freeze()
+            for i in range(algo.cfg.tau):
+                x, y = group.batch(algo.clients, BATCH)
+                step(stack, x, y, anchor, i == 0)
+        return counters["stats"]["unique_graphs"]
+
+
+def check_local_stage_graphs(algo, expected: int | None):
+    graphs = local_stage_graphs(algo)
+    assert graphs == expected if expected is not None else graphs > 2, graphs
+
+
+def test_a_stacked_local_step_is_captured_once_per_form_over_two_stages(algo):
+    """2 stages x 5 steps, Adam's bias corrections new at each: 2 graphs, the stage's first step (its anchor the live
+    forward, FedAL.share_first_anchor) and the others."""
+    in_child(check_local_stage_graphs, algo, 2)
+
+
+def test_the_capture_count_sees_adam_s_step_count_on_the_host(algo, monkeypatch):
+    """The count above fails with Adam's step count on the host: a graph per step."""
+    monkeypatch.setattr(batched, "Adam", HostAdam)
+    algo._stacks = None  # the stacks rebuilt with the host-count Adam
+    in_child(check_local_stage_graphs, algo, None)
+
+
+def global_stage_graphs(algo) -> int:
+    """Graphs compiled by `STAGES` global stages (tau iterations each) with the global step compiled."""
+    algo.global_step_stacked = compiled_static(algo.global_step_stacked)
+    with capture_counting() as counters:
+        for _ in range(STAGES):
+            algo._global_stage_batched()
+        return counters["stats"]["unique_graphs"]
+
+
+def check_global_stage_graphs(algo, expected: int | None):
+    graphs = global_stage_graphs(algo)
+    assert graphs == expected if expected is not None else graphs > 2, graphs
+
+
+def test_a_stacked_global_step_is_captured_once_per_form_over_two_stages(algo):
+    """2 stages x 5 iterations: 2 graphs (the stage's first, its anchor the live forward, and the others). The step
+    carries its messages (Wire.carry) and the iteration logs them after it (Wire.log), so it reads no host counter."""
+    in_child(check_global_stage_graphs, algo, 2)
+
+
+def test_the_capture_count_sees_the_wire_logged_inside_the_step(algo, monkeypatch):
+    """The count above fails when the step logs its messages itself (the Wire's byte counters read in the step)."""
+    wire = algo.wire
+
+    def logged_carry(payload):  # what `send` did inside the step
+        wire.log("client", "server", "logits", payload)
+        return transport._copy(payload)
+
+    monkeypatch.setattr(transport.Wire, "carry", staticmethod(logged_carry))
+    in_child(check_global_stage_graphs, algo, None)

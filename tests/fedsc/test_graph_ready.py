@@ -19,7 +19,16 @@ from fedrepro.algorithms.fedsc import base, byol, fedca, fedsc, fedx
 from fedrepro.algorithms.fedsc.fedsc import FedSC
 from fedrepro.fl.optim import SGD
 from tests.fedsc.helpers import method_classes, tiny_spec
-from tests.graph_ready import SyncCounter, aot_eager_fullgraph, compiled, host_syncs, in_child
+from tests.graph_ready import (
+    SyncCounter,
+    aot_eager_fullgraph,
+    capture_counting,
+    compiled,
+    compiled_static,
+    host_syncs,
+    in_child,
+)
+from tests.host_optim import HostSGD
 
 SHARING = {"sharing": {"after": 0.0, "every": 1}, "privacy": {"eps": "inf"}}
 METHODS = {"fedsc": SHARING, "fedavg_sc": {}, "fedavg_byol": {}, "fedu": {}, "fedema": {}, "fedx": {}, "fedca": {}}
@@ -126,9 +135,10 @@ def test_the_sync_test_sees_a_clip_that_branches_on_the_norm(algo, monkeypatch):
 
 def host_read_local_sgd(net, x, batch_loss, cfg, lr, gen, after_step=None, params=None, draw=None):
     """The local training before the step was made graph-ready: random views drawn inside the loss, backward(),
-    the client's mean loss read by float() at its end."""
+    the client's mean loss read by float() at its end, a fresh SGD per client-round with the learning rate a
+    Python float and momentum buffers made at the first step (tests/host_optim.py)."""
     params = list(params if params is not None else net.parameters())
-    opt = SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    opt = HostSGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     net.train()
     n, losses = x.shape[0], []
     for _ in range(cfg.local_epochs):
@@ -149,6 +159,16 @@ def host_read_local_sgd(net, x, batch_loss, cfg, lr, gen, after_step=None, param
     return float(torch.stack(losses).mean()) if losses else float("nan")
 
 
+class FloatAlpha:
+    """Eq. 80's alpha as it was: the Python float itself in the loss (`set` returns it)."""
+
+    def __init__(self, device):
+        pass
+
+    def set(self, alpha: float) -> float:
+        return alpha
+
+
 def rounds(algo, count: int) -> list[dict]:
     return [algo.round(t) for t in range(1, count + 1)]
 
@@ -160,6 +180,7 @@ def test_records_are_bit_identical_to_the_host_read_round(tiny_digits, method, m
     with monkeypatch.context() as patch:
         for module in (fedsc, byol, fedca, fedx):
             patch.setattr(module, "local_sgd", host_read_local_sgd)
+        patch.setattr(fedsc, "AlphaTerms", FloatAlpha)
         reference_algo = baseline(tiny_digits, method)
         reference = rounds(reference_algo, 3)
     assert kept == reference  # exact float equality, every key of every round
@@ -226,3 +247,88 @@ def test_a_graph_break_in_the_step_fails_the_fullgraph_compile(algo, monkeypatch
             compiled(base.sgd_step)(loss, x, opt, params, CLIP)
 
     in_child(check)
+
+
+# ---------------------------------------------------------------- one capture per run
+# A CUDA graph replays the kernels it captured with the arguments they had: a step is captured once per run only if
+# what changes between rounds (the learning rate of the cosine schedule, Eq. 80's alpha, the momentum restarted at a
+# client's first step) is read from device tensors updated in place (fl/optim.SGD, loss.AlphaTerms) and the first
+# step takes the path of every other. What stays: one graph per distinct batch shape (the short last batch of each
+# client size) and per form of the loss (FedSC: local SC before the first share, Eq. 80 after), each captured once.
+# `capture_counting` makes a compile stand for a capture (a float read by the step is a constant of its graph).
+CAPTURE_ROUNDS = 3
+SHARING_FROM_ROUND_2 = {"sharing": {"after": 0.34, "every": 1}, "privacy": {"eps": "inf"}}
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread before the fork of `in_child` (a forked child of a process whose OpenMP pool ran hangs)."""
+    torch.set_num_threads(1)
+
+
+def step_shapes(algo) -> set[int]:
+    """The batch sizes of a run's local steps: full batches and each client's short last batch (of 2 or more)."""
+    b = algo.train_cfg.batch_size
+    return {b for n in algo.data.sizes if n >= b} | {n % b for n in algo.data.sizes if n % b >= 2}
+
+
+def captured_run(algo) -> tuple[int, list[dict]]:
+    """Graphs compiled and records of `CAPTURE_ROUNDS` rounds with every local step compiled (in a forked child)."""
+    step = base.sgd_step
+    base.sgd_step = compiled_static(step)
+    try:
+        with capture_counting() as counters:
+            records = rounds(algo, CAPTURE_ROUNDS)
+            return counters["stats"]["unique_graphs"], records
+    finally:
+        base.sgd_step = step
+
+
+def check_one_capture_per_form_and_shape(algo, forms: int):
+    eager = rounds(copy.deepcopy(algo), CAPTURE_ROUNDS)
+    graphs, records = captured_run(algo)
+    assert len({r["lr"] for r in records}) == CAPTURE_ROUNDS  # the learning rate changed every round
+    assert graphs == forms * len(step_shapes(algo)) == forms * 2, graphs  # 24 images a client, batches of 16 and 8
+    for got, want in zip(records, eager, strict=True):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), key
+
+
+def test_fedsc_captures_its_step_once_per_form_and_batch_shape_over_three_rounds(tiny_digits, one_thread):
+    """FedSC sharing from round 2 (local SC in round 1, Eq. 80 with alpha falling after): 2 forms x 2 shapes,
+    over 3 rounds x 5 clients x 2 steps, each client's first step included, and the records of eager steps."""
+    torch.manual_seed(0)
+    algo = FedSC(tiny_spec(rounds=CAPTURE_ROUNDS, **SHARING_FROM_ROUND_2), tiny_digits, seed=0)
+    in_child(check_one_capture_per_form_and_shape, algo, 2)
+
+
+def test_a_baseline_captures_its_step_once_per_batch_shape_over_three_rounds(tiny_digits, one_thread):
+    """FedAvg+BYOL (its EMA outside the step): one form, 2 shapes."""
+    in_child(check_one_capture_per_form_and_shape, baseline(tiny_digits, "fedavg_byol"), 1)
+
+
+def fresh_host_sgd(net, params, cfg, lr):
+    return HostSGD([p for p in params if p.requires_grad], lr, cfg.momentum, cfg.weight_decay)
+
+
+def check_a_capture_per_round(algo):
+    graphs, _ = captured_run(algo)
+    assert graphs > 2 * len(step_shapes(algo)), graphs
+
+
+def test_the_capture_count_sees_a_learning_rate_on_the_host(tiny_digits, one_thread, monkeypatch):
+    """The count above fails with the SGD as it was (a Python float learning rate, a first step without momentum
+    buffers): the float is baked into each round's graph, and the first step is another graph."""
+    torch.manual_seed(0)
+    algo = FedSC(tiny_spec(rounds=CAPTURE_ROUNDS, **SHARING_FROM_ROUND_2), tiny_digits, seed=0)
+    monkeypatch.setattr(base, "local_optimizer", fresh_host_sgd)
+    in_child(check_a_capture_per_round, algo)
+
+
+def test_the_capture_count_sees_alpha_as_a_float(tiny_digits, one_thread, monkeypatch):
+    """... and with Eq. 80's alpha a Python float in the loss (a graph per round of sharing)."""
+    torch.manual_seed(0)
+    monkeypatch.setattr(fedsc, "AlphaTerms", FloatAlpha)
+    algo = FedSC(tiny_spec(rounds=CAPTURE_ROUNDS, **SHARING_FROM_ROUND_2), tiny_digits, seed=0)
+    in_child(check_a_capture_per_round, algo)

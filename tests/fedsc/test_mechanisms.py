@@ -23,7 +23,7 @@ from fedrepro.algorithms.fedsc.byol import FedBYOL, FedEMA, FedU
 from fedrepro.algorithms.fedsc.fedca import FedCA
 from fedrepro.algorithms.fedsc.fedsc import FedSC
 from fedrepro.algorithms.fedsc.fedx import FedX
-from fedrepro.algorithms.fedsc.loss import alpha_schedule
+from fedrepro.algorithms.fedsc.loss import AlphaTerms, alpha_schedule
 from fedrepro.privacy.fedsc import clipped_correlation
 from tests.fedsc.helpers import method_classes, tiny_spec
 
@@ -114,6 +114,16 @@ def test_server_averages_every_participant_and_every_participant_trained(method,
 # ----------------------------------------------------------------------------- FedSC
 
 
+def _alpha_of(alpha) -> float:
+    """Eq. 80's alpha as the step reads it: a float, or 1 - the second of its device weights (`AlphaTerms`), after
+    checking that the first is alpha / 2."""
+    if not isinstance(alpha, AlphaTerms):
+        return alpha
+    value = 1.0 - alpha.rest.item()
+    assert alpha.half.item() == pytest.approx(0.5 * value)
+    return value
+
+
 def _fedsc_capture(algo, monkeypatch):
     """Record, per client, the (views, alpha, r_minus) of its first training batch."""
     seen, current = {}, {}
@@ -122,7 +132,7 @@ def _fedsc_capture(algo, monkeypatch):
     def loss(views, alpha=1.0, r_minus=None, scale=2.0):
         seen.setdefault(
             (algo.wire.round, current["j"]),
-            (views.detach().clone(), alpha, None if r_minus is None else r_minus.clone()),
+            (views.detach().clone(), _alpha_of(alpha), None if r_minus is None else r_minus.clone()),
         )
         return original_loss(views, alpha, r_minus, scale)
 

@@ -145,10 +145,14 @@ def test_sgd_state_round_trip_keeps_buffers_not_started_yet():
     used, unused = torch.ones(2, requires_grad=True), torch.ones(3, requires_grad=True)
     optimiser = SGD([used, unused], lr=0.1, momentum=0.9)
     used.grad = torch.tensor([1.0, 2.0])
-    optimiser.step()  # `unused` has no gradient: its momentum buffer stays None
+    optimiser.step()  # `unused` has no gradient: its momentum buffer stays zero (b = 0.9 * 0 + d at its first step)
     restored = SGD([used, unused], lr=0.1, momentum=0.9)
     restored.load_state_dict(optimiser.state_dict())
-    assert restored.buffers[1] is None and torch.equal(restored.buffers[0], torch.tensor([1.0, 2.0]))
+    assert torch.equal(restored.buffers[1], torch.zeros(3)) and torch.equal(
+        restored.buffers[0], torch.tensor([1.0, 2.0])
+    )
+    restored.load_state_dict({"buffers": [torch.tensor([3.0, 4.0]), None]})  # a checkpoint from before the zeros
+    assert torch.equal(restored.buffers[1], torch.zeros(3))
 
 
 # ------------------------------------------------------------------------------------ device, precision

@@ -197,10 +197,13 @@ def test_scalar_tap_passes_other_wire_attributes_through():
 
     from fedrepro.audit import dpzv as audit_dpzv
 
-    wire = SimpleNamespace(bytes_sent=123, send=lambda *args: 0.5)
+    logged = []
+    wire = SimpleNamespace(bytes_sent=123, log=lambda *args: logged.append(args), carry=lambda payload: payload)
     tap = audit_dpzv._ScalarTap(wire)
     assert tap.bytes_sent == 123
-    assert tap.send("server", "client0", "answer", None) == 0.5 and tap.received == [0.5]
+    tap.log("server", "client0", "answer", 0.5)  # a round's reply, logged after the round
+    assert tap.send("server", "client0", "answer", 0.25) == 0.25 and tap.received == [0.5, 0.25]
+    assert [args[3] for args in logged] == [0.5, 0.25]
 
 
 def test_each_mechanism_note_names_its_sensitivity_sampling_and_steps():

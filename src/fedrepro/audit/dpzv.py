@@ -73,10 +73,14 @@ class _ScalarTap:
         self.received: list[float] = []
 
     def send(self, sender, receiver, kind, payload):
-        out = self.wire.send(sender, receiver, kind, payload)
+        self.log(sender, receiver, kind, payload)
+        return self.wire.carry(payload)
+
+    def log(self, sender, receiver, kind, payload):
+        """Every message is logged, a round's after it (algorithms/dpzv/base.py `serve`, Wire.log)."""
+        self.wire.log(sender, receiver, kind, payload)
         if receiver != "server":
-            self.received.append(float(out))
-        return out
+            self.received.append(float(payload))
 
     def __getattr__(self, name):
         return getattr(self.wire, name)

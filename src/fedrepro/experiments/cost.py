@@ -34,12 +34,16 @@ PEAK_FLOPS = {"H200": 989.5e12, "H100": 989.5e12}
 class Work:
     """FLOPs and kernel launches of one step, unit or job; of them, `autocast_flops` run in a path that a
     precision lever can speed up (FedSC's training forwards and backwards, fl/precision.py) and
-    `graphed_launches` in a round or step that is ready for CUDA graphs (fedrepro.experiments.levers)."""
+    `graphed_launches` in a round or step that is ready for CUDA graphs (fedrepro.experiments.levers), whose
+    graphs cost `capture_launches` at eager launch cost to capture."""
 
     flops: float = 0.0
     launches: float = 0.0
     autocast_flops: float = 0.0
     graphed_launches: float = 0.0
+    # launches run eagerly to capture the CUDA graphs the unit's run replays (each distinct step form and batch
+    # shape once per run, amortised over its units): priced only where a graph lever applies, never today
+    capture_launches: float = 0.0
 
     def __add__(self, other: Work) -> Work:
         return Work(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
@@ -315,15 +319,18 @@ def count_step(step: Step) -> Work:
         net.train()
         if step.optimizer not in OPTIMIZERS:
             raise ValueError(f"step optimizer {step.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-        sgd = step.optimizer == "sgd"
-        opt = optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=5e-4) if sgd else optim.Adam(params, lr=1e-3)
+        if step.optimizer == "adam_loop":
+            opt = _LoopAdam(params)
+        elif step.optimizer == "sgd":
+            opt = optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=5e-4)
+        else:
+            opt = optim.Adam(params, lr=1e-3)
 
         def fn():
             out = net(x)
             out.float().square().mean().backward()
             saved = optim.CPU_GROUP_ELEMENTS
-            # one foreach group, as on a GPU; `adam_loop`: one group per tensor, the per-tensor loop
-            optim.CPU_GROUP_ELEMENTS = 0 if step.optimizer == "adam_loop" else math.inf
+            optim.CPU_GROUP_ELEMENTS = math.inf  # one foreach group, as on a GPU
             try:
                 opt.step()
             finally:
@@ -331,6 +338,26 @@ def count_step(step: Step) -> Work:
 
     work = count(fn)
     return Work(work.flops * step.batch / batch, work.launches)
+
+
+class _LoopAdam:
+    """fl/optim.Adam as the FedAL rows of benchmarks/unit_costs.csv ran it (72f0df1), for counting only: per tensor
+    lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_ (its step count and bias corrections Python floats)."""
+
+    def __init__(self, params):
+        import torch
+
+        self.params = params
+        self.m, self.v = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+
+    def step(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for p, m, v in zip(self.params, self.m, self.v):
+                m.lerp_(p.grad, 0.1)
+                v.mul_(0.999).addcmul_(p.grad, p.grad, value=0.001)
+                p.addcdiv_(m, (v.sqrt() / 0.03).add_(1e-8), value=-0.01)
 
 
 def stacked_launches(step: Step, clients: int = 2) -> float:

@@ -29,6 +29,10 @@ FEDSC_BF16_SPEEDUP = 107.7 / 36.3
 # kernel (NVIDIA Technical Blog, "Getting Started with CUDA Graphs", 2019: a short kernel of about 3 us
 # back to back from a graph); `make bench-costs` has no row for it yet.
 GRAPH_SECONDS_PER_KERNEL = 4e-6
+# Eager steps to capture one graph, each at the fitted launch cost: a warm-up step (torch.cuda.graphs' documented
+# pattern warms up on a side stream before capturing) and the capture itself (the host launches every kernel once).
+# How many graphs a run captures is the planner's (`Work.capture_launches`): one per step form and batch shape.
+CAPTURE_PASSES = 2
 # tests/dpzv/test_zo_bf16.py: relative RMS error of DPZV's two-point differences with bf16 forwards (the
 # server's losses in fp32) against fp32 at lambda = 1e-3 on a small random BERT, and the lever's threshold.
 ZO_BF16_THRESHOLD = 0.10
@@ -45,6 +49,12 @@ GRAPH_SOURCE = "assumption: a replayed kernel costs 4 us of GPU time instead of 
 DPZV_GRAPHS, FEDAL_GRAPHS = "tests/dpzv/test_graph_ready.py", "tests/fedal/test_graph_ready.py"
 FEDSC_GRAPHS = "tests/fedsc/test_graph_ready.py"
 FEDAL_BASELINE_GRAPHS = "tests/fedal/test_baselines_graph_ready.py"
+CAPTURABLE = "tests/foundation/test_capturable_optim.py"  # SGD's and Adam's per-step scalars on the device
+ADAM_CAPTURED_ONCE = (
+    f"{CAPTURABLE}::test_the_device_step_count_adam_is_bit_identical_to_the_host_count",
+    f"{CAPTURABLE}::test_a_step_is_captured_once_across_steps_and_rounds",
+    f"{CAPTURABLE}::test_a_stack_copies_its_step_count_to_the_clients_adams",
+)
 DPZV_PRECISION = "tests/dpzv/test_precision.py"
 
 
@@ -90,7 +100,7 @@ LEVERS = (
         ),
     ),
     Lever(
-        "CUDA graphs, DPZV rounds (zero host syncs, one graph)",
+        "CUDA graphs, DPZV rounds (zero host syncs, one graph per client a run)",
         "dpzv",
         ("dpzv",),
         "launches",
@@ -99,6 +109,7 @@ LEVERS = (
         (
             f"{DPZV_GRAPHS}::test_a_server_round_makes_no_host_sync",
             f"{DPZV_GRAPHS}::test_a_dpzv_round_compiles_in_one_graph_and_matches_eager",
+            f"{DPZV_GRAPHS}::test_a_round_is_captured_once_per_client_over_a_run",
             "tests/foundation/test_levers.py::test_bert_client_forward_compiles_fullgraph_equal_to_eager",
         ),
     ),
@@ -112,10 +123,11 @@ LEVERS = (
         (
             f"{DPZV_GRAPHS}::test_a_server_round_makes_no_host_sync",
             f"{DPZV_GRAPHS}::test_a_baseline_round_compiles_in_one_graph_and_matches_eager",
+            f"{DPZV_GRAPHS}::test_a_round_is_captured_once_per_client_over_a_run",
         ),
     ),
     Lever(
-        "CUDA graphs, stacked FedAL step (zero host syncs, one graph)",
+        "CUDA graphs, stacked FedAL steps (zero host syncs, one graph per step and form a run)",
         "fedal",
         ("fedal",),
         "launches",
@@ -126,10 +138,15 @@ LEVERS = (
             f"{FEDAL_GRAPHS}::test_a_stacked_global_step_makes_no_host_sync",
             f"{FEDAL_GRAPHS}::test_a_stacked_local_step_compiles_in_one_graph_and_matches_eager",
             f"{FEDAL_GRAPHS}::test_a_stacked_global_step_compiles_in_one_graph_and_matches_eager",
+            f"{FEDAL_GRAPHS}::test_records_are_bit_identical_to_the_host_adam_step",
+            f"{FEDAL_GRAPHS}::test_a_stacked_local_step_is_captured_once_per_form_over_two_stages",
+            f"{FEDAL_GRAPHS}::test_a_stacked_global_step_is_captured_once_per_form_over_two_stages",
+            *ADAM_CAPTURED_ONCE,
         ),
     ),
     Lever(
-        "CUDA graphs, stacked steps of FedAL's baselines and ablations (zero host syncs, one graph)",
+        "CUDA graphs, stacked steps of FedAL's baselines and ablations (zero host syncs, one graph per step and form "
+        "a run)",
         "fedal",
         # FedProto: public features only (plan.py); FedDF(-AL): the clients' steps and the teachers' forwards
         ("fedmd", "fedmd_lf", "fccl", "fccl_plus", "cfd", "fedproto", "fd", "fedavg", "feddf", "feddf_al"),
@@ -156,10 +173,13 @@ LEVERS = (
             f"{FEDAL_BASELINE_GRAPHS}::test_a_fedavg_local_step_makes_no_host_sync",
             f"{FEDAL_BASELINE_GRAPHS}::test_a_feddf_ensemble_forward_makes_no_host_sync",
             f"{FEDAL_BASELINE_GRAPHS}::test_fedavg_and_feddf_steps_compile_in_one_graph_each_and_match_eager",
+            f"{FEDAL_BASELINE_GRAPHS}::test_a_public_kd_global_step_is_captured_once_over_its_iterations",
+            f"{FEDAL_BASELINE_GRAPHS}::test_an_fccl_collaborative_step_is_captured_once_over_its_iterations",
+            *ADAM_CAPTURED_ONCE,
         ),
     ),
     Lever(
-        "CUDA graphs, FedSC training step (zero host syncs, one graph)",
+        "CUDA graphs, FedSC training step (zero host syncs, one graph per loss form and batch shape a run)",
         "fedsc",
         None,  # FedSC, FedAvg+SC, Centralized SC and the SSL baselines: one local step (base.sgd_step)
         "launches",
@@ -172,6 +192,11 @@ LEVERS = (
             f"{FEDSC_GRAPHS}::test_records_are_bit_identical_to_the_host_read_round",
             f"{FEDSC_GRAPHS}::test_a_fedsc_local_step_compiles_in_one_graph_and_matches_eager",
             f"{FEDSC_GRAPHS}::test_a_baseline_local_step_compiles_in_one_graph_and_matches_eager",
+            f"{FEDSC_GRAPHS}::test_fedsc_captures_its_step_once_per_form_and_batch_shape_over_three_rounds",
+            f"{FEDSC_GRAPHS}::test_a_baseline_captures_its_step_once_per_batch_shape_over_three_rounds",
+            f"{CAPTURABLE}::test_a_restarted_sgd_is_bit_identical_to_a_fresh_host_sgd_each_round",
+            f"{CAPTURABLE}::test_a_step_is_captured_once_across_steps_and_rounds",
+            f"{CAPTURABLE}::test_the_compiled_step_gives_the_eager_parameters",
         ),
     ),
     Lever(
@@ -223,6 +248,8 @@ def lever_seconds(constants: Constants, work: Work, levers) -> float:
         else:
             launches -= work.graphed_launches
             seconds += work.graphed_launches * lever.value
+    if any(lever.kind == "launches" for lever in levers):  # the run's captures, each at eager launch cost
+        launches += work.capture_launches
     return seconds + flops * constants.seconds_per_flop + launches * constants.seconds_per_launch
 
 

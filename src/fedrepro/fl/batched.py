@@ -94,9 +94,9 @@ class Stack:
     def __init__(self, models: Sequence[torch.nn.Module], optimizers: Sequence[Adam]):
         self.models, self.optimizers = list(models), list(optimizers)
         self.template = self.models[0]
-        steps = {opt.step_count for opt in self.optimizers}
-        if len(steps) != 1:
-            raise ValueError(f"stacked clients must have taken the same number of Adam steps, got {sorted(steps)}")
+        steps = torch.stack([opt.steps for opt in self.optimizers])  # one host read when built (none on meta)
+        if not steps.is_meta and bool((steps != steps[0]).any()):
+            raise ValueError(f"stacked clients must have taken the same number of Adam steps, got {steps.tolist()}")
         per_model = [dict(m.named_parameters()) for m in self.models]
         self.params = {
             name: torch.stack([p[name].detach() for p in per_model]).requires_grad_(True) for name in per_model[0]
@@ -107,7 +107,7 @@ class Stack:
         if len(first.params) != len(self.params):
             raise ValueError("every parameter of a stacked model must be trained by its Adam")
         self.opt = Adam(self.params.values(), lr=first.lr, betas=first.betas, eps=first.eps)
-        self.opt.step_count = first.step_count
+        self.opt.steps.copy_(first.steps)
         for k in range(len(self.opt.params)):
             self.opt.m[k] = torch.stack([opt.m[k] for opt in self.optimizers])
             self.opt.v[k] = torch.stack([opt.v[k] for opt in self.optimizers])
@@ -156,11 +156,10 @@ class Stack:
 
     def reset_optimizer(self) -> None:
         """Fresh Adam state for every client (as each client's `Adam(...)` anew)."""
-        self.opt.step_count = 0
-        for t in self.opt.m + self.opt.v:
+        for t in [self.opt.steps, *self.opt.m, *self.opt.v]:
             t.zero_()
         for opt in self.optimizers:
-            opt.step_count = 0
+            opt.steps.zero_()
 
     @torch.no_grad()
     def write_back(self) -> None:
@@ -176,7 +175,7 @@ class Stack:
             for k in range(len(opt.m)):
                 dst += [opt.m[k], opt.v[k]]
                 src += [self.opt.m[k][i], self.opt.v[k][i]]
-            opt.step_count = self.opt.step_count
+            opt.steps.copy_(self.opt.steps)
         torch._foreach_copy_(dst, src)
 
 

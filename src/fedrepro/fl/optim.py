@@ -12,11 +12,17 @@ launch per op instead of one per tensor. On the CPU a foreach op runs the same
 per-tensor op in C++, so the parameters are bit for bit the ones the earlier
 per-tensor loop gave (tests/foundation/test_optim_foreach.py); the foreach ops
 do not import torch._dynamo.
+
+Both are capturable: everything a step reads that changes between steps or rounds lives in device tensors
+updated in place, so one CUDA graph (or one torch.compile graph) of a step replays every later step of the run
+(tests/foundation/test_capturable_optim.py). SGD's learning rate is a 0-dim tensor (`set_lr`) and its momentum
+buffers exist from the start as zeros (`restart`: b = 0.9 * 0 + d is torch's first-step b = d exactly, so the
+first step takes the path of every other); Adam's step count and bias corrections are device tensors (float64,
+as the host's Python floats were: the same values, bit for bit, on the CPU).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import torch
@@ -53,13 +59,33 @@ def backward_into(outputs: torch.Tensor, params: list[torch.Tensor], grad_output
         p.grad = g
 
 
+def scalar(value: float, params: list[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A 0-dim tensor holding `value` on the parameters' device, in their dtype (a step's scalar a graph reads)."""
+    like = params[0] if params else torch.empty(0)
+    return torch.tensor(value, dtype=dtype or like.dtype, device=like.device)
+
+
 class SGD:
     def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
+        self.params = [p for p in params if p.requires_grad]
+        self.momentum, self.weight_decay = momentum, weight_decay
+        # set_lr: filled in place, so a captured step reads each round's; float64, the Python float's value (a
+        # step casts it to the parameters' dtype as it cast the float)
+        self.lr = scalar(0.0, self.params, torch.float64)
+        self.set_lr(lr)
+        self.buffers = [torch.zeros_like(p) for p in self.params] if momentum else []
+
+    def set_lr(self, lr: float) -> None:
         if lr <= 0:
             raise ValueError(f"SGD learning rate must be > 0, got {lr}")
-        self.params = [p for p in params if p.requires_grad]
-        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
-        self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
+        self.lr.fill_(lr)
+
+    @torch.no_grad()
+    def restart(self, lr: float) -> None:
+        """The optimiser as freshly made with learning rate `lr` (zero momentum), its tensors kept in place."""
+        self.set_lr(lr)
+        if self.buffers:
+            torch._foreach_zero_(self.buffers)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -77,25 +103,30 @@ class SGD:
             directions = torch._foreach_add(directions, params, alpha=self.weight_decay)
         if self.momentum:
             directions = self._momentum(group, directions)
-        torch._foreach_add_(params, directions, alpha=-self.lr)
+        if params[0].is_cpu:
+            # p - lr * d as one fused multiply-add, the rounding of add_(d, alpha=-lr): bit for bit the update
+            # with the learning rate a Python float (on the CPU a foreach op runs per tensor anyway)
+            torch._foreach_addcmul_(params, directions, [self.lr] * len(params), value=-1)
+        else:  # a GPU (and the meta device the planner counts on): two multi-tensor kernels, torch.optim.SGD's
+            # capturable form, not one kernel per tensor
+            torch._foreach_add_(params, torch._foreach_mul(directions, self.lr), alpha=-1)
 
     def _momentum(self, group: list[int], directions: list[torch.Tensor]) -> list[torch.Tensor]:
-        """b = momentum * b + d (b = d at a tensor's first step, as torch.optim.SGD); returns the b's."""
-        started = [k for k, i in enumerate(group) if self.buffers[i] is not None]
-        if started:
-            running = [self.buffers[group[k]] for k in started]
-            torch._foreach_mul_(running, self.momentum)
-            torch._foreach_add_(running, [directions[k] for k in started])
+        """b = momentum * b + d from b = 0 (equals torch.optim.SGD's b = d at a tensor's first step); returns the b's."""
         for k, i in enumerate(group):
-            if self.buffers[i] is None:
-                self.buffers[i] = directions[k].clone()
-        return [self.buffers[i] for i in group]
+            if self.buffers[i].dtype != directions[k].dtype:  # the parameters changed dtype after construction
+                self.buffers[i] = torch.zeros_like(directions[k])
+        running = [self.buffers[i] for i in group]
+        torch._foreach_mul_(running, self.momentum)
+        torch._foreach_add_(running, directions)
+        return running
 
     def state_dict(self) -> dict:
-        return {"buffers": [None if b is None else b.clone() for b in self.buffers]}
+        return {"buffers": [b.clone() for b in self.buffers]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.buffers = [None if b is None else b.clone() for b in state["buffers"]]
+        for dst, src in zip(self.buffers, state["buffers"], strict=True):
+            dst.copy_(src) if src is not None else dst.zero_()  # None: a checkpoint from before the zeros
 
 
 class Adam:
@@ -110,9 +141,20 @@ class Adam:
             raise ValueError(f"Adam learning rate must be > 0, got {lr}")
         self.params = [p for p in params if p.requires_grad]
         self.lr, self.betas, self.eps = lr, betas, eps
-        self.step_count = 0
+        # the step count on the device (float64: exact to 2^53), so a captured step counts for itself
+        self.steps = scalar(0.0, self.params, torch.float64)
+        self.neg_lr = scalar(-lr, [self.steps])
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
+
+    @property
+    def step_count(self) -> int:
+        """The step count on the host (a read of the device: for checks and checkpoints, never in a step)."""
+        return int(self.steps.item())
+
+    @step_count.setter
+    def step_count(self, value: int) -> None:
+        self.steps.fill_(value)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -120,20 +162,29 @@ class Adam:
 
     @torch.no_grad()
     def step(self) -> None:
-        self.step_count += 1
-        beta1, beta2 = self.betas
-        bias1 = 1 - beta1**self.step_count
-        bias2_sqrt = math.sqrt(1 - beta2**self.step_count)
+        step_size, bias2_sqrt = self._scalars()
         for group in _groups(self.params):
             params = [self.params[i] for i in group]
             grads, m, v = [p.grad for p in params], [self.m[i] for i in group], [self.v[i] for i in group]
-            torch._foreach_lerp_(m, grads, 1 - beta1)
-            torch._foreach_mul_(v, beta2)
-            torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+            torch._foreach_lerp_(m, grads, 1 - self.betas[0])
+            torch._foreach_mul_(v, self.betas[1])
+            torch._foreach_addcmul_(v, grads, grads, value=1 - self.betas[1])
             denom = torch._foreach_sqrt(v)
             torch._foreach_div_(denom, bias2_sqrt)
             torch._foreach_add_(denom, self.eps)
-            torch._foreach_addcdiv_(params, m, denom, value=-self.lr / bias1)
+            # p + (s * m) / denom: the rounding of addcdiv_(m, denom, value=s) with s a Python float
+            torch._foreach_addcdiv_(params, torch._foreach_mul(m, step_size), denom)
+
+    def _scalars(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step count advanced; -lr / (1 - beta1^t) and sqrt(1 - beta2^t) in float64 (what the host computed
+        in Python floats: pow and sqrt of float64 0-dim tensors give the same doubles on the CPU), then in the
+        parameters' dtype, as a Python scalar is cast."""
+        self.steps.add_(1)
+        beta1, beta2 = self.betas
+        step_size = self.neg_lr / (1 - torch.pow(beta1, self.steps))
+        bias2_sqrt = torch.sqrt(1 - torch.pow(beta2, self.steps))
+        dtype = self.params[0].dtype if self.params else torch.float32
+        return step_size.to(dtype), bias2_sqrt.to(dtype)
 
     def state_dict(self) -> dict:
         return {"step": self.step_count, "m": [t.clone() for t in self.m], "v": [t.clone() for t in self.v]}

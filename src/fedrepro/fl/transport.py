@@ -59,11 +59,22 @@ class Wire:
         self.bytes_by_direction = {"up": 0, "down": 0}
 
     def send(self, sender: str, receiver: str, kind: str, payload):
+        self.log(sender, receiver, kind, payload)
+        return _copy(payload)
+
+    def log(self, sender: str, receiver: str, kind: str, payload) -> None:
+        """The record of a message (bytes, and the message when `record`), without carrying it: for a step that
+        carries its messages itself (`carry`) and is logged after it, so the step reads no host counter (a step
+        compiled or captured as a graph would be traced again whenever a counter it reads changed)."""
         numel, nbytes = _size(payload)
         direction = "up" if receiver == "server" else "down"
         self.bytes_by_direction[direction] += nbytes
         if self.record:
             self.messages.append(Message(self.round, sender, receiver, kind, numel, nbytes))
+
+    @staticmethod
+    def carry(payload):
+        """What `send` delivers (a copy), unlogged: the caller logs it (`log`)."""
         return _copy(payload)
 
     def kinds(self, receiver: str) -> set[str]:

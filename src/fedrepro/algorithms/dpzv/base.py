@@ -353,6 +353,7 @@ class VFLAlgorithm:
         self.total_rounds = settings.epochs * self.rounds_per_epoch
         self.num_blocks = settings.epochs * settings.evals_per_epoch
         self.server_round = 0
+        self._sent: list = []  # the last server round's messages, logged after it (`log_sent`)
         self.queue: list[int] = []
         self.pending: int | None = None  # a segment's first repeated client: the next segment's first
         self.best = {"val_acc": -1.0}
@@ -486,7 +487,14 @@ class VFLAlgorithm:
         return self.exchange(m, ids)
 
     def exchange(self, m: int, ids: np.ndarray) -> dict:
-        """One server round with client m on batch `ids`: its query, then `serve`."""
+        """One server round with client m on batch `ids` (`round_program`), its messages logged after it."""
+        stats = self.round_program(m, ids)
+        self.log_sent()
+        return stats
+
+    def round_program(self, m: int, ids: np.ndarray) -> dict:
+        """The round's query, then `serve` (a method's own draws its randomness first, then runs its device
+        program, `exchange_drawn`)."""
         payload, private = self.client_query(self.clients[m], ids)
         return self.serve(m, payload, private)
 
@@ -517,17 +525,26 @@ class VFLAlgorithm:
             self.server_round += 1
             self.wire.round = self.server_round
             rows.append(self.serve(m, payload, private))
+            self.log_sent()
         self.segment_end()
         return rows
 
     def serve(self, m: int, payload: dict, private) -> dict:
         """One server round after client m's query: up the wire, the server's answer, down, the client's update."""
         client = self.clients[m]
-        msg = self.wire.send(client.name, "server", self.up_kind, payload)
+        msg = self.wire.carry(payload)
         answer, stats = self.server_answer(m, msg)
-        reply = self.wire.send("server", client.name, self.down_kind, answer)
+        reply = self.wire.carry(answer)
+        # logged after the round's device program (`log_sent`), which so reads no host counter (Wire.log)
+        self._sent = [(client.name, "server", self.up_kind, msg), ("server", client.name, self.down_kind, reply)]
         self.client_reply(client, private, reply)
         return stats
+
+    def log_sent(self) -> None:
+        """The last server round's two messages on the wire (bytes, records), after its device program."""
+        for message in self._sent:
+            self.wire.log(*message)
+        self._sent = []
 
     def stacked_queries(self, turns: list[tuple[int, np.ndarray]]) -> list[tuple[dict, object]]:
         raise NotImplementedError

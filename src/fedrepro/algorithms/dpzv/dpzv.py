@@ -155,7 +155,7 @@ class DPZV(VFLAlgorithm):
     # step as a tensor) and no host randomness, so torch.compile(fullgraph=True) traces it whole when the
     # directions come as their bucket draws (`zo.draw_buckets`) instead of seeds (a seeded torch.Generator
     # cannot be traced). The numbers are the same either way: the same streams in the same order.
-    def exchange(self, m: int, ids: np.ndarray) -> dict:
+    def round_program(self, m: int, ids: np.ndarray) -> dict:
         client = self.clients[m]
         return self.exchange_drawn(m, self.ids_tensor(ids), client.new_seed(), self.server_draws())
 

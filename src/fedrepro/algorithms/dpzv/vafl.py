@@ -46,7 +46,7 @@ class EmbeddingBaseline(VFLAlgorithm):
     # one round as a device program: as DPZV's (`DPZV.exchange`), the round's randomness is drawn on the host
     # first (the client's embedding noise, the server's `server_draws`), then `exchange_drawn` runs with no
     # host sync and no host randomness (torch.compile traces it whole)
-    def exchange(self, m: int, ids: np.ndarray) -> dict:
+    def round_program(self, m: int, ids: np.ndarray) -> dict:
         client = self.clients[m]
         noise = self.noise_draw(client, len(ids))
         return self.exchange_drawn(m, self.ids_tensor(ids), noise, self.server_draws(len(ids)))

@@ -121,7 +121,7 @@ class ZOOVFL(VFLAlgorithm):
     # one round as a device program: as DPZV's (`DPZV.exchange`), the round's randomness is drawn on the host
     # first (the seeds of the client's and the server's directions, the embedding noise), then
     # `exchange_drawn` runs with no host sync and no host randomness (torch.compile traces it whole).
-    def exchange(self, m: int, ids: np.ndarray) -> dict:
+    def round_program(self, m: int, ids: np.ndarray) -> dict:
         client = self.clients[m]
         seed = client.new_seed()
         noises = self.noise_draws(client, (len(ids), self.cfg.embed_dim))

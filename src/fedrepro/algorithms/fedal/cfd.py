@@ -113,24 +113,27 @@ class CFD(Federation):
         """_global_iteration with each architecture's clients stacked: same batch, messages and steps."""
         xb = self.shared_public_batch()
         idx = torch.as_tensor(self._server_public.next(self.cfg.batch_size), device=self.data.public_x.device)
-        return self.global_step_stacked(self.stacks(), xb, self.data.public_x[idx])
+        out = self.global_step_stacked(self.stacks(), xb, self.data.public_x[idx])
+        for message in self._sent:  # logged after the step, which reads no host counter (Wire.log)
+            self.wire.log(*message)
+        self.iteration += 1
+        return out
 
     def global_step_stacked(self, stacks: list, xb: torch.Tensor, server_xb: torch.Tensor) -> tuple:
         """One global iteration of the stacked clients on the public batch `xb` (the server's own draw of it:
         `server_xb`): (the clients' mean KD loss, the server's loss), 0-dim device tensors read at the round's
         end. A device program with no host sync, which torch.compile(fullgraph=True) traces whole."""
         logits, per_client = self.stacked_logits(xb)
-        uploads = [
-            self.wire.send(c.name, "server", "logits", per_client[n].detach()) for n, c in enumerate(self.clients)
-        ]
+        uploads = [self.wire.carry(per_client[n].detach()) for n in range(len(self.clients))]
         server_logits, server_loss = self.server.respond(server_xb, uploads)
-        targets = [self.wire.send("server", c.name, "server_logits", server_logits) for c in self.clients]
+        targets = [self.wire.carry(server_logits) for _ in self.clients]
+        self._sent = [(c.name, "server", "logits", uploads[n]) for n, c in enumerate(self.clients)]
+        self._sent += [("server", c.name, "server_logits", targets[n]) for n, c in enumerate(self.clients)]
         losses = []
         for group, stack, f in zip(self._groups, stacks, logits):
             loss = kl_to_logits(targets[group.members[0]], f, self.cfg.kd_temperature)  # the same for every client
             stack.step(loss.sum())
             losses.append(loss.detach())
-        self.iteration += 1
         return device_mean(losses), server_loss
 
     def extra_state(self) -> dict:

@@ -208,7 +208,7 @@ class FCCL(Federation):
         """round() with each architecture group's clients stacked (class docstring of base.Federation)."""
         stacks = self.stacks()
         inter = [stack.freeze() for stack in stacks]
-        col = [self.collaborative_step_stacked(stacks, self.shared_public_batch()) for _ in range(self.cfg.tau)]
+        col = [self._collaborative_iteration_batched(stacks) for _ in range(self.cfg.tau)]
         intra = self._intra_teachers()
         local = []
         for group, stack, inter_g, intra_g in zip(self._groups, stacks, inter, intra):
@@ -216,6 +216,13 @@ class FCCL(Federation):
         self._write_back_intra()
         # each iteration's mean read in one copy, then averaged on the host as the per-client loop does
         return {"collab": mean_of(torch.stack(col).tolist()), "local": mean_of(local)}
+
+    def _collaborative_iteration_batched(self, stacks: list[Stack]) -> torch.Tensor:
+        loss = self.collaborative_step_stacked(stacks, self.shared_public_batch())
+        for message in self._sent:  # logged after the step, which reads no host counter (Wire.log)
+            self.wire.log(*message)
+        self.iteration += 1
+        return loss
 
     def collaborative_step_stacked(self, stacks: list[Stack], xb: torch.Tensor) -> torch.Tensor:
         """_collaborative_iteration on the shared public batch `xb`: same uploads, replies and losses. A device
@@ -227,17 +234,22 @@ class FCCL(Federation):
         for group, (_, f), sim in zip(self._groups, outputs, sims):
             for j, n in enumerate(group.members):
                 up_logits[n], up_sims[n] = f[j].detach(), sim[j].detach() if self.plus else None
-        for n, client in enumerate(self.clients):  # the wire in the per-client loop's order
-            up_logits[n] = self.wire.send(client.name, "server", "logits", up_logits[n])
+        self._sent = []  # the messages in the per-client loop's order, logged after the step
+        for n, client in enumerate(self.clients):
+            up_logits[n] = self.wire.carry(up_logits[n])
+            self._sent.append((client.name, "server", "logits", up_logits[n]))
             if self.plus:
-                up_sims[n] = self.wire.send(client.name, "server", "similarity", up_sims[n])
+                up_sims[n] = self.wire.carry(up_sims[n])
+                self._sent.append((client.name, "server", "similarity", up_sims[n]))
         mean_logits = self.server.respond(up_logits)
         mean_sim = self.server.respond(up_sims) if self.plus else None
         targets, sim_targets = [], []
         for client in self.clients:
-            targets.append(self.wire.send("server", client.name, "mean_logits", mean_logits))
+            targets.append(self.wire.carry(mean_logits))
+            self._sent.append(("server", client.name, "mean_logits", targets[-1]))
             if self.plus:
-                sim_targets.append(self.wire.send("server", client.name, "mean_similarity", mean_sim))
+                sim_targets.append(self.wire.carry(mean_sim))
+                self._sent.append(("server", client.name, "mean_similarity", sim_targets[-1]))
         losses = []
         for group, stack, (_, f), sim in zip(self._groups, stacks, outputs, sims):
             first = group.members[0]  # every client receives the same average
@@ -246,7 +258,6 @@ class FCCL(Federation):
                 loss = loss + self.sim_weight * kl_to_logits(sim_targets[first], sim)
             stack.step(loss.sum())
             losses.append(loss.detach())
-        self.iteration += 1
         return device_mean(losses)
 
     def _local_updates_batched(self, group: PrivateGroup, stack: Stack, inter, intra) -> list[torch.Tensor]:

@@ -251,18 +251,21 @@ class FedAL(Federation):
     def _global_iteration_batched(self, stacks: list[Stack], anchors: list, live: bool) -> dict:
         """global_iteration with each architecture group's clients stacked: same public batch (every
         client draws it from its own copy of the shared stream), same messages, same losses."""
-        return self.global_step_stacked(stacks, anchors, live, self.shared_public_batch())
+        parts = self.global_step_stacked(stacks, anchors, live, self.shared_public_batch())
+        for message in self._sent:  # logged after the step, which reads no host counter (Wire.log)
+            self.wire.log(*message)
+        self.iteration += 1
+        return parts
 
     def global_step_stacked(self, stacks: list[Stack], anchors: list, live: bool, xb: torch.Tensor) -> dict:
         """One global-transfer iteration of the stacked clients on the public batch `xb`: a device program with
         no host sync (each part's mean over the clients stays a 0-dim tensor), which torch.compile(fullgraph=True)
         traces whole."""
         logits, per_client = self.stacked_logits(xb)
-        uploads = [
-            self.wire.send(c.name, "server", "logits", per_client[n].detach()) for n, c in enumerate(self.clients)
-        ]
-        replies = self.server.respond(uploads)
-        replies = [self.wire.send("server", c.name, "reply", replies[n]) for n, c in enumerate(self.clients)]
+        uploads = [self.wire.carry(per_client[n].detach()) for n in range(len(self.clients))]
+        replies = [self.wire.carry(reply) for reply in self.server.respond(uploads)]
+        self._sent = [(c.name, "server", "logits", uploads[n]) for n, c in enumerate(self.clients)]
+        self._sent += [("server", c.name, "reply", replies[n]) for n, c in enumerate(self.clients)]
         parts: dict[str, list] = {}
         for group, stack, f, anchor in zip(self._groups, stacks, logits, anchors):
             reply = {"mean_logits": replies[group.members[0]]["mean_logits"]}
@@ -275,7 +278,6 @@ class FedAL(Federation):
             stack.step(loss.sum())
             for k, v in p.items():
                 parts.setdefault(k, []).append(v)
-        self.iteration += 1
         return {k: device_mean(v) for k, v in parts.items()}
 
     def evaluate(self, t: int) -> dict:

@@ -136,23 +136,29 @@ class FedProto(Federation):
 
     def _global_iteration_batched(self) -> torch.Tensor:
         """_global_iteration with each architecture's clients stacked: same batch, messages and steps."""
-        return self.global_step_stacked(self.stacks(), self.shared_public_batch())
+        out = self.global_step_stacked(self.stacks(), self.shared_public_batch())
+        for message in self._sent:  # logged after the step, which reads no host counter (Wire.log)
+            self.wire.log(*message)
+        self.iteration += 1
+        return out
 
     def global_step_stacked(self, stacks: list, xb: torch.Tensor) -> torch.Tensor:
         """One feature-distillation iteration of the stacked clients on the public batch `xb`; their mean loss, a
         0-dim device tensor read at the round's end. A device program with no host sync, which
         torch.compile(fullgraph=True) traces whole."""
         feats = [stack.call("features", xb, shared_input=True) for stack in stacks]
-        uploads = [self.wire.send(c.name, "server", "features", h.detach()) for c, h in self._per_client(feats)]
+        sent = self._per_client(feats)
+        uploads = [self.wire.carry(h.detach()) for _, h in sent]
         mean = self.server.respond(uploads)
-        targets = [self.wire.send("server", c.name, "mean_features", mean) for c in self.clients]
+        targets = [self.wire.carry(mean) for _ in self.clients]
+        self._sent = [(c.name, "server", "features", uploads[n]) for n, (c, _) in enumerate(sent)]
+        self._sent += [("server", c.name, "mean_features", targets[n]) for n, c in enumerate(self.clients)]
         losses = []
         for group, stack, h in zip(self._groups, stacks, feats):
             target = leave_one_out(targets[group.members[0]], h.detach(), self.num_clients)  # per client
             loss = self.proto_weight * (h - target).square().mean(dim=(-2, -1))
             stack.step(loss.sum())
             losses.append(loss.detach())
-        self.iteration += 1
         return device_mean(losses)
 
     def _per_client(self, stacked: Sequence[torch.Tensor]) -> list[tuple]:

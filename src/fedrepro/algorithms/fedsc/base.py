@@ -5,8 +5,8 @@
 * `SSLNet`: backbone -> projector (Linear-ReLU-Linear, 512-1024-512 at paper
   scale, Section 5.3: H = 512) and, for the BYOL family, a predictor of the same shape.
 * `TrainConfig` and `local_sgd`: the client optimiser of the official code
-  (the paper gives none): SGD momentum 0.9, weight decay 5e-4, re-created every round (the
-  momentum buffer is reset), gradient-norm clipping, shuffled batches with the
+  (the paper gives none): SGD momentum 0.9, weight decay 5e-4, fresh every round (the momentum
+  buffer is reset; `local_optimizer` restarts one SGD in place), gradient-norm clipping, shuffled batches with the
   last partial batch kept; the round's learning rate comes from the server's
   cosine schedule lr_t = lr0 (1 + cos(pi (t-1)/T))/2 (the code's schedule, without its
   extra cosine factor from calling `get_lr()`). `local_epochs`
@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,7 +132,7 @@ def local_sgd(
     that the round reads once (`read_losses`). `draw` makes a batch's random inputs (the augmented views) before
     the step, so the step itself (`sgd_step`) holds no random draw and no host read: ready for CUDA graphs."""
     params = list(params if params is not None else net.parameters())
-    opt = SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    opt = local_optimizer(net, params, cfg, lr)
     net.train()
     n, losses = x.shape[0], []
     for _ in range(cfg.local_epochs):
@@ -145,6 +146,22 @@ def local_sgd(
             if after_step is not None:
                 after_step()
     return torch.stack(losses).mean() if losses else torch.tensor(float("nan"), device=x.device)
+
+
+_OPTIMIZERS: weakref.WeakKeyDictionary[nn.Module, SGD] = weakref.WeakKeyDictionary()
+
+
+def local_optimizer(net: nn.Module, params: list[Tensor], cfg: TrainConfig, lr: float) -> SGD:
+    """The SGD of `params`, made once per network and restarted each client-round as the official code's fresh
+    SGD (zero momentum, the round's learning rate): its tensors stay in place, so that a step captured in one
+    client-round (a CUDA graph) replays in every other with that round's learning rate and momentum."""
+    opt = _OPTIMIZERS.get(net)
+    trained = [p for p in params if p.requires_grad]
+    same = opt is not None and len(opt.params) == len(trained) and all(a is b for a, b in zip(opt.params, trained))
+    if not same or (opt.momentum, opt.weight_decay) != (cfg.momentum, cfg.weight_decay):
+        opt = _OPTIMIZERS[net] = SGD(trained, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    opt.restart(lr)
+    return opt
 
 
 def sgd_step(batch_loss, inputs, opt: SGD, params: list[Tensor], grad_clip: float | None) -> Tensor:

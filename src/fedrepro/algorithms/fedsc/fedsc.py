@@ -46,7 +46,7 @@ import torch
 from fedrepro.algorithms.fedsc.augment import augment
 from fedrepro.algorithms.fedsc.base import FedSSL, local_sgd, uniform_or_size_weights
 from fedrepro.algorithms.fedsc.jobs import pretrain, save_prefix, train
-from fedrepro.algorithms.fedsc.loss import alpha_schedule, local_loss
+from fedrepro.algorithms.fedsc.loss import AlphaTerms, alpha_schedule, local_loss
 from fedrepro.algorithms.fedsc.prefix import ROUNDS_KEY, shares_at
 from fedrepro.algorithms.fedsc.server import CorrelationServer, client_leave_one_out
 from fedrepro.privacy import fedsc as fedsc_privacy
@@ -135,6 +135,7 @@ class FedSC(FedSSL):
         self.own: dict[int, torch.Tensor] = {}  # client side: its last uploaded R~_j
         self.received: dict[int, torch.Tensor] = {}  # client side: the last broadcast R~
         self.shares = [0] * self.num_clients
+        self.alpha_terms = AlphaTerms(self.device)  # the training step's alpha, set in place per client-round
 
     def sample(self, t: int) -> list[int]:
         # the authors' code trains every client in round 1 under partial participation too (its com == 0
@@ -197,7 +198,7 @@ class FedSC(FedSSL):
         loss = local_sgd(
             self.work,
             self.data.client_x(j),
-            self.step_loss(alpha, r_minus),
+            self.step_loss(self.alpha_terms.set(alpha), r_minus),
             self.train_cfg,
             lr,
             self.gen,
@@ -205,7 +206,7 @@ class FedSC(FedSSL):
         )
         return self.work.state_dict(), loss
 
-    def step_loss(self, alpha: float, r_minus: torch.Tensor | None):
+    def step_loss(self, alpha: float | AlphaTerms, r_minus: torch.Tensor | None):
         """Eq. 80 on a batch's augmented views (drawn before the step, `FedSSL.augmented`)."""
 
         def batch_loss(x):

@@ -64,8 +64,31 @@ def sc_loss_pairwise(views: Tensor) -> Tensor:
     return 0.5 * (gram**2).mean() - positive_trace(views)
 
 
-def local_loss(views: Tensor, alpha: float = 1.0, r_minus: Tensor | None = None, scale: float = 2.0) -> Tensor:
-    """FedSC's local batch loss (Eq. 80; Eq. 5 when alpha = q_j), times `scale`.
+class AlphaTerms:
+    """Eq. 80's two weights, alpha/2 and 1 - alpha, as 0-dim device tensors set in place each round (`set`), so
+    that a step captured in one round (a CUDA graph, a torch.compile graph) reads the next round's alpha.
+    Both are computed on the host in Python floats, as `local_loss` does with a float alpha: the same float32s."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.half, self.rest = torch.zeros((), device=device), torch.zeros((), device=device)
+
+    def set(self, alpha: float) -> AlphaTerms:
+        check_alpha(alpha)
+        self.half.fill_(0.5 * alpha)
+        self.rest.fill_(1.0 - alpha)
+        return self
+
+
+def check_alpha(alpha: float) -> None:
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+
+
+def local_loss(
+    views: Tensor, alpha: float | AlphaTerms = 1.0, r_minus: Tensor | None = None, scale: float = 2.0
+) -> Tensor:
+    """FedSC's local batch loss (Eq. 80; Eq. 5 when alpha = q_j), times `scale`; alpha a float or its weights
+    as device tensors (`AlphaTerms`, the training step's).
 
     Without `r_minus` (no correlation matrix received yet, or FedAvg+SC) this is
     local SC: `scale * (-Tr R+ + 1/2 ||R||^2)`, whatever alpha is.
@@ -75,10 +98,13 @@ def local_loss(views: Tensor, alpha: float = 1.0, r_minus: Tensor | None = None,
     r = flat.T @ flat / flat.shape[0]
     if r_minus is None:
         return scale * (-r_plus_trace + 0.5 * (r * r).sum())
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    if isinstance(alpha, AlphaTerms):
+        half, rest = alpha.half, alpha.rest
+    else:
+        check_alpha(alpha)
+        half, rest = 0.5 * alpha, 1.0 - alpha
     inter = (r * r_minus.detach()).sum()  # Tr(R R_-j) with R symmetric
-    return scale * (-r_plus_trace + 0.5 * alpha * (r * r).sum() + (1.0 - alpha) * inter)
+    return scale * (-r_plus_trace + half * (r * r).sum() + rest * inter)
 
 
 def leave_one_out(mats: list[Tensor], q: list[float] | Tensor, j: int) -> Tensor:
