@@ -65,6 +65,14 @@ def test_memory_rows_name_each_method_and_measure_the_momentum_buffer(prepared, 
     assert ratio["VAFL"] > ratio["DPZV"]
 
 
+def test_vafls_momentum_buffers_count_though_made_with_its_optimiser(prepared, tmp_path):  # noqa: F811
+    """SGD makes its momentum buffers at construction, before the measured rounds: they are training memory
+    all the same, one model's worth at momentum 0.9 and none without momentum."""
+    entries = [{"method": "vafl", "options": {"momentum": 0.0}}, {"method": "vafl", "options": {"momentum": 0.9}}]
+    ratio = run_memory_job(prepared, tmp_path, entries)["ratio"].tolist()
+    assert ratio[1] - ratio[0] == pytest.approx(1.0, abs=0.05)
+
+
 def test_memory_row_equals_a_direct_measure_of_the_same_run(prepared, tmp_path):  # noqa: F811
     from fedrepro.algorithms.dpzv.jobs import load_job_data, settings_for
     from fedrepro.fl.seeding import seed_everything

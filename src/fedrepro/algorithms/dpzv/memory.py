@@ -1,9 +1,9 @@
 """Peak training memory of each VFL method, normalised by the client model's size (Figure 6).
 
 ratio = (client parameter bytes + peak extra bytes during training rounds) / client parameter bytes,
-where "extra" is everything the rounds allocate beyond what existed before the
-first round (data, embedding table and models are allocated before): gradients,
-optimiser and momentum buffers (created lazily at the first step), activations,
+where "extra" is the client optimiser's state (its momentum buffers, made with the optimiser) plus
+everything the rounds allocate beyond what existed before the first round (data, embedding table
+and models are allocated before): gradients, lazily made state (ZO momentum), activations,
 perturbation temporaries and model copies. DPZV without ZO momentum should be
 close to 1; first-order VAFL above 2 (Appendix F, Figure 6).
 
@@ -65,6 +65,13 @@ def param_bytes(module: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters())
 
 
+def optimizer_state_bytes(client) -> int:
+    """Bytes of a client's first-order optimiser state (SGD's momentum buffers, zeros from its construction);
+    0 for a zeroth-order client (its ZO momentum appears in the rounds and is counted there)."""
+    optimizer = getattr(client, "optimizer", None)
+    return sum(b.numel() * b.element_size() for b in optimizer.buffers) if optimizer is not None else 0
+
+
 def measure_rounds(algorithm, rounds: int, warmup: int = 1) -> dict:
     """Run `warmup` then `rounds` server rounds of `algorithm` (client 0 active); the peak extra bytes
     of the measured rounds over what existed before the warm-up.
@@ -77,6 +84,7 @@ def measure_rounds(algorithm, rounds: int, warmup: int = 1) -> dict:
     """
     client = algorithm.clients[0]
     model_bytes = param_bytes(client.model)
+    state_bytes = optimizer_state_bytes(client)  # training memory that exists before the first round
     device = algorithm.device
 
     def run(n):
@@ -102,6 +110,7 @@ def measure_rounds(algorithm, rounds: int, warmup: int = 1) -> dict:
             tracker.peak = tracker.live  # what the warm-up left alive counts; its transient peak does not
             run(rounds)
         extra, measure = tracker.peak, "live_tensor_bytes"
+    extra, reserved = extra + state_bytes, reserved + state_bytes
     return {
         "measure": measure,
         "model_bytes": model_bytes,
